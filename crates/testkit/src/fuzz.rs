@@ -1,0 +1,38 @@
+//! Bodies of the cargo-fuzz targets. `fuzz/fuzz_targets/*.rs` only call these, and the codec's
+//! tests replay the committed corpus through them.
+
+use tuplekv_codec::{decode_key, decode_parts, encode_key, validate_key};
+
+/// Target `decode_key`: arbitrary bytes never panic the decoder; an accepted input is
+/// canonical (re-encodes to the same bytes), and all three decoders agree.
+///
+/// # Panics
+/// When a property fails, which is how the fuzzer reports it.
+pub fn decode_key_target(data: &[u8]) {
+    let owned = decode_key(data);
+    let validated = validate_key(data);
+    let borrowed: Result<Vec<_>, _> = decode_parts(data).collect();
+    match owned {
+        Ok(key) => {
+            assert_eq!(encode_key(&key), data, "accepted input must be canonical");
+            assert_eq!(validated, Ok(key.len()), "validator must accept it too");
+            let borrowed = borrowed.expect("borrowed decoder must accept it too");
+            let parts: Vec<_> = borrowed.into_iter().map(|p| p.into_owned()).collect();
+            assert_eq!(parts, key.parts(), "borrowed decoder must agree");
+            assert_eq!(decode_key(&encode_key(&key)), Ok(key));
+        }
+        Err(e) => {
+            assert!(e.offset() < data.len(), "error offset {e} out of input");
+            assert_eq!(
+                validated,
+                Err(e.clone()),
+                "validator must fail the same way"
+            );
+            assert_eq!(
+                borrowed.err(),
+                Some(e),
+                "borrowed decoder must fail the same way"
+            );
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! Test support shared by the tuplekv crates, their fuzz targets and benches: proptest
+//! strategies that favour the hard cases, loaders for the golden vectors recorded from real
+//! Deno (kept in `data/`, copied from the project's shared vectors so a clone is
+//! self-contained), and the bodies of the fuzz targets so `cargo test` can replay their corpus.
+
+pub mod fuzz;
+pub mod strategies;
+pub mod vectors;

@@ -1,0 +1,2 @@
+//! Project automation, run as `cargo xtask <command>`.
+fn main() {}
