@@ -269,14 +269,36 @@ impl KeyPartRef<'_> {
 
 /// A part located and validated, but not yet materialised.
 enum RawPart<'a> {
-    Bytes { payload: &'a [u8], escaped: bool },
-    String { payload: &'a [u8], escaped: bool },
+    Bytes {
+        payload: &'a [u8],
+        escaped: bool,
+    },
+    /// A string without escapes, validated once and borrowed as is.
+    Str(&'a str),
+    /// A string with escaped NULs, validated run by run; unescaped on materialisation.
+    EscapedString(&'a [u8]),
     BigInt(BigIntRef<'a>),
     Number(f64),
     Bool(bool),
 }
 
 impl<'a> RawPart<'a> {
+    /// Converts straight to an owned part, copying each payload once.
+    fn into_part(self) -> KeyPart {
+        match self {
+            RawPart::Bytes { payload, escaped } => KeyPart::Bytes(if escaped {
+                unescape(payload)
+            } else {
+                payload.to_vec()
+            }),
+            RawPart::Str(s) => KeyPart::String(s.to_owned()),
+            RawPart::BigInt(i) => KeyPart::BigInt(i.to_bigint()),
+            RawPart::Number(x) => KeyPart::Number(x),
+            RawPart::Bool(b) => KeyPart::Bool(b),
+            RawPart::EscapedString(_) => self.materialise().into_owned(),
+        }
+    }
+
     fn materialise(self) -> KeyPartRef<'a> {
         match self {
             RawPart::Bytes { payload, escaped } => KeyPartRef::Bytes(if escaped {
@@ -284,17 +306,16 @@ impl<'a> RawPart<'a> {
             } else {
                 Cow::Borrowed(payload)
             }),
-            RawPart::String { payload, escaped } => KeyPartRef::String(if escaped {
-                // The segments were validated as UTF-8 while parsing, and joining valid
-                // segments at NUL boundaries keeps it valid, so the lossy branch never runs.
+            RawPart::Str(s) => KeyPartRef::String(Cow::Borrowed(s)),
+            RawPart::EscapedString(payload) => {
+                // The runs were validated as UTF-8 while parsing, and joining valid runs at
+                // NUL boundaries keeps it valid, so the lossy branch never runs.
                 let bytes = unescape(payload);
-                Cow::Owned(
+                KeyPartRef::String(Cow::Owned(
                     String::from_utf8(bytes)
                         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-                )
-            } else {
-                Cow::Borrowed(std::str::from_utf8(payload).unwrap_or_default())
-            }),
+                ))
+            }
             RawPart::BigInt(i) => KeyPartRef::BigInt(i),
             RawPart::Number(x) => KeyPartRef::Number(x),
             RawPart::Bool(b) => KeyPartRef::Bool(b),
@@ -316,9 +337,15 @@ impl<'a> RawPart<'a> {
 /// A [`DecodeError`] naming the offset and the reason if `bytes` is not the canonical
 /// encoding of a key. Never panics.
 pub fn decode_key(bytes: &[u8]) -> Result<Key, DecodeError> {
-    let mut parts = Vec::new();
-    for part in decode_parts(bytes) {
-        parts.push(part?.into_owned());
+    // Most keys have at most four parts; this is also what the first push would reserve.
+    let mut parts = Vec::with_capacity(4);
+    let mut rest = bytes;
+    let mut offset = 0;
+    while let Some((&tag, body)) = rest.split_first() {
+        let (raw, used) = parse_part(tag, body, offset)?;
+        parts.push(raw.into_part());
+        rest = body.get(used..).unwrap_or_default();
+        offset += 1 + used;
     }
     Ok(Key::from_checked_parts(parts))
 }
@@ -422,8 +449,15 @@ fn parse_part(tag: u8, body: &[u8], offset: usize) -> Result<(RawPart<'_>, usize
         }
         STRING => {
             let (payload, escaped) = split_payload(body).ok_or(truncated(PartType::String))?;
-            check_utf8(payload, offset + 1)?;
-            Ok((RawPart::String { payload, escaped }, payload.len() + 1))
+            let used = payload.len() + 1;
+            if escaped {
+                check_utf8_runs(payload, offset + 1)?;
+                return Ok((RawPart::EscapedString(payload), used));
+            }
+            let text = std::str::from_utf8(payload).map_err(|e| {
+                DecodeError::new(offset + 1 + e.valid_up_to(), DecodeErrorKind::InvalidUtf8)
+            })?;
+            Ok((RawPart::Str(text), used))
         }
         INT_ZERO => Ok((
             RawPart::BigInt(BigIntRef {
@@ -497,7 +531,7 @@ fn split_payload(body: &[u8]) -> Option<(&[u8], bool)> {
 /// Validates an escaped string payload as UTF-8 without unescaping it. A NUL is a whole
 /// character, so the runs between escapes can be validated one by one; `base` is the offset
 /// of the payload in the input, for the error.
-fn check_utf8(payload: &[u8], base: usize) -> Result<(), DecodeError> {
+fn check_utf8_runs(payload: &[u8], base: usize) -> Result<(), DecodeError> {
     let mut start = 0;
     loop {
         let rest = payload.get(start..).unwrap_or_default();
