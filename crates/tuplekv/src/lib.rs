@@ -23,3 +23,8 @@ pub use tuplekv_codec::{
 pub use tuplekv_engine as engine;
 pub use tuplekv_index as index;
 pub use tuplekv_sequence as sequence;
+
+/// The README's example, compiled and run as a doctest so it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctest;
