@@ -1,7 +1,53 @@
-//! The storage engine of tuplekv: an in-memory MVCC store of ordered byte keys with
-//! versionstamps, atomic checks and mutations, snapshots and range listing.
+//! The storage engine of tuplekv: an in-memory MVCC store of ordered keys with Deno KV's data
+//! model — versionstamps, atomic checks and mutations (`set`, `delete`, `sum`/`min`/`max` on
+//! `U64`, expiry), snapshots, listing with Deno's selectors and cursors — plus serializable
+//! transactions.
 //!
-//! This crate is a placeholder until the engine issue lands; it re-exports the key codec so
-//! that dependants can already name keys through it.
+//! ```
+//! use tuplekv_engine::{Database, ListOptions, Selector, key};
+//!
+//! let db = Database::in_memory();
+//! db.set(&key!["users", 1], b"Ada")?;
+//! db.set(&key!["users", 2], b"Grace")?;
+//! let users = db.list(&Selector::prefix(&key!["users"]), ListOptions::default())?;
+//! assert_eq!(users.count(), 2);
+//! # Ok::<(), tuplekv_engine::Error>(())
+//! ```
+//!
+//! # Guarantees
+//! - A commit is visible entirely or not at all, and its versionstamp order is the
+//!   serialization order of commits. A failed commit writes nothing and uses no versionstamp.
+//! - Readers never block writers and never wait for them: reads are lock-free.
+//! - A snapshot or list iterator reads one state from start to end.
+//! - An expired value is invisible to every read and check from its deadline on.
+//! - Memory is reclaimed: old versions once no snapshot can see them (at once when no snapshot
+//!   is open), deleted and expired keys in the background.
+//!
+//! Where Deno differs: an operation whose mutation fails (e.g. `sum` on a non-`U64`) writes
+//! nothing here, while Deno keeps the earlier mutations; a failed check is reported with
+//! *which* checks failed; expired values disappear at their deadline, not up to a minute later.
 
+mod atomic;
+mod db;
+mod error;
+pub mod limits;
+mod list;
+mod reclaim;
+mod store;
+mod transaction;
+mod value;
+
+pub use atomic::{
+    Atomic, AtomicWrite, Check, CommitResult, Conflict, FailedCheck, Mutation, MutationKind,
+    RangeCheck,
+};
+pub use db::{Database, Options, Snapshot, Stats};
+pub use error::Error;
+pub use list::{ListCursor, ListIter, ListOptions};
+pub use store::{Entry, ReadView, Store};
+pub use transaction::{Transaction, TransactionOptions};
+pub use tuplekv_codec::{ByteRange, Key, KeyPart, Selector, key};
+pub use value::{InvalidVersionstamp, Value, Versionstamp};
+
+/// The key codec, re-exported.
 pub use tuplekv_codec as codec;

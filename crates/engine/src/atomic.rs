@@ -1,0 +1,291 @@
+//! Atomic operations: checks and mutations committed all-or-nothing under one versionstamp.
+//!
+//! [`AtomicWrite`] is the plain data of one commit, so any backend can carry it; [`Atomic`] is
+//! the builder `Database::atomic()` returns.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tuplekv_codec::{Key, encode_key};
+
+use crate::error::Error;
+use crate::store::Store;
+use crate::value::{Value, Versionstamp};
+
+/// A condition on the current state of one key, evaluated at commit time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// The encoded key.
+    pub key: Bytes,
+    /// The versionstamp the key must currently have, or `None` for "must be absent".
+    pub versionstamp: Option<Versionstamp>,
+}
+
+/// A condition that no key in `[start, end)` changed after `since` (used by transactions to
+/// validate what they listed). Not counted against the check limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeCheck {
+    /// First encoded key of the range (inclusive).
+    pub start: Bytes,
+    /// End of the range (exclusive).
+    pub end: Bytes,
+    /// The snapshot the range was read at.
+    pub since: Versionstamp,
+}
+
+/// What a mutation does to its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MutationKind {
+    /// Store a value; with `expire_in`, the value disappears that long after the commit.
+    Set {
+        /// The value.
+        value: Value,
+        /// How long the value lives, if it expires.
+        expire_in: Option<Duration>,
+    },
+    /// Remove the key (a missing key is fine).
+    Delete,
+    /// Add to a `U64`, wrapping at 2^64; an absent key becomes the operand.
+    Sum(u64),
+    /// Keep the smaller `U64`; an absent key becomes the operand.
+    Min(u64),
+    /// Keep the larger `U64`; an absent key becomes the operand.
+    Max(u64),
+}
+
+impl MutationKind {
+    /// The value size this mutation counts for in the limits, if it carries a value.
+    pub(crate) fn value_size(&self) -> Option<usize> {
+        match self {
+            MutationKind::Set { value, .. } => Some(value.size()),
+            MutationKind::Sum(_) | MutationKind::Min(_) | MutationKind::Max(_) => Some(8),
+            MutationKind::Delete => None,
+        }
+    }
+}
+
+/// One change to one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mutation {
+    /// The encoded key.
+    pub key: Bytes,
+    /// The change.
+    pub kind: MutationKind,
+}
+
+/// The data of one atomic commit: checks first, then mutations in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AtomicWrite {
+    /// Conditions that must all hold, or nothing is written.
+    pub checks: Vec<Check>,
+    /// Range conditions (transactions' read sets).
+    pub range_checks: Vec<RangeCheck>,
+    /// Changes, applied in order; later ones see earlier ones.
+    pub mutations: Vec<Mutation>,
+}
+
+/// A check that did not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedCheck {
+    /// Position of the check in the operation.
+    pub index: usize,
+    /// The encoded key.
+    pub key: Bytes,
+    /// What the check expected.
+    pub expected: Option<Versionstamp>,
+    /// What the key had at commit time.
+    pub actual: Option<Versionstamp>,
+}
+
+impl FailedCheck {
+    /// The checked key, decoded.
+    ///
+    /// # Errors
+    /// If the key bytes are not a valid tuple (only possible for raw keys).
+    pub fn key(&self) -> Result<Key, Error> {
+        Ok(tuplekv_codec::decode_key(&self.key)?)
+    }
+}
+
+/// Why a commit did not happen although the operation was valid.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Conflict {
+    /// Every check that failed (not only the first).
+    pub failed_checks: Vec<FailedCheck>,
+    /// Whether a transaction's read range changed.
+    pub range_changed: bool,
+}
+
+/// The result of a valid atomic operation: committed, or rejected by its checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum CommitResult {
+    /// Everything was written under this versionstamp.
+    Committed {
+        /// The commit's stamp, shared by every mutation in it.
+        versionstamp: Versionstamp,
+    },
+    /// A check failed; nothing was written and no versionstamp was used.
+    Conflict(Conflict),
+}
+
+impl CommitResult {
+    /// Whether the operation committed.
+    pub fn is_committed(&self) -> bool {
+        matches!(self, CommitResult::Committed { .. })
+    }
+
+    /// The commit's versionstamp, if it committed.
+    pub fn versionstamp(&self) -> Option<Versionstamp> {
+        match self {
+            CommitResult::Committed { versionstamp } => Some(*versionstamp),
+            CommitResult::Conflict(_) => None,
+        }
+    }
+
+    /// The conflict, if it did not commit.
+    pub fn conflict(&self) -> Option<&Conflict> {
+        match self {
+            CommitResult::Conflict(c) => Some(c),
+            CommitResult::Committed { .. } => None,
+        }
+    }
+}
+
+/// Builder of an atomic operation on a store; see `Database::atomic`.
+///
+/// ```
+/// use tuplekv_engine::{Database, key};
+///
+/// let db = Database::in_memory();
+/// let id = key!["users", 1];
+/// let email = key!["users_by_email", "ada@example.com"];
+/// let res = db.atomic()
+///     .check(&id, None)              // both must be absent
+///     .check(&email, None)
+///     .set(&id, b"Ada")
+///     .set(&email, b"1")
+///     .commit()?;
+/// assert!(res.is_committed());
+///
+/// // The same insert again conflicts, and says which checks failed.
+/// let again = db.atomic().check(&id, None).check(&email, None).set(&id, b"x").commit()?;
+/// let conflict = again.conflict().expect("conflict");
+/// assert_eq!(conflict.failed_checks.len(), 2);
+/// # Ok::<(), tuplekv_engine::Error>(())
+/// ```
+#[must_use = "an atomic operation does nothing until commit()"]
+pub struct Atomic<'s, S: Store + ?Sized> {
+    store: &'s S,
+    write: AtomicWrite,
+}
+
+impl<'s, S: Store + ?Sized> Atomic<'s, S> {
+    /// An empty operation on `store`.
+    pub fn new(store: &'s S) -> Self {
+        Atomic {
+            store,
+            write: AtomicWrite::default(),
+        }
+    }
+
+    /// Requires `key` to have `versionstamp` (or, with `None`, to be absent) at commit time.
+    pub fn check(self, key: &Key, versionstamp: Option<Versionstamp>) -> Self {
+        self.check_raw(&encode_key(key), versionstamp)
+    }
+
+    /// [`Atomic::check`] on an encoded key.
+    pub fn check_raw(mut self, key: &[u8], versionstamp: Option<Versionstamp>) -> Self {
+        self.write.checks.push(Check {
+            key: Bytes::copy_from_slice(key),
+            versionstamp,
+        });
+        self
+    }
+
+    /// Sets `key` to `value`, clearing any expiry.
+    pub fn set(self, key: &Key, value: impl Into<Value>) -> Self {
+        self.mutate_raw(
+            &encode_key(key),
+            MutationKind::Set {
+                value: value.into(),
+                expire_in: None,
+            },
+        )
+    }
+
+    /// Sets `key` to `value`, which becomes invisible `expire_in` after the commit.
+    pub fn set_with_expiry(self, key: &Key, value: impl Into<Value>, expire_in: Duration) -> Self {
+        self.mutate_raw(
+            &encode_key(key),
+            MutationKind::Set {
+                value: value.into(),
+                expire_in: Some(expire_in),
+            },
+        )
+    }
+
+    /// [`Atomic::set`] on an encoded key.
+    pub fn set_raw(self, key: &[u8], value: impl Into<Value>) -> Self {
+        self.mutate_raw(
+            key,
+            MutationKind::Set {
+                value: value.into(),
+                expire_in: None,
+            },
+        )
+    }
+
+    /// Deletes `key`.
+    pub fn delete(self, key: &Key) -> Self {
+        self.mutate_raw(&encode_key(key), MutationKind::Delete)
+    }
+
+    /// [`Atomic::delete`] on an encoded key.
+    pub fn delete_raw(self, key: &[u8]) -> Self {
+        self.mutate_raw(key, MutationKind::Delete)
+    }
+
+    /// Adds `n` to the `U64` at `key` (wrapping); an absent key becomes `n`.
+    pub fn sum(self, key: &Key, n: u64) -> Self {
+        self.mutate_raw(&encode_key(key), MutationKind::Sum(n))
+    }
+
+    /// [`Atomic::sum`] on an encoded key.
+    pub fn sum_raw(self, key: &[u8], n: u64) -> Self {
+        self.mutate_raw(key, MutationKind::Sum(n))
+    }
+
+    /// Keeps the smaller of the `U64` at `key` and `n`; an absent key becomes `n`.
+    pub fn min(self, key: &Key, n: u64) -> Self {
+        self.mutate_raw(&encode_key(key), MutationKind::Min(n))
+    }
+
+    /// Keeps the larger of the `U64` at `key` and `n`; an absent key becomes `n`.
+    pub fn max(self, key: &Key, n: u64) -> Self {
+        self.mutate_raw(&encode_key(key), MutationKind::Max(n))
+    }
+
+    /// Adds a mutation on an encoded key.
+    pub fn mutate_raw(mut self, key: &[u8], kind: MutationKind) -> Self {
+        self.write.mutations.push(Mutation {
+            key: Bytes::copy_from_slice(key),
+            kind,
+        });
+        self
+    }
+
+    /// The operation built so far.
+    pub fn as_write(&self) -> &AtomicWrite {
+        &self.write
+    }
+
+    /// Commits: if every check holds, applies every mutation under one new versionstamp.
+    ///
+    /// # Errors
+    /// A limit violation, an empty key, or `sum`/`min`/`max` on a value that is not a `U64`;
+    /// in every case nothing is written and no versionstamp is used.
+    pub fn commit(self) -> Result<CommitResult, Error> {
+        self.store.commit(self.write)
+    }
+}

@@ -1,0 +1,819 @@
+//! [`Database`]: the in-memory MVCC store.
+//!
+//! # Design
+//! - Keys live in a lock-free ordered map (`crossbeam_skiplist::SkipMap`) from encoded key to a
+//!   *version list*: an immutable, newest-first list of `(version, value or tombstone,
+//!   expiry)` behind an `ArcSwap`. A writer never edits a list in place: it builds a new one
+//!   and swaps it in, so a reader holding the old list keeps a consistent copy and nobody
+//!   waits for anybody.
+//! - Writers are serialised by one commit mutex, held only for the commit itself. The commit
+//!   evaluates its checks, stages its mutations (all errors surface here, before anything is
+//!   written), writes every new version tagged `last + 1`, and only then publishes `last + 1` in
+//!   the atomic `visible` counter. Readers ignore versions above the version they read at, so a
+//!   half-written commit is invisible and a commit appears entirely at once.
+//! - A read picks, in each key's list, the newest version at or below its read version. A
+//!   single-key read loads the list first and `visible` second, which makes it linearizable
+//!   without registering. Multi-key reads (snapshots, lists, `get_many`) register their
+//!   version, so writers keep what they need.
+//! - Old versions: when a writer replaces a key's list it keeps the versions above the
+//!   *watermark* (the oldest registered snapshot, or the last published version) plus the
+//!   newest at or below it; everything older is dropped at once. With no snapshot open, a
+//!   million overwrites of one key leave one version. Versions kept for a snapshot, tombstones,
+//!   and expired values are reclaimed by a background thread (`reclaim.rs`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use crossbeam_skiplist::SkipMap;
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+use tuplekv_codec::{ByteRange, Key, Selector};
+
+use crate::atomic::{Atomic, AtomicWrite, CommitResult, Conflict, FailedCheck, MutationKind};
+use crate::error::Error;
+use crate::limits::*;
+use crate::list::{ListIter, ListOptions};
+use crate::reclaim::Reclaimer;
+use crate::store::{Entry, ReadView, Store};
+use crate::transaction::{Transaction, TransactionOptions, run_transaction};
+use crate::value::{Value, Versionstamp};
+
+/// One version of one key.
+#[derive(Debug, Clone)]
+pub(crate) struct Version {
+    pub(crate) version: u64,
+    /// `None` is a tombstone (the key was deleted at this version).
+    pub(crate) value: Option<Value>,
+    /// Unix time in milliseconds from which the value is invisible.
+    pub(crate) expires_at: Option<u64>,
+}
+
+impl Version {
+    /// The value, unless this is a tombstone or has expired by `now` (lazily computed).
+    fn live_value(&self, now: &mut Option<u64>) -> Option<&Value> {
+        let value = self.value.as_ref()?;
+        match self.expires_at {
+            Some(deadline) if deadline <= *now.get_or_insert_with(now_ms) => None,
+            _ => Some(value),
+        }
+    }
+}
+
+/// A key's versions, newest first. Immutable once published.
+#[derive(Debug, Default)]
+pub(crate) struct Chain {
+    pub(crate) versions: SmallVec<[Version; 1]>,
+}
+
+impl Chain {
+    /// The newest version at or below `at`.
+    fn at(&self, at: u64) -> Option<&Version> {
+        self.versions.iter().find(|v| v.version <= at)
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Open snapshots, by the version they read at.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    counts: BTreeMap<u64, usize>,
+}
+
+impl Registry {
+    fn oldest(&self) -> Option<u64> {
+        self.counts.keys().next().copied()
+    }
+}
+
+/// Options for a new database.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Whether a background thread reclaims expired values, tombstones and versions that
+    /// snapshots no longer need (default: yes). Without it, memory is still reclaimed when a key
+    /// is written again, and by [`Database::reclaim_now`].
+    pub background_reclaim: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            background_reclaim: true,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) map: SkipMap<Bytes, ArcSwap<Chain>>,
+    /// Serialises commits; holds the last committed version.
+    pub(crate) commit: Mutex<u64>,
+    /// The last version whose writes are all in place.
+    pub(crate) visible: AtomicU64,
+    pub(crate) snapshots: Mutex<Registry>,
+    pub(crate) reclaimer: Reclaimer,
+}
+
+/// An in-memory, ordered, transactional key-value store with Deno KV's data model.
+///
+/// `Database` is cheap to clone (an `Arc` inside) and `Send + Sync`: share it between threads
+/// by cloning. Reads never block writes and never wait for them.
+///
+/// ```
+/// use tuplekv_engine::{Database, Value, key};
+///
+/// let db = Database::in_memory();
+/// let vs = db.set(&key!["users", 1], b"Ada")?;
+/// let entry = db.get(&key!["users", 1])?.expect("present");
+/// assert_eq!(entry.value, Value::from(b"Ada"));
+/// assert_eq!(entry.versionstamp, vs);
+/// # Ok::<(), tuplekv_engine::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Database {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("keys", &self.inner.map.len())
+            .field("version", &self.inner.visible.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Database {
+    /// An empty in-memory database with default options.
+    pub fn in_memory() -> Database {
+        Database::with_options(Options::default())
+    }
+
+    /// An empty in-memory database.
+    pub fn with_options(options: Options) -> Database {
+        let inner = Arc::new(Inner {
+            map: SkipMap::new(),
+            commit: Mutex::new(0),
+            visible: AtomicU64::new(0),
+            snapshots: Mutex::new(Registry::default()),
+            reclaimer: Reclaimer::default(),
+        });
+        if options.background_reclaim {
+            Reclaimer::spawn(&inner);
+        }
+        Database { inner }
+    }
+
+    /// The entry at `key`, or `None` if it is absent, deleted or expired.
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLargeForRead`] if the encoded key is over 2049 bytes.
+    pub fn get(&self, key: &Key) -> Result<Option<Entry>, Error> {
+        ReadView::get(self, key)
+    }
+
+    /// Reads up to ten keys from one snapshot; results are in request order.
+    ///
+    /// # Errors
+    /// [`Error::TooManyRanges`] for more than ten keys.
+    pub fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<Entry>>, Error> {
+        Store::get_many(self, keys)
+    }
+
+    /// Lists the entries a selector names. The iterator reads one snapshot from start to end,
+    /// however many commits happen meanwhile.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, ListOptions, Selector, key};
+    ///
+    /// let db = Database::in_memory();
+    /// for i in 0..5 {
+    ///     db.set(&key!["users", i], b"x")?;
+    /// }
+    /// let opts = ListOptions { limit: Some(2), reverse: true, ..Default::default() };
+    /// let keys: Vec<_> = db
+    ///     .list(&Selector::prefix(&key!["users"]), opts)?
+    ///     .map(|e| e.and_then(|e| e.decoded_key()))
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(keys, vec![key!["users", 4], key!["users", 3]]);
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// An invalid selector, cursor, limit or batch size.
+    pub fn list(
+        &self,
+        selector: &Selector,
+        options: ListOptions,
+    ) -> Result<ListIter<Snapshot>, Error> {
+        Store::list(self, selector, options)
+    }
+
+    /// Sets `key` to `value` in its own commit.
+    ///
+    /// # Errors
+    /// Limits: empty key, key over 2048 bytes, value over 65536 bytes.
+    pub fn set(&self, key: &Key, value: impl Into<Value>) -> Result<Versionstamp, Error> {
+        committed(self.atomic().set(key, value).commit()?)
+    }
+
+    /// [`Database::set`] on an encoded key.
+    ///
+    /// # Errors
+    /// As [`Database::set`].
+    pub fn set_raw(&self, key: &[u8], value: impl Into<Value>) -> Result<Versionstamp, Error> {
+        committed(self.atomic().set_raw(key, value).commit()?)
+    }
+
+    /// Deletes `key` in its own commit.
+    ///
+    /// # Errors
+    /// Limits: empty key, key over 2048 bytes.
+    pub fn delete(&self, key: &Key) -> Result<Versionstamp, Error> {
+        committed(self.atomic().delete(key).commit()?)
+    }
+
+    /// Starts an atomic operation (checks + mutations, all or nothing).
+    pub fn atomic(&self) -> Atomic<'_, Database> {
+        Atomic::new(self)
+    }
+
+    /// A read-only view pinned at the current version: every read through it sees the same
+    /// state, whatever is committed meanwhile. Old versions it needs are kept until it drops.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::register(&self.inner)
+    }
+
+    /// Runs `f` as a serializable transaction: reads go through a snapshot and are recorded,
+    /// writes are buffered, and the commit fails if anything read has changed since; then `f`
+    /// runs again, with backoff, up to [`TRANSACTION_ATTEMPTS_MAX`] times.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, Error, Value, key};
+    ///
+    /// let db = Database::in_memory();
+    /// db.set(&key!["balance", "a"], 10u64)?;
+    /// db.transaction(|tx| {
+    ///     let a = tx.get(&key!["balance", "a"])?.and_then(|e| e.value.as_u64()).unwrap_or(0);
+    ///     tx.set(&key!["balance", "a"], a - 3);
+    ///     tx.set(&key!["balance", "b"], 3u64);
+    ///     Ok::<_, Error>(())
+    /// })?;
+    /// assert_eq!(db.get(&key!["balance", "b"])?.map(|e| e.value), Some(Value::U64(3)));
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// What `f` returns, commit errors, or [`Error::TransactionConflict`].
+    pub fn transaction<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        E: From<Error>,
+        F: FnMut(&mut Transaction<'_, Database>) -> Result<T, E>,
+    {
+        run_transaction(self, &TransactionOptions::default(), f)
+    }
+
+    /// [`Database::transaction`] with explicit retry options.
+    ///
+    /// # Errors
+    /// As [`Database::transaction`].
+    pub fn transaction_with<T, E, F>(&self, options: &TransactionOptions, f: F) -> Result<T, E>
+    where
+        E: From<Error>,
+        F: FnMut(&mut Transaction<'_, Database>) -> Result<T, E>,
+    {
+        run_transaction(self, options, f)
+    }
+
+    /// The versionstamp of the last commit.
+    pub fn current_versionstamp(&self) -> Versionstamp {
+        Versionstamp::from_version(self.inner.visible.load(Ordering::Acquire))
+    }
+
+    /// Reclaims now what the background thread would: versions no snapshot needs, tombstones
+    /// and expired values.
+    pub fn reclaim_now(&self) {
+        self.inner.reclaim_all();
+    }
+
+    /// Statistics about memory use: keys in the map and versions held.
+    pub fn stats(&self) -> Stats {
+        let mut stats = Stats::default();
+        for entry in self.inner.map.iter() {
+            stats.keys += 1;
+            stats.versions += entry.value().load().versions.len();
+        }
+        stats
+    }
+}
+
+/// Counts of what the store holds in memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Keys in the map, including deleted ones not yet reclaimed.
+    pub keys: usize,
+    /// Versions held across all keys.
+    pub versions: usize,
+}
+
+fn committed(result: CommitResult) -> Result<Versionstamp, Error> {
+    // A write without checks cannot conflict.
+    Ok(result.versionstamp().unwrap_or(Versionstamp::ZERO))
+}
+
+fn check_read_key(key: &[u8]) -> Result<(), Error> {
+    if key.len() > KEY_SIZE_MAX_READ {
+        return Err(Error::KeyTooLargeForRead { size: key.len() });
+    }
+    Ok(())
+}
+
+fn check_write_key(key: &[u8]) -> Result<(), Error> {
+    if key.is_empty() {
+        return Err(Error::EmptyKey);
+    }
+    if key.len() > KEY_SIZE_MAX_WRITE {
+        return Err(Error::KeyTooLargeForWrite { size: key.len() });
+    }
+    Ok(())
+}
+
+/// Validates an operation against every limit, in Deno's order. Pure: nothing is read.
+pub(crate) fn validate(write: &AtomicWrite) -> Result<(), Error> {
+    if write.checks.len() > CHECKS_MAX {
+        return Err(Error::TooManyChecks {
+            count: write.checks.len(),
+        });
+    }
+    if write.mutations.len() > MUTATIONS_MAX {
+        return Err(Error::TooManyMutations {
+            count: write.mutations.len(),
+        });
+    }
+    let mut total = 0;
+    let mut total_keys = 0;
+    for check in &write.checks {
+        check_write_key(&check.key)?;
+        total += check.key.len();
+    }
+    for m in &write.mutations {
+        check_write_key(&m.key)?;
+        total += m.key.len();
+        if let Some(size) = m.kind.value_size() {
+            if size > VALUE_SIZE_MAX {
+                return Err(Error::ValueTooLarge { size });
+            }
+            total += m.key.len() + size;
+            total_keys += m.key.len();
+        }
+        if let MutationKind::Set {
+            expire_in: Some(d), ..
+        } = &m.kind
+            && d.as_millis() > u128::from(EXPIRE_IN_MAX_MS)
+        {
+            return Err(Error::ExpireInTooLarge { ms: d.as_millis() });
+        }
+    }
+    if total > TOTAL_MUTATION_SIZE_MAX {
+        return Err(Error::TotalMutationSizeTooLarge { size: total });
+    }
+    if total_keys > TOTAL_KEY_SIZE_MAX {
+        return Err(Error::TotalKeySizeTooLarge { size: total_keys });
+    }
+    for rc in &write.range_checks {
+        check_read_key(&rc.start)?;
+        check_read_key(&rc.end)?;
+    }
+    Ok(())
+}
+
+/// What a mutation leaves at its key, before it is written.
+type Staged = Option<(Value, Option<u64>)>;
+
+fn apply(kind: &MutationKind, current: Option<&Value>, now: u64) -> Result<Staged, Error> {
+    let u64_op = |op: &'static str, n: u64, f: fn(u64, u64) -> u64| match current {
+        None => Ok(Some((Value::U64(n), None))),
+        Some(Value::U64(old)) => Ok(Some((Value::U64(f(*old, n)), None))),
+        Some(_) => Err(Error::NotU64 { op }),
+    };
+    match kind {
+        MutationKind::Set { value, expire_in } => {
+            let deadline = expire_in
+                .map(|d| now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+            Ok(Some((value.clone(), deadline)))
+        }
+        MutationKind::Delete => Ok(None),
+        MutationKind::Sum(n) => u64_op("sum", *n, u64::wrapping_add),
+        MutationKind::Min(n) => u64_op("min", *n, u64::min),
+        MutationKind::Max(n) => u64_op("max", *n, u64::max),
+    }
+}
+
+impl Inner {
+    /// The oldest version some reader may still need: the oldest open snapshot, or `last`.
+    pub(crate) fn watermark(&self, last: u64) -> u64 {
+        self.snapshots.lock().oldest().map_or(last, |s| s.min(last))
+    }
+
+    /// Reads `key` at version `at` (which must be registered or be the latest published).
+    pub(crate) fn read_at(&self, key: &[u8], at: u64) -> Option<Entry> {
+        let slot = self.map.get(key)?;
+        let chain = slot.value().load();
+        let version = chain.at(at)?;
+        let value = version.live_value(&mut None)?;
+        Some(Entry {
+            key: slot.key().clone(),
+            value: value.clone(),
+            versionstamp: Versionstamp::from_version(version.version),
+        })
+    }
+
+    /// Reads the latest state of one key without registering: load the list, then the visible
+    /// version. Whatever list was loaded, it holds the newest version at or below any version
+    /// published after it was loaded, because writers only drop versions below the last
+    /// published one.
+    fn read_latest(&self, key: &[u8]) -> Option<Entry> {
+        let slot = self.map.get(key)?;
+        let chain = slot.value().load();
+        let at = self.visible.load(Ordering::Acquire);
+        let version = chain.at(at)?;
+        let value = version.live_value(&mut None)?;
+        Some(Entry {
+            key: slot.key().clone(),
+            value: value.clone(),
+            versionstamp: Versionstamp::from_version(version.version),
+        })
+    }
+
+    pub(crate) fn scan_at(
+        &self,
+        range: &ByteRange,
+        reverse: bool,
+        limit: usize,
+        at: u64,
+    ) -> Vec<Entry> {
+        let bounds = (
+            Bound::Included(range.start.as_slice()),
+            Bound::Excluded(range.end.as_slice()),
+        );
+        let mut out = Vec::with_capacity(limit.min(128));
+        if range.is_empty() || limit == 0 {
+            return out;
+        }
+        let mut now = None;
+        let mut visit = |slot: crossbeam_skiplist::map::Entry<'_, Bytes, ArcSwap<Chain>>| {
+            let chain = slot.value().load();
+            if let Some(v) = chain.at(at)
+                && let Some(value) = v.live_value(&mut now)
+            {
+                out.push(Entry {
+                    key: slot.key().clone(),
+                    value: value.clone(),
+                    versionstamp: Versionstamp::from_version(v.version),
+                });
+            }
+            out.len() < limit
+        };
+        if reverse {
+            for slot in self.map.range::<[u8], _>(bounds).rev() {
+                if !visit(slot) {
+                    break;
+                }
+            }
+        } else {
+            for slot in self.map.range::<[u8], _>(bounds) {
+                if !visit(slot) {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// The stamp `key` has now, for checks. Called with the commit lock held, so every version
+    /// in the map is published.
+    fn current(&self, key: &[u8], now: &mut Option<u64>) -> Option<(Versionstamp, Value)> {
+        let slot = self.map.get(key)?;
+        let chain = slot.value().load();
+        let newest = chain.versions.first()?;
+        let value = newest.live_value(now)?;
+        Some((Versionstamp::from_version(newest.version), value.clone()))
+    }
+
+    fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
+        validate(&write)?;
+        let mut last = self.commit.lock();
+        let mut now = None;
+
+        let mut conflict = Conflict::default();
+        for (index, check) in write.checks.iter().enumerate() {
+            let actual = self.current(&check.key, &mut now).map(|(vs, _)| vs);
+            if actual != check.versionstamp {
+                conflict.failed_checks.push(FailedCheck {
+                    index,
+                    key: check.key.clone(),
+                    expected: check.versionstamp,
+                    actual,
+                });
+            }
+        }
+        for rc in &write.range_checks {
+            let since = rc.since.version();
+            let bounds = (Bound::Included(&rc.start[..]), Bound::Excluded(&rc.end[..]));
+            let changed = self.map.range::<[u8], _>(bounds).any(|slot| {
+                slot.value()
+                    .load()
+                    .versions
+                    .first()
+                    .is_some_and(|v| v.version > since)
+            });
+            if changed {
+                conflict.range_changed = true;
+                break;
+            }
+        }
+        if !conflict.failed_checks.is_empty() || conflict.range_changed {
+            return Ok(CommitResult::Conflict(conflict));
+        }
+
+        // Stage every mutation before writing anything, so an error leaves no trace.
+        let now_ms = *now.get_or_insert_with(now_ms);
+        let mut staged: Vec<(Bytes, Staged)> = Vec::with_capacity(write.mutations.len());
+        // Later mutations of a key see earlier ones; index the staged keys once there are many.
+        let use_index = write.mutations.len() >= 16;
+        let mut index: HashMap<Bytes, usize> = HashMap::new();
+        for m in write.mutations {
+            let at = if use_index {
+                index.get(&m.key).copied()
+            } else {
+                staged.iter().position(|(k, _)| *k == m.key)
+            };
+            let result = match at.and_then(|i| staged.get(i)) {
+                Some((_, current)) => apply(&m.kind, current.as_ref().map(|(v, _)| v), now_ms)?,
+                None => {
+                    let current = self.current(&m.key, &mut now).map(|(_, v)| v);
+                    apply(&m.kind, current.as_ref(), now_ms)?
+                }
+            };
+            match at.and_then(|i| staged.get_mut(i)) {
+                Some(slot) => slot.1 = result,
+                None => {
+                    if use_index {
+                        index.insert(m.key.clone(), staged.len());
+                    }
+                    staged.push((m.key, result));
+                }
+            }
+        }
+
+        let version = *last + 1;
+        let mut watermark = None;
+        for (key, result) in staged {
+            let (value, expires_at) = match result {
+                Some((v, e)) => (Some(v), e),
+                None => (None, None),
+            };
+            self.write_version(
+                key,
+                Version {
+                    version,
+                    value,
+                    expires_at,
+                },
+                *last,
+                &mut watermark,
+            );
+        }
+        self.visible.store(version, Ordering::Release);
+        *last = version;
+        drop(last);
+        self.reclaimer.wake_if_pending();
+        Ok(CommitResult::Committed {
+            versionstamp: Versionstamp::from_version(version),
+        })
+    }
+
+    /// Installs a new version of `key`. Called with the commit lock held.
+    fn write_version(&self, key: Bytes, new: Version, last: u64, watermark: &mut Option<u64>) {
+        let tombstone = new.value.is_none();
+        let expiry = new.expires_at;
+        let Some(slot) = self.map.get(&key) else {
+            if tombstone {
+                return; // deleting an absent key leaves nothing to write
+            }
+            if let Some(deadline) = expiry {
+                self.reclaimer.schedule_expiry(deadline, key.clone());
+            }
+            let mut versions = SmallVec::new();
+            versions.push(new);
+            self.map
+                .insert(key, ArcSwap::from_pointee(Chain { versions }));
+            return;
+        };
+        let old = slot.value().load();
+        let wm = *watermark.get_or_insert_with(|| self.watermark(last));
+        let mut versions: SmallVec<[Version; 1]> =
+            SmallVec::with_capacity(1 + old.versions.len().min(2));
+        versions.push(new);
+        for v in &old.versions {
+            versions.push(v.clone());
+            // The newest version at or below the watermark is what the oldest reader sees;
+            // nothing older is visible to anyone.
+            if v.version <= wm {
+                break;
+            }
+        }
+        let garbage = tombstone || versions.len() > 1;
+        slot.value().store(Arc::new(Chain { versions }));
+        if let Some(deadline) = expiry {
+            self.reclaimer.schedule_expiry(deadline, key.clone());
+        }
+        if garbage {
+            self.reclaimer.mark(key);
+        }
+    }
+
+    /// Prunes one key's list to what readers at or above `watermark` need, and removes the key
+    /// if nothing live is left. Called with the commit lock held. Returns whether the key still
+    /// holds garbage (more than one version, or a dead one).
+    pub(crate) fn prune(&self, key: &[u8], watermark: u64, now: u64) -> bool {
+        let Some(slot) = self.map.get(key) else {
+            return false;
+        };
+        let old = slot.value().load();
+        let mut versions: SmallVec<[Version; 1]> = SmallVec::new();
+        for v in &old.versions {
+            versions.push(v.clone());
+            if v.version <= watermark {
+                break;
+            }
+        }
+        // A dead version (tombstone or expired) at the end of the list reads the same as no
+        // version at all, so drop it.
+        let dead = |v: &Version| v.value.is_none() || v.expires_at.is_some_and(|d| d <= now);
+        while versions
+            .last()
+            .is_some_and(|v| dead(v) && v.version <= watermark)
+        {
+            versions.pop();
+        }
+        if versions.is_empty() {
+            slot.remove();
+            return false;
+        }
+        let still_garbage = versions.len() > 1 || versions.iter().any(dead);
+        if versions.len() != old.versions.len() {
+            slot.value().store(Arc::new(Chain { versions }));
+        }
+        still_garbage
+    }
+}
+
+impl ReadView for Database {
+    fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        check_read_key(key)?;
+        Ok(self.inner.read_latest(key))
+    }
+
+    fn scan(&self, range: &ByteRange, reverse: bool, limit: usize) -> Result<Vec<Entry>, Error> {
+        Snapshot::register(&self.inner).scan(range, reverse, limit)
+    }
+}
+
+impl Store for Database {
+    type Snapshot = Snapshot;
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot::register(&self.inner)
+    }
+
+    fn snapshot_versionstamp(snapshot: &Snapshot) -> Versionstamp {
+        snapshot.versionstamp()
+    }
+
+    fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
+        self.inner.commit(write)
+    }
+}
+
+/// A read-only view of a [`Database`] pinned at one version; see [`Database::snapshot`].
+///
+/// ```
+/// use tuplekv_engine::{Database, ReadView, key};
+///
+/// let db = Database::in_memory();
+/// db.set(&key!["a"], b"1")?;
+/// let snap = db.snapshot();
+/// db.set(&key!["a"], b"2")?;
+/// assert_eq!(snap.get(&key!["a"])?.map(|e| e.value), Some(b"1".into()));
+/// assert_eq!(db.get(&key!["a"])?.map(|e| e.value), Some(b"2".into()));
+/// # Ok::<(), tuplekv_engine::Error>(())
+/// ```
+pub struct Snapshot {
+    inner: Arc<Inner>,
+    version: u64,
+}
+
+impl Snapshot {
+    fn register(inner: &Arc<Inner>) -> Snapshot {
+        let mut registry = inner.snapshots.lock();
+        // Read the version under the registry lock, so no writer can compute a watermark
+        // above it between the read and the registration.
+        let version = inner.visible.load(Ordering::Acquire);
+        *registry.counts.entry(version).or_insert(0) += 1;
+        Snapshot {
+            inner: Arc::clone(inner),
+            version,
+        }
+    }
+
+    /// The versionstamp this snapshot reads at.
+    pub fn versionstamp(&self) -> Versionstamp {
+        Versionstamp::from_version(self.version)
+    }
+
+    /// Lists from this snapshot.
+    ///
+    /// # Errors
+    /// An invalid selector, cursor, limit or batch size.
+    pub fn list(
+        &self,
+        selector: &Selector,
+        options: ListOptions,
+    ) -> Result<ListIter<Snapshot>, Error> {
+        ListIter::new(self.clone(), selector.clone(), options)
+    }
+
+    /// Reads up to ten keys.
+    ///
+    /// # Errors
+    /// [`Error::TooManyRanges`] for more than ten keys.
+    pub fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<Entry>>, Error> {
+        if keys.len() > GET_MANY_KEYS_MAX {
+            return Err(Error::TooManyRanges { count: keys.len() });
+        }
+        keys.iter().map(|k| ReadView::get(self, k)).collect()
+    }
+}
+
+impl Clone for Snapshot {
+    fn clone(&self) -> Self {
+        *self
+            .inner
+            .snapshots
+            .lock()
+            .counts
+            .entry(self.version)
+            .or_insert(0) += 1;
+        Snapshot {
+            inner: Arc::clone(&self.inner),
+            version: self.version,
+        }
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let mut registry = self.inner.snapshots.lock();
+        let oldest = registry.oldest() == Some(self.version);
+        if let Some(count) = registry.counts.get_mut(&self.version) {
+            *count -= 1;
+            if *count == 0 {
+                registry.counts.remove(&self.version);
+                drop(registry);
+                if oldest {
+                    // Versions kept for this snapshot may now be reclaimable.
+                    self.inner.reclaimer.wake();
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Snapshot({})", self.versionstamp())
+    }
+}
+
+impl ReadView for Snapshot {
+    fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        check_read_key(key)?;
+        Ok(self.inner.read_at(key, self.version))
+    }
+
+    fn scan(&self, range: &ByteRange, reverse: bool, limit: usize) -> Result<Vec<Entry>, Error> {
+        check_read_key(&range.start)?;
+        check_read_key(&range.end)?;
+        Ok(self.inner.scan_at(range, reverse, limit, self.version))
+    }
+}

@@ -1,0 +1,29 @@
+//! The limits of one operation, with Deno KV's numbers. Every limit has a test at the limit
+//! and one past it (`tests/limits.rs`).
+
+/// Largest encoded key a write (set, delete, sum/min/max, check) may use.
+pub const KEY_SIZE_MAX_WRITE: usize = 2048;
+/// Largest encoded key a read (get, list bounds) may use. One more than the write limit,
+/// because range bounds may carry a `00`/`ff` suffix.
+pub const KEY_SIZE_MAX_READ: usize = 2049;
+/// Largest value, by [`Value::size`](crate::Value::size).
+pub const VALUE_SIZE_MAX: usize = 65536;
+/// Most checks in one atomic operation.
+pub const CHECKS_MAX: usize = 100;
+/// Most mutations in one atomic operation.
+pub const MUTATIONS_MAX: usize = 1000;
+/// Most bytes one atomic operation may carry: each check and delete counts its key, each
+/// set/sum/min/max counts twice its key plus its value (8 for a `U64`).
+pub const TOTAL_MUTATION_SIZE_MAX: usize = 819_200;
+/// Most key bytes of the value-carrying mutations (set/sum/min/max) of one atomic operation.
+pub const TOTAL_KEY_SIZE_MAX: usize = 81_920;
+/// Most keys in one `get_many`.
+pub const GET_MANY_KEYS_MAX: usize = 10;
+/// Most entries one list batch may read.
+pub const LIST_BATCH_SIZE_MAX: usize = 1000;
+/// The list batch size when none is given: the limit, capped at this.
+pub const LIST_BATCH_SIZE_DEFAULT_MAX: usize = 500;
+/// Longest expiry, in milliseconds (2^53 - 1, the largest integer a JavaScript number holds).
+pub const EXPIRE_IN_MAX_MS: u64 = (1 << 53) - 1;
+/// Most attempts a transaction makes before reporting a conflict.
+pub const TRANSACTION_ATTEMPTS_MAX: u32 = 16;

@@ -1,0 +1,162 @@
+//! Listing: selectors, options, batching and Deno's cursors over any [`ReadView`].
+
+use std::collections::VecDeque;
+
+use tuplekv_codec::{ByteRange, Selector};
+
+use crate::error::Error;
+use crate::limits::{KEY_SIZE_MAX_READ, LIST_BATCH_SIZE_DEFAULT_MAX, LIST_BATCH_SIZE_MAX};
+use crate::store::{Entry, ReadView};
+
+/// How to list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListOptions {
+    /// Most entries to return (`None`: all). Must be positive.
+    pub limit: Option<usize>,
+    /// From the end of the range backwards: the *last* `limit` keys, in descending order.
+    pub reverse: bool,
+    /// Resume after the entry this cursor names (Deno's format). `""` means from the start.
+    pub cursor: Option<String>,
+    /// Entries read per batch (default: the limit, at most 500; at most 1000 when given).
+    pub batch_size: Option<usize>,
+}
+
+/// Where a list iteration stands, for resuming it later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListCursor {
+    /// Nothing has been yielded yet (Deno throws here).
+    NotStarted,
+    /// Resume after the last yielded entry with this cursor.
+    After(String),
+    /// The range is exhausted; there is nothing to resume (Deno shows `""`).
+    Exhausted,
+}
+
+impl ListCursor {
+    /// The cursor as Deno shows it: the string, or `""` when exhausted or not started.
+    pub fn as_deno_str(&self) -> &str {
+        match self {
+            ListCursor::After(s) => s,
+            ListCursor::NotStarted | ListCursor::Exhausted => "",
+        }
+    }
+}
+
+/// An iterator over the entries a selector names, from one [`ReadView`] (for a database, one
+/// snapshot taken when the list started), read in batches.
+pub struct ListIter<V> {
+    view: V,
+    selector: Selector,
+    /// What is left of the range to read.
+    range: ByteRange,
+    reverse: bool,
+    /// Entries still allowed by the limit.
+    remaining: Option<usize>,
+    batch_size: usize,
+    buffer: VecDeque<Entry>,
+    /// The view has no more entries in `range`.
+    range_done: bool,
+    last: Option<bytes::Bytes>,
+    exhausted: bool,
+}
+
+impl<V: ReadView> ListIter<V> {
+    /// Starts listing `selector` from `view`.
+    ///
+    /// # Errors
+    /// A zero limit or batch size, a batch over 1000, or an invalid selector or cursor.
+    pub fn new(view: V, selector: Selector, options: ListOptions) -> Result<Self, Error> {
+        if options.limit == Some(0) {
+            return Err(Error::ZeroLimit);
+        }
+        let batch_size = match options.batch_size {
+            Some(0) => return Err(Error::ZeroBatchSize),
+            Some(n) if n > LIST_BATCH_SIZE_MAX => return Err(Error::TooManyEntries { count: n }),
+            Some(n) => n,
+            None => options
+                .limit
+                .unwrap_or(100)
+                .min(LIST_BATCH_SIZE_DEFAULT_MAX),
+        };
+        let range = selector.resume(options.cursor.as_deref().unwrap_or(""), options.reverse)?;
+        for bound in [&range.start, &range.end] {
+            if bound.len() > KEY_SIZE_MAX_READ {
+                return Err(Error::KeyTooLargeForRead { size: bound.len() });
+            }
+        }
+        Ok(ListIter {
+            view,
+            selector,
+            range,
+            reverse: options.reverse,
+            remaining: options.limit,
+            batch_size,
+            buffer: VecDeque::new(),
+            range_done: false,
+            last: None,
+            exhausted: false,
+        })
+    }
+
+    /// Where iteration stands: the cursor after the last yielded entry, or exhaustion.
+    ///
+    /// Stopping at the limit is not exhaustion: the cursor then resumes after the last entry.
+    pub fn cursor(&self) -> ListCursor {
+        if self.exhausted {
+            return ListCursor::Exhausted;
+        }
+        match &self.last {
+            None => ListCursor::NotStarted,
+            Some(key) => match self.selector.cursor_for(key) {
+                Ok(c) => ListCursor::After(c),
+                Err(_) => ListCursor::NotStarted,
+            },
+        }
+    }
+
+    fn refill(&mut self) -> Result<(), Error> {
+        let want = self
+            .remaining
+            .map_or(self.batch_size, |r| r.min(self.batch_size));
+        let batch = self.view.scan(&self.range, self.reverse, want)?;
+        if batch.len() < want {
+            self.range_done = true;
+        } else if let Some(last) = batch.last() {
+            if self.reverse {
+                self.range.end = last.key.to_vec();
+            } else {
+                let mut next = last.key.to_vec();
+                next.push(0);
+                self.range.start = next;
+            }
+        }
+        self.buffer.extend(batch);
+        Ok(())
+    }
+}
+
+impl<V: ReadView> Iterator for ListIter<V> {
+    type Item = Result<Entry, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == Some(0) || self.exhausted {
+            return None;
+        }
+        if self.buffer.is_empty()
+            && !self.range_done
+            && let Err(e) = self.refill()
+        {
+            self.exhausted = true;
+            return Some(Err(e));
+        }
+        let Some(entry) = self.buffer.pop_front() else {
+            self.exhausted = true;
+            return None;
+        };
+        if let Some(r) = self.remaining.as_mut() {
+            *r -= 1;
+        }
+        self.last = Some(entry.key.clone());
+        Some(Ok(entry))
+    }
+}

@@ -1,0 +1,174 @@
+//! Background reclamation: versions no snapshot needs any more, tombstones, and expired
+//! values.
+//!
+//! Writers prune a key's versions whenever they write it; what they cannot prune yet (versions
+//! an open snapshot still reads, tombstones, values with a deadline) they *mark* here. A
+//! background thread wakes when something is marked, when the oldest snapshot closes, at the
+//! next expiry deadline, and at least once a second, and prunes the marked keys in small
+//! batches under the commit lock, so it never holds writers up for long. Expired values are
+//! invisible to reads from their deadline on whether or not they have been reclaimed.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+
+use crate::db::{Inner, now_ms};
+
+/// Keys pruned per hold of the commit lock.
+const BATCH: usize = 256;
+/// Longest sleep between passes.
+const IDLE_WAKE: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+struct State {
+    garbage: HashSet<Bytes>,
+    expiry: BinaryHeap<Reverse<(u64, Bytes)>>,
+    shutdown: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    /// Set when a key is marked since the last pass, so commits wake the thread only once.
+    marked: AtomicBool,
+}
+
+/// The reclamation queue of one database, and the handle of its background thread.
+#[derive(Default)]
+pub(crate) struct Reclaimer {
+    shared: Arc<Shared>,
+}
+
+impl Reclaimer {
+    /// Starts the background thread. It holds only a weak reference to the database, and
+    /// stops when the database is dropped.
+    pub(crate) fn spawn(inner: &Arc<Inner>) {
+        let shared = Arc::clone(&inner.reclaimer.shared);
+        let weak: Weak<Inner> = Arc::downgrade(inner);
+        // Without the thread, memory is still reclaimed when keys are written again and by
+        // `Database::reclaim_now`, so a failed spawn is not an error.
+        let _ = std::thread::Builder::new()
+            .name("tuplekv-reclaim".into())
+            .spawn(move || {
+                loop {
+                    {
+                        let mut state = shared.state.lock();
+                        if state.shutdown {
+                            return;
+                        }
+                        if !shared.marked.load(Ordering::Acquire) {
+                            let now = now_ms();
+                            let until_expiry =
+                                state.expiry.peek().map_or(IDLE_WAKE, |Reverse((d, _))| {
+                                    Duration::from_millis(d.saturating_sub(now)).min(IDLE_WAKE)
+                                });
+                            shared.wake.wait_for(&mut state, until_expiry);
+                        }
+                        if state.shutdown {
+                            return;
+                        }
+                    }
+                    shared.marked.store(false, Ordering::Release);
+                    let Some(inner) = weak.upgrade() else { return };
+                    inner.reclaim_pass(false);
+                }
+            });
+    }
+
+    /// Queues `key` for pruning.
+    pub(crate) fn mark(&self, key: Bytes) {
+        self.shared.state.lock().garbage.insert(key);
+        self.shared.marked.store(true, Ordering::Release);
+    }
+
+    /// Queues `key` for pruning at `deadline` (Unix ms).
+    pub(crate) fn schedule_expiry(&self, deadline: u64, key: Bytes) {
+        let mut state = self.shared.state.lock();
+        let earliest = state
+            .expiry
+            .peek()
+            .is_none_or(|Reverse((d, _))| deadline < *d);
+        state.expiry.push(Reverse((deadline, key)));
+        if earliest {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Wakes the thread if keys were marked since its last pass.
+    pub(crate) fn wake_if_pending(&self) {
+        if self.shared.marked.load(Ordering::Acquire) {
+            let _state = self.shared.state.lock();
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Wakes the thread unconditionally (the oldest snapshot closed).
+    pub(crate) fn wake(&self) {
+        let _state = self.shared.state.lock();
+        self.shared.marked.store(true, Ordering::Release);
+        self.shared.wake.notify_one();
+    }
+
+    fn shutdown(&self) {
+        self.shared.state.lock().shutdown = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.reclaimer.shutdown();
+    }
+}
+
+impl Inner {
+    /// Prunes every marked key and every key whose expiry is due. With `all`, also keys whose
+    /// deadline has not come (used by tests and `Database::reclaim_now`, which still only
+    /// drop what is dead).
+    pub(crate) fn reclaim_pass(&self, all: bool) {
+        let now = now_ms();
+        let keys: Vec<Bytes> = {
+            let mut state = self.reclaimer.shared.state.lock();
+            let mut keys: Vec<Bytes> = state.garbage.drain().collect();
+            while let Some(Reverse((deadline, _))) = state.expiry.peek() {
+                if *deadline > now && !all {
+                    break;
+                }
+                if let Some(Reverse((deadline, key))) = state.expiry.pop() {
+                    if deadline > now {
+                        // Not due: keep it scheduled.
+                        keys.push(key.clone());
+                        state.expiry.push(Reverse((deadline, key)));
+                        break;
+                    }
+                    keys.push(key);
+                }
+            }
+            keys
+        };
+        let mut leftover = Vec::new();
+        for batch in keys.chunks(BATCH) {
+            let last = self.commit.lock();
+            let watermark = self.watermark(*last);
+            for key in batch {
+                if self.prune(key, watermark, now) {
+                    leftover.push(key.clone());
+                }
+            }
+        }
+        if !leftover.is_empty() {
+            self.reclaimer.shared.state.lock().garbage.extend(leftover);
+        }
+    }
+
+    /// Everything reclaimable now.
+    pub(crate) fn reclaim_all(&self) {
+        self.reclaim_pass(true);
+    }
+}

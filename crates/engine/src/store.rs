@@ -1,0 +1,139 @@
+//! The traits the layers above the engine are written against, so that other backends
+//! (durable, remote, distributed) can plug in without changing them.
+//!
+//! A [`Store`] gives consistent snapshots ([`ReadView`]s) and atomic commits of
+//! [`AtomicWrite`]s. Everything else (typed keys, list iteration with cursors, transactions)
+//! is built on those two in this crate, generically.
+
+use bytes::Bytes;
+use tuplekv_codec::{ByteRange, Key, Selector, encode_key};
+
+use crate::atomic::{Atomic, AtomicWrite, CommitResult};
+use crate::error::Error;
+use crate::limits::{GET_MANY_KEYS_MAX, KEY_SIZE_MAX_READ};
+use crate::list::{ListIter, ListOptions};
+use crate::transaction::{Transaction, TransactionOptions, run_transaction};
+use crate::value::{Value, Versionstamp};
+
+/// A key with its value and the versionstamp of the commit that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The encoded key.
+    pub key: Bytes,
+    /// The value.
+    pub value: Value,
+    /// The stamp of the commit that last wrote the key.
+    pub versionstamp: Versionstamp,
+}
+
+impl Entry {
+    /// The key, decoded into a tuple.
+    ///
+    /// # Errors
+    /// If the stored key is not a valid tuple (only possible for keys written raw).
+    pub fn decoded_key(&self) -> Result<Key, Error> {
+        Ok(tuplekv_codec::decode_key(&self.key)?)
+    }
+}
+
+/// Reads of one consistent state of a store.
+///
+/// The two required methods read encoded keys; the typed ones are built on them.
+pub trait ReadView {
+    /// The entry at an encoded key, or `None`.
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLargeForRead`].
+    fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error>;
+
+    /// Up to `limit` live entries of `range`, in key order or, with `reverse`, from the end.
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLargeForRead`] for a bound over the read limit.
+    fn scan(&self, range: &ByteRange, reverse: bool, limit: usize) -> Result<Vec<Entry>, Error>;
+
+    /// The entry at `key`, or `None`.
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLargeForRead`] if the encoded key is over 2049 bytes.
+    fn get(&self, key: &Key) -> Result<Option<Entry>, Error> {
+        self.get_raw(&encode_key(key))
+    }
+}
+
+/// A store: consistent snapshots plus atomic commits.
+pub trait Store: Send + Sync {
+    /// A consistent read-only view.
+    type Snapshot: ReadView + Clone + Send;
+
+    /// A view of the latest committed state that stays the same however many commits follow.
+    fn snapshot(&self) -> Self::Snapshot;
+
+    /// The stamp a snapshot reads at.
+    fn snapshot_versionstamp(snapshot: &Self::Snapshot) -> Versionstamp;
+
+    /// Commits `write` if its checks hold.
+    ///
+    /// # Errors
+    /// Limit violations and type errors; nothing is written then.
+    fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error>;
+
+    /// Starts an atomic operation.
+    fn atomic(&self) -> Atomic<'_, Self>
+    where
+        Self: Sized,
+    {
+        Atomic::new(self)
+    }
+
+    /// Lists the entries a selector names, from one snapshot however long iteration takes.
+    ///
+    /// # Errors
+    /// Invalid options, selector or cursor.
+    fn list(
+        &self,
+        selector: &Selector,
+        options: ListOptions,
+    ) -> Result<ListIter<Self::Snapshot>, Error>
+    where
+        Self: Sized,
+    {
+        ListIter::new(self.snapshot(), selector.clone(), options)
+    }
+
+    /// Reads up to ten keys from one snapshot, in request order.
+    ///
+    /// # Errors
+    /// [`Error::TooManyRanges`] for more than ten keys, or a key over the read limit.
+    fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<Entry>>, Error>
+    where
+        Self: Sized,
+    {
+        if keys.len() > GET_MANY_KEYS_MAX {
+            return Err(Error::TooManyRanges { count: keys.len() });
+        }
+        let encoded: Vec<Vec<u8>> = keys.iter().map(encode_key).collect();
+        if let Some(k) = encoded.iter().find(|k| k.len() > KEY_SIZE_MAX_READ) {
+            return Err(Error::KeyTooLargeForRead { size: k.len() });
+        }
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let snapshot = self.snapshot();
+        encoded.iter().map(|k| snapshot.get_raw(k)).collect()
+    }
+
+    /// Runs `f` as a serializable transaction, retrying on conflict (see [`Transaction`]).
+    ///
+    /// # Errors
+    /// What `f` returns, commit errors, or [`Error::TransactionConflict`] when every attempt
+    /// conflicted.
+    fn transaction<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        Self: Sized,
+        E: From<Error>,
+        F: FnMut(&mut Transaction<'_, Self>) -> Result<T, E>,
+    {
+        run_transaction(self, &TransactionOptions::default(), f)
+    }
+}

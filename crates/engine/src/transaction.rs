@@ -1,0 +1,320 @@
+//! Serializable transactions over any [`Store`].
+//!
+//! A transaction reads from one snapshot and records what it read: each key read becomes the
+//! condition "this key has no version newer than the snapshot", each list the same condition
+//! on the range it covered. Writes are buffered and see each other (read-your-writes). At
+//! commit, the conditions and the writes go to the store as one atomic operation; if any
+//! condition fails, something the transaction read has changed, so the closure runs again on a
+//! fresh snapshot, after a randomised exponential backoff. Because every commit is serialised
+//! by the store and a transaction only commits if its whole read set is unchanged at that
+//! point, transactions are serializable in versionstamp order.
+//!
+//! Expiry is not a change: a value that expires between the read and the commit does not make
+//! the transaction retry.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tuplekv_codec::{ByteRange, Key, Selector, encode_key};
+
+use crate::atomic::{AtomicWrite, Check, CommitResult, Mutation, MutationKind, RangeCheck};
+use crate::error::Error;
+use crate::limits::TRANSACTION_ATTEMPTS_MAX;
+use crate::list::{ListIter, ListOptions};
+use crate::store::{Entry, ReadView, Store};
+use crate::value::{Value, Versionstamp};
+
+/// How a transaction retries.
+#[derive(Debug, Clone)]
+pub struct TransactionOptions {
+    /// Most times the closure runs (at least 1).
+    pub max_attempts: u32,
+    /// Backoff before the second attempt; it doubles each time, with jitter.
+    pub initial_backoff: Duration,
+    /// Longest backoff.
+    pub max_backoff: Duration,
+}
+
+impl Default for TransactionOptions {
+    fn default() -> Self {
+        TransactionOptions {
+            max_attempts: TRANSACTION_ATTEMPTS_MAX,
+            initial_backoff: Duration::from_micros(50),
+            max_backoff: Duration::from_millis(20),
+        }
+    }
+}
+
+/// A transaction in progress; see `Database::transaction`.
+///
+/// Values read back from the transaction's own buffered writes carry
+/// [`Versionstamp::ZERO`]: they have no commit yet.
+pub struct Transaction<'s, S: Store> {
+    _store: PhantomData<&'s S>,
+    snapshot: S::Snapshot,
+    since: Versionstamp,
+    reads: Vec<RangeCheck>,
+    write: AtomicWrite,
+}
+
+impl<'s, S: Store> Transaction<'s, S> {
+    fn new(store: &'s S) -> Self {
+        let snapshot = store.snapshot();
+        let since = S::snapshot_versionstamp(&snapshot);
+        Transaction {
+            _store: PhantomData,
+            snapshot,
+            since,
+            reads: Vec::new(),
+            write: AtomicWrite::default(),
+        }
+    }
+
+    /// The versionstamp of the snapshot the transaction reads.
+    pub fn snapshot_versionstamp(&self) -> Versionstamp {
+        self.since
+    }
+
+    fn record_read(&mut self, start: Vec<u8>, end: Vec<u8>) {
+        let (start, end) = (Bytes::from(start), Bytes::from(end));
+        if !self.reads.iter().any(|r| r.start == start && r.end == end) {
+            self.reads.push(RangeCheck {
+                start,
+                end,
+                since: self.since,
+            });
+        }
+    }
+
+    /// Reads `key`, seeing this transaction's own writes.
+    ///
+    /// # Errors
+    /// A key over the read limit, or `sum`/`min`/`max` buffered on a non-`U64` value.
+    pub fn get(&mut self, key: &Key) -> Result<Option<Entry>, Error> {
+        self.get_raw(&encode_key(key))
+    }
+
+    /// [`Transaction::get`] on an encoded key.
+    ///
+    /// # Errors
+    /// As [`Transaction::get`].
+    pub fn get_raw(&mut self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        let base = self.snapshot.get_raw(key)?;
+        let mut end = key.to_vec();
+        end.push(0);
+        self.record_read(key.to_vec(), end);
+        self.overlay(key, base)
+    }
+
+    /// Applies this transaction's buffered mutations of `key` to what the snapshot holds.
+    fn overlay(&self, key: &[u8], base: Option<Entry>) -> Result<Option<Entry>, Error> {
+        let mut current = base;
+        for m in self.write.mutations.iter().filter(|m| m.key == key) {
+            let value = current.as_ref().map(|e| &e.value);
+            let next = match &m.kind {
+                MutationKind::Set { value, .. } => Some(value.clone()),
+                MutationKind::Delete => None,
+                MutationKind::Sum(n) | MutationKind::Min(n) | MutationKind::Max(n) => {
+                    let op = match &m.kind {
+                        MutationKind::Sum(_) => "sum",
+                        MutationKind::Min(_) => "min",
+                        _ => "max",
+                    };
+                    Some(Value::U64(match (value, &m.kind) {
+                        (None, _) => *n,
+                        (Some(Value::U64(old)), MutationKind::Sum(_)) => old.wrapping_add(*n),
+                        (Some(Value::U64(old)), MutationKind::Min(_)) => (*old).min(*n),
+                        (Some(Value::U64(old)), _) => (*old).max(*n),
+                        (Some(_), _) => return Err(Error::NotU64 { op }),
+                    }))
+                }
+            };
+            current = next.map(|value| Entry {
+                key: Bytes::copy_from_slice(key),
+                value,
+                versionstamp: Versionstamp::ZERO,
+            });
+        }
+        Ok(current)
+    }
+
+    /// Lists like `Database::list`, from the transaction's snapshot plus its own writes, and
+    /// returns every entry (the transaction must know what it read).
+    ///
+    /// # Errors
+    /// An invalid selector, cursor or option.
+    pub fn list(&mut self, selector: &Selector, options: ListOptions) -> Result<Vec<Entry>, Error> {
+        let limit = options.limit;
+        let reverse = options.reverse;
+        let range = selector.resume(options.cursor.as_deref().unwrap_or(""), reverse)?;
+        // Read enough that buffered deletes cannot leave the page short.
+        let buffered: Vec<Bytes> = self
+            .write
+            .mutations
+            .iter()
+            .filter(|m| range.contains(&m.key))
+            .map(|m| m.key.clone())
+            .collect();
+        let read_options = ListOptions {
+            limit: limit.map(|l| l + buffered.len()),
+            cursor: None,
+            ..options
+        };
+        let exact = Selector::Range {
+            start: range.start.clone(),
+            end: range.end.clone(),
+        };
+        let mut entries: Vec<Entry> =
+            ListIter::new(self.snapshot.clone(), exact, read_options)?.collect::<Result<_, _>>()?;
+        // What was read: the whole range, or up to the last entry when the limit stopped it.
+        let full = limit.is_none_or(|l| entries.len() < l + buffered.len());
+        let covered = match (full, entries.last()) {
+            (false, Some(last)) if reverse => ByteRange {
+                start: last.key.to_vec(),
+                end: range.end.clone(),
+            },
+            (false, Some(last)) => {
+                let mut end = last.key.to_vec();
+                end.push(0);
+                ByteRange {
+                    start: range.start.clone(),
+                    end,
+                }
+            }
+            _ => range.clone(),
+        };
+        self.record_read(covered.start.clone(), covered.end.clone());
+        // Merge in this transaction's own writes.
+        let mut keys: Vec<Bytes> = buffered;
+        keys.sort();
+        keys.dedup();
+        for key in keys.into_iter().filter(|k| covered.contains(k)) {
+            let base = entries.iter().position(|e| e.key == key);
+            let merged = self.overlay(&key, base.and_then(|i| entries.get(i).cloned()))?;
+            match (base, merged) {
+                (Some(i), Some(e)) => {
+                    if let Some(slot) = entries.get_mut(i) {
+                        *slot = e;
+                    }
+                }
+                (Some(i), None) => {
+                    entries.remove(i);
+                }
+                (None, Some(e)) => entries.push(e),
+                (None, None) => {}
+            }
+        }
+        entries.sort_by(|a, b| {
+            if reverse {
+                b.key.cmp(&a.key)
+            } else {
+                a.key.cmp(&b.key)
+            }
+        });
+        if let Some(l) = limit {
+            entries.truncate(l);
+        }
+        Ok(entries)
+    }
+
+    /// Buffers a set.
+    pub fn set(&mut self, key: &Key, value: impl Into<Value>) {
+        self.push(
+            key,
+            MutationKind::Set {
+                value: value.into(),
+                expire_in: None,
+            },
+        );
+    }
+
+    /// Buffers a set with expiry.
+    pub fn set_with_expiry(&mut self, key: &Key, value: impl Into<Value>, expire_in: Duration) {
+        self.push(
+            key,
+            MutationKind::Set {
+                value: value.into(),
+                expire_in: Some(expire_in),
+            },
+        );
+    }
+
+    /// Buffers a delete.
+    pub fn delete(&mut self, key: &Key) {
+        self.push(key, MutationKind::Delete);
+    }
+
+    /// Buffers a wrapping `U64` sum.
+    pub fn sum(&mut self, key: &Key, n: u64) {
+        self.push(key, MutationKind::Sum(n));
+    }
+
+    /// Buffers a `U64` min.
+    pub fn min(&mut self, key: &Key, n: u64) {
+        self.push(key, MutationKind::Min(n));
+    }
+
+    /// Buffers a `U64` max.
+    pub fn max(&mut self, key: &Key, n: u64) {
+        self.push(key, MutationKind::Max(n));
+    }
+
+    /// Adds an explicit check (rarely needed: reads are checked already).
+    pub fn check(&mut self, key: &Key, versionstamp: Option<Versionstamp>) {
+        self.write.checks.push(Check {
+            key: Bytes::from(encode_key(key)),
+            versionstamp,
+        });
+    }
+
+    /// Buffers a mutation on an encoded key.
+    pub fn mutate_raw(&mut self, key: &[u8], kind: MutationKind) {
+        self.write.mutations.push(Mutation {
+            key: Bytes::copy_from_slice(key),
+            kind,
+        });
+    }
+
+    fn push(&mut self, key: &Key, kind: MutationKind) {
+        self.write.mutations.push(Mutation {
+            key: Bytes::from(encode_key(key)),
+            kind,
+        });
+    }
+
+    fn into_write(self) -> AtomicWrite {
+        let mut write = self.write;
+        write.range_checks = self.reads;
+        write
+    }
+}
+
+/// Runs `f` until its commit succeeds, with backoff, at most `options.max_attempts` times.
+pub(crate) fn run_transaction<S, T, E, F>(
+    store: &S,
+    options: &TransactionOptions,
+    mut f: F,
+) -> Result<T, E>
+where
+    S: Store,
+    E: From<Error>,
+    F: FnMut(&mut Transaction<'_, S>) -> Result<T, E>,
+{
+    let attempts = options.max_attempts.max(1);
+    let mut backoff = options.initial_backoff;
+    for attempt in 1..=attempts {
+        let mut tx = Transaction::new(store);
+        let out = f(&mut tx)?;
+        match store.commit(tx.into_write())? {
+            CommitResult::Committed { .. } => return Ok(out),
+            CommitResult::Conflict(_) if attempt < attempts => {
+                let jitter = backoff.mul_f64(fastrand::f64());
+                std::thread::sleep(backoff / 2 + jitter);
+                backoff = (backoff * 2).min(options.max_backoff);
+            }
+            CommitResult::Conflict(_) => {}
+        }
+    }
+    Err(Error::TransactionConflict { attempts }.into())
+}
