@@ -1,0 +1,107 @@
+//! Expiry: a value is invisible to every read, list and check from its deadline on (Deno
+//! leaves it visible for up to a minute), overwrites and u64 operations clear the deadline,
+//! and expired values are reclaimed.
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::time::Duration;
+
+use tuplekv_engine::{Database, ListOptions, Options, Selector, Value, key};
+
+const NOW: Duration = Duration::ZERO;
+const LATER: Duration = Duration::from_secs(3600);
+
+#[test]
+fn expired_value_is_invisible_to_get_list_and_checks_at_once() {
+    let db = Database::in_memory();
+    let k = key!["exp", 1];
+    let vs = db
+        .atomic()
+        .set_with_expiry(&k, b"v", NOW)
+        .commit()
+        .unwrap()
+        .versionstamp();
+    db.atomic()
+        .set_with_expiry(&key!["exp", 2], b"w", LATER)
+        .commit()
+        .unwrap();
+    assert_eq!(db.get(&k).unwrap(), None);
+    let listed: Vec<_> = db
+        .list(&Selector::prefix(&key!["exp"]), ListOptions::default())
+        .unwrap()
+        .collect();
+    assert_eq!(listed.len(), 1, "only the unexpired key is listed");
+    assert!(
+        db.atomic().check(&k, None).commit().unwrap().is_committed(),
+        "expired reads as absent"
+    );
+    assert!(!db.atomic().check(&k, vs).commit().unwrap().is_committed());
+    assert!(db.snapshot().get_many(&[k.clone()]).unwrap()[0].is_none());
+}
+
+#[test]
+fn u64_ops_on_an_expired_value_start_from_the_operand() {
+    // Deno still sees the expired 5 and stores 6; for us the value is gone.
+    let db = Database::in_memory();
+    let k = key!["counter"];
+    db.atomic().set_with_expiry(&k, 5u64, NOW).commit().unwrap();
+    let _ = db.atomic().sum(&k, 1).commit().unwrap();
+    assert_eq!(db.get(&k).unwrap().unwrap().value, Value::U64(1));
+}
+
+#[test]
+fn overwrite_and_sum_clear_the_deadline() {
+    let db = Database::in_memory();
+    let k = key!["k"];
+    db.atomic()
+        .set_with_expiry(&k, b"old", NOW)
+        .commit()
+        .unwrap();
+    db.set(&k, b"new").unwrap();
+    assert_eq!(db.get(&k).unwrap().unwrap().value, Value::from(b"new"));
+    db.reclaim_now();
+    assert_eq!(
+        db.get(&k).unwrap().unwrap().value,
+        Value::from(b"new"),
+        "reclaim keeps it"
+    );
+
+    let c = key!["c"];
+    db.atomic()
+        .set_with_expiry(&c, 1u64, LATER)
+        .commit()
+        .unwrap();
+    let _ = db.atomic().sum(&c, 1).commit().unwrap();
+    db.reclaim_now();
+    assert_eq!(db.get(&c).unwrap().unwrap().value, Value::U64(2));
+}
+
+#[test]
+fn expired_values_are_reclaimed() {
+    let db = Database::with_options(Options {
+        background_reclaim: false,
+    });
+    let a = (0..1000).fold(db.atomic(), |a, i| {
+        a.set_with_expiry(&key!["e", i], b"v", NOW)
+    });
+    a.commit().unwrap();
+    db.set(&key!["stays"], b"v").unwrap();
+    assert_eq!(db.stats().keys, 1001);
+    db.reclaim_now();
+    assert_eq!(db.stats().keys, 1);
+    assert_eq!(db.stats().versions, 1);
+}
+
+#[test]
+fn a_snapshot_keeps_seeing_a_value_that_expires_later_but_not_after_its_deadline() {
+    let db = Database::in_memory();
+    let k = key!["k"];
+    db.atomic()
+        .set_with_expiry(&k, b"v", LATER)
+        .commit()
+        .unwrap();
+    let snap = db.snapshot();
+    db.delete(&k).unwrap();
+    db.reclaim_now();
+    assert!(tuplekv_engine::ReadView::get(&snap, &k).unwrap().is_some());
+    assert!(db.get(&k).unwrap().is_none());
+}
