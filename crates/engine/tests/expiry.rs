@@ -20,10 +20,13 @@ fn expired_value_is_invisible_to_get_list_and_checks_at_once() {
         .commit()
         .unwrap()
         .versionstamp();
-    db.atomic()
-        .set_with_expiry(&key!["exp", 2], b"w", LATER)
-        .commit()
-        .unwrap();
+    assert!(
+        db.atomic()
+            .set_with_expiry(&key!["exp", 2], b"w", LATER)
+            .commit()
+            .unwrap()
+            .is_committed()
+    );
     assert_eq!(db.get(&k).unwrap(), None);
     let listed: Vec<_> = db
         .list(&Selector::prefix(&key!["exp"]), ListOptions::default())
@@ -35,7 +38,7 @@ fn expired_value_is_invisible_to_get_list_and_checks_at_once() {
         "expired reads as absent"
     );
     assert!(!db.atomic().check(&k, vs).commit().unwrap().is_committed());
-    assert!(db.snapshot().get_many(&[k.clone()]).unwrap()[0].is_none());
+    assert!(db.snapshot().get_many(std::slice::from_ref(&k)).unwrap()[0].is_none());
 }
 
 #[test]
@@ -43,7 +46,13 @@ fn u64_ops_on_an_expired_value_start_from_the_operand() {
     // Deno still sees the expired 5 and stores 6; for us the value is gone.
     let db = Database::in_memory();
     let k = key!["counter"];
-    db.atomic().set_with_expiry(&k, 5u64, NOW).commit().unwrap();
+    assert!(
+        db.atomic()
+            .set_with_expiry(&k, 5u64, NOW)
+            .commit()
+            .unwrap()
+            .is_committed()
+    );
     let _ = db.atomic().sum(&k, 1).commit().unwrap();
     assert_eq!(db.get(&k).unwrap().unwrap().value, Value::U64(1));
 }
@@ -52,10 +61,13 @@ fn u64_ops_on_an_expired_value_start_from_the_operand() {
 fn overwrite_and_sum_clear_the_deadline() {
     let db = Database::in_memory();
     let k = key!["k"];
-    db.atomic()
-        .set_with_expiry(&k, b"old", NOW)
-        .commit()
-        .unwrap();
+    assert!(
+        db.atomic()
+            .set_with_expiry(&k, b"old", NOW)
+            .commit()
+            .unwrap()
+            .is_committed()
+    );
     db.set(&k, b"new").unwrap();
     assert_eq!(db.get(&k).unwrap().unwrap().value, Value::from(b"new"));
     db.reclaim_now();
@@ -66,10 +78,13 @@ fn overwrite_and_sum_clear_the_deadline() {
     );
 
     let c = key!["c"];
-    db.atomic()
-        .set_with_expiry(&c, 1u64, LATER)
-        .commit()
-        .unwrap();
+    assert!(
+        db.atomic()
+            .set_with_expiry(&c, 1u64, LATER)
+            .commit()
+            .unwrap()
+            .is_committed()
+    );
     let _ = db.atomic().sum(&c, 1).commit().unwrap();
     db.reclaim_now();
     assert_eq!(db.get(&c).unwrap().unwrap().value, Value::U64(2));
@@ -83,7 +98,7 @@ fn expired_values_are_reclaimed() {
     let a = (0..1000).fold(db.atomic(), |a, i| {
         a.set_with_expiry(&key!["e", i], b"v", NOW)
     });
-    a.commit().unwrap();
+    assert!(a.commit().unwrap().is_committed());
     db.set(&key!["stays"], b"v").unwrap();
     assert_eq!(db.stats().keys, 1001);
     db.reclaim_now();
@@ -95,10 +110,13 @@ fn expired_values_are_reclaimed() {
 fn a_snapshot_keeps_seeing_a_value_that_expires_later_but_not_after_its_deadline() {
     let db = Database::in_memory();
     let k = key!["k"];
-    db.atomic()
-        .set_with_expiry(&k, b"v", LATER)
-        .commit()
-        .unwrap();
+    assert!(
+        db.atomic()
+            .set_with_expiry(&k, b"v", LATER)
+            .commit()
+            .unwrap()
+            .is_committed()
+    );
     let snap = db.snapshot();
     db.delete(&k).unwrap();
     db.reclaim_now();
