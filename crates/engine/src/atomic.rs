@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use tuplekv_codec::{Key, encode_key};
 
 use crate::error::Error;
+use crate::key_bytes::KeyBytes;
 use crate::store::Store;
 use crate::value::{Value, Versionstamp};
 
@@ -16,7 +16,7 @@ use crate::value::{Value, Versionstamp};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
     /// The encoded key.
-    pub key: Bytes,
+    pub key: KeyBytes,
     /// The versionstamp the key must currently have, or `None` for "must be absent".
     pub versionstamp: Option<Versionstamp>,
 }
@@ -26,9 +26,9 @@ pub struct Check {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RangeCheck {
     /// First encoded key of the range (inclusive).
-    pub start: Bytes,
+    pub start: KeyBytes,
     /// End of the range (exclusive).
-    pub end: Bytes,
+    pub end: KeyBytes,
     /// The snapshot the range was read at.
     pub since: Versionstamp,
 }
@@ -68,7 +68,7 @@ impl MutationKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mutation {
     /// The encoded key.
-    pub key: Bytes,
+    pub key: KeyBytes,
     /// The change.
     pub kind: MutationKind,
 }
@@ -90,7 +90,7 @@ pub struct FailedCheck {
     /// Position of the check in the operation.
     pub index: usize,
     /// The encoded key.
-    pub key: Bytes,
+    pub key: KeyBytes,
     /// What the check expected.
     pub expected: Option<Versionstamp>,
     /// What the key had at commit time.
@@ -197,7 +197,7 @@ impl<'s, S: Store + ?Sized> Atomic<'s, S> {
     /// [`Atomic::check`] on an encoded key.
     pub fn check_raw(mut self, key: &[u8], versionstamp: Option<Versionstamp>) -> Self {
         self.write.checks.push(Check {
-            key: Bytes::copy_from_slice(key),
+            key: KeyBytes::from(key),
             versionstamp,
         });
         self
@@ -269,7 +269,7 @@ impl<'s, S: Store + ?Sized> Atomic<'s, S> {
     /// Adds a mutation on an encoded key.
     pub fn mutate_raw(mut self, key: &[u8], kind: MutationKind) -> Self {
         self.write.mutations.push(Mutation {
-            key: Bytes::copy_from_slice(key),
+            key: KeyBytes::from(key),
             kind,
         });
         self

@@ -28,7 +28,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
 use crossbeam_skiplist::SkipMap;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -36,6 +35,7 @@ use tuplekv_codec::{ByteRange, Key, Selector};
 
 use crate::atomic::{Atomic, AtomicWrite, CommitResult, Conflict, FailedCheck, MutationKind};
 use crate::error::Error;
+use crate::key_bytes::KeyBytes;
 use crate::limits::*;
 use crate::list::{ListIter, ListOptions};
 use crate::reclaim::Reclaimer;
@@ -113,8 +113,11 @@ impl Default for Options {
     }
 }
 
+/// A handle on one key's place in the map.
+type Slot<'a> = crossbeam_skiplist::map::Entry<'a, KeyBytes, ArcSwap<Chain>>;
+
 pub(crate) struct Inner {
-    pub(crate) map: SkipMap<Bytes, ArcSwap<Chain>>,
+    pub(crate) map: SkipMap<KeyBytes, ArcSwap<Chain>>,
     /// Serialises commits; holds the last committed version.
     pub(crate) commit: Mutex<u64>,
     /// The last version whose writes are all in place.
@@ -399,7 +402,11 @@ pub(crate) fn validate(write: &AtomicWrite) -> Result<(), Error> {
 /// What a mutation leaves at its key, before it is written.
 type Staged = Option<(Value, Option<u64>)>;
 
-fn apply(kind: &MutationKind, current: Option<&Value>, now: u64) -> Result<Staged, Error> {
+fn apply(
+    kind: &MutationKind,
+    current: Option<&Value>,
+    now: &mut Option<u64>,
+) -> Result<Staged, Error> {
     let u64_op = |op: &'static str, n: u64, f: fn(u64, u64) -> u64| match current {
         None => Ok(Some((Value::U64(n), None))),
         Some(Value::U64(old)) => Ok(Some((Value::U64(f(*old, n)), None))),
@@ -407,8 +414,11 @@ fn apply(kind: &MutationKind, current: Option<&Value>, now: u64) -> Result<Stage
     };
     match kind {
         MutationKind::Set { value, expire_in } => {
-            let deadline = expire_in
-                .map(|d| now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+            let deadline = expire_in.map(|d| {
+                // One timestamp per commit, so values set together expire together.
+                let now = *now.get_or_insert_with(now_ms);
+                now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            });
             Ok(Some((value.clone(), deadline)))
         }
         MutationKind::Delete => Ok(None),
@@ -470,7 +480,7 @@ impl Inner {
             return out;
         }
         let mut now = None;
-        let mut visit = |slot: crossbeam_skiplist::map::Entry<'_, Bytes, ArcSwap<Chain>>| {
+        let mut visit = |slot: crossbeam_skiplist::map::Entry<'_, KeyBytes, ArcSwap<Chain>>| {
             let chain = slot.value().load();
             if let Some(v) = chain.at(at)
                 && let Some(value) = v.live_value(&mut now)
@@ -499,11 +509,10 @@ impl Inner {
         out
     }
 
-    /// The stamp `key` has now, for checks. Called with the commit lock held, so every version
-    /// in the map is published.
-    fn current(&self, key: &[u8], now: &mut Option<u64>) -> Option<(Versionstamp, Value)> {
-        let slot = self.map.get(key)?;
-        let chain = slot.value().load();
+    /// The stamp and value a key's slot has now, for checks and mutations. Called with the
+    /// commit lock held, so every version in the map is published.
+    fn current(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<(Versionstamp, Value)> {
+        let chain = slot?.value().load();
         let newest = chain.versions.first()?;
         let value = newest.live_value(now)?;
         Some((Versionstamp::from_version(newest.version), value.clone()))
@@ -511,12 +520,22 @@ impl Inner {
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
         validate(&write)?;
+        let AtomicWrite {
+            checks,
+            range_checks,
+            mutations,
+        } = write;
         let mut last = self.commit.lock();
         let mut now = None;
 
+        // Each key is looked up in the map once per commit: the slot found for a check is
+        // reused by a mutation of the same key, and the slot found while staging is the one
+        // written.
+        let check_slots: SmallVec<[Option<Slot<'_>>; 4]> =
+            checks.iter().map(|c| self.map.get(&c.key)).collect();
         let mut conflict = Conflict::default();
-        for (index, check) in write.checks.iter().enumerate() {
-            let actual = self.current(&check.key, &mut now).map(|(vs, _)| vs);
+        for (index, (check, slot)) in checks.iter().zip(&check_slots).enumerate() {
+            let actual = Self::current(slot.as_ref(), &mut now).map(|(vs, _)| vs);
             if actual != check.versionstamp {
                 conflict.failed_checks.push(FailedCheck {
                     index,
@@ -526,7 +545,7 @@ impl Inner {
                 });
             }
         }
-        for rc in &write.range_checks {
+        for rc in &range_checks {
             let since = rc.since.version();
             let bounds = (Bound::Included(&rc.start[..]), Bound::Excluded(&rc.end[..]));
             let changed = self.map.range::<[u8], _>(bounds).any(|slot| {
@@ -546,52 +565,46 @@ impl Inner {
         }
 
         // Stage every mutation before writing anything, so an error leaves no trace.
-        let now_ms = *now.get_or_insert_with(now_ms);
-        let mut staged: Vec<(Bytes, Staged)> = Vec::with_capacity(write.mutations.len());
+        let mut staged: Vec<(KeyBytes, Staged, Option<Slot<'_>>)> =
+            Vec::with_capacity(mutations.len());
         // Later mutations of a key see earlier ones; index the staged keys once there are many.
-        let use_index = write.mutations.len() >= 16;
-        let mut index: HashMap<Bytes, usize> = HashMap::new();
-        for m in write.mutations {
+        let use_index = mutations.len() >= 16;
+        let mut index: HashMap<KeyBytes, usize> = HashMap::new();
+        for m in mutations {
             let at = if use_index {
                 index.get(&m.key).copied()
             } else {
-                staged.iter().position(|(k, _)| *k == m.key)
+                staged.iter().position(|(k, _, _)| *k == m.key)
             };
-            let result = match at.and_then(|i| staged.get(i)) {
-                Some((_, current)) => apply(&m.kind, current.as_ref().map(|(v, _)| v), now_ms)?,
-                None => {
-                    let current = self.current(&m.key, &mut now).map(|(_, v)| v);
-                    apply(&m.kind, current.as_ref(), now_ms)?
-                }
-            };
-            match at.and_then(|i| staged.get_mut(i)) {
-                Some(slot) => slot.1 = result,
-                None => {
-                    if use_index {
-                        index.insert(m.key.clone(), staged.len());
-                    }
-                    staged.push((m.key, result));
-                }
+            if let Some(entry) = at.and_then(|i| staged.get_mut(i)) {
+                entry.1 = apply(&m.kind, entry.1.as_ref().map(|(v, _)| v), &mut now)?;
+                continue;
             }
+            let slot = match checks.iter().position(|c| c.key == m.key) {
+                Some(i) => check_slots.get(i).cloned().flatten(),
+                None => self.map.get(&m.key),
+            };
+            let current = Self::current(slot.as_ref(), &mut now).map(|(_, v)| v);
+            let result = apply(&m.kind, current.as_ref(), &mut now)?;
+            if use_index {
+                index.insert(m.key.clone(), staged.len());
+            }
+            staged.push((m.key, result, slot));
         }
 
         let version = *last + 1;
         let mut watermark = None;
-        for (key, result) in staged {
+        for (key, result, slot) in staged {
             let (value, expires_at) = match result {
                 Some((v, e)) => (Some(v), e),
                 None => (None, None),
             };
-            self.write_version(
-                key,
-                Version {
-                    version,
-                    value,
-                    expires_at,
-                },
-                *last,
-                &mut watermark,
-            );
+            let new = Version {
+                version,
+                value,
+                expires_at,
+            };
+            self.write_version(key, new, slot, *last, &mut watermark);
         }
         self.visible.store(version, Ordering::Release);
         *last = version;
@@ -602,11 +615,19 @@ impl Inner {
         })
     }
 
-    /// Installs a new version of `key`. Called with the commit lock held.
-    fn write_version(&self, key: Bytes, new: Version, last: u64, watermark: &mut Option<u64>) {
+    /// Installs a new version of `key`, whose map slot (if any) is `slot`. Called with the
+    /// commit lock held.
+    fn write_version(
+        &self,
+        key: KeyBytes,
+        new: Version,
+        slot: Option<Slot<'_>>,
+        last: u64,
+        watermark: &mut Option<u64>,
+    ) {
         let tombstone = new.value.is_none();
         let expiry = new.expires_at;
-        let Some(slot) = self.map.get(&key) else {
+        let Some(slot) = slot else {
             if tombstone {
                 return; // deleting an absent key leaves nothing to write
             }

@@ -30,6 +30,7 @@
 mod atomic;
 mod db;
 mod error;
+mod key_bytes;
 pub mod limits;
 mod list;
 mod reclaim;
@@ -43,6 +44,7 @@ pub use atomic::{
 };
 pub use db::{Database, Options, Snapshot, Stats};
 pub use error::Error;
+pub use key_bytes::KeyBytes;
 pub use list::{ListCursor, ListIter, ListOptions};
 pub use store::{Entry, ReadView, Store};
 pub use transaction::{Transaction, TransactionOptions};

@@ -56,7 +56,7 @@ pub struct ListIter<V> {
     buffer: VecDeque<Entry>,
     /// The view has no more entries in `range`.
     range_done: bool,
-    last: Option<bytes::Bytes>,
+    last: Option<crate::key_bytes::KeyBytes>,
     exhausted: bool,
 }
 

@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 use crate::db::{Inner, now_ms};
+use crate::key_bytes::KeyBytes;
 
 /// Keys pruned per hold of the commit lock.
 const BATCH: usize = 256;
@@ -26,8 +26,8 @@ const IDLE_WAKE: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct State {
-    garbage: HashSet<Bytes>,
-    expiry: BinaryHeap<Reverse<(u64, Bytes)>>,
+    garbage: HashSet<KeyBytes>,
+    expiry: BinaryHeap<Reverse<(u64, KeyBytes)>>,
     shutdown: bool,
 }
 
@@ -82,13 +82,13 @@ impl Reclaimer {
     }
 
     /// Queues `key` for pruning.
-    pub(crate) fn mark(&self, key: Bytes) {
+    pub(crate) fn mark(&self, key: KeyBytes) {
         self.shared.state.lock().garbage.insert(key);
         self.shared.marked.store(true, Ordering::Release);
     }
 
     /// Queues `key` for pruning at `deadline` (Unix ms).
-    pub(crate) fn schedule_expiry(&self, deadline: u64, key: Bytes) {
+    pub(crate) fn schedule_expiry(&self, deadline: u64, key: KeyBytes) {
         let mut state = self.shared.state.lock();
         let earliest = state
             .expiry
@@ -133,9 +133,9 @@ impl Inner {
     /// drop what is dead).
     pub(crate) fn reclaim_pass(&self, all: bool) {
         let now = now_ms();
-        let keys: Vec<Bytes> = {
+        let keys: Vec<KeyBytes> = {
             let mut state = self.reclaimer.shared.state.lock();
-            let mut keys: Vec<Bytes> = state.garbage.drain().collect();
+            let mut keys: Vec<KeyBytes> = state.garbage.drain().collect();
             while let Some(Reverse((deadline, _))) = state.expiry.peek() {
                 if *deadline > now && !all {
                     break;

@@ -5,11 +5,11 @@
 //! [`AtomicWrite`]s. Everything else (typed keys, list iteration with cursors, transactions)
 //! is built on those two in this crate, generically.
 
-use bytes::Bytes;
 use tuplekv_codec::{ByteRange, Key, Selector, encode_key};
 
 use crate::atomic::{Atomic, AtomicWrite, CommitResult};
 use crate::error::Error;
+use crate::key_bytes::KeyBytes;
 use crate::limits::{GET_MANY_KEYS_MAX, KEY_SIZE_MAX_READ};
 use crate::list::{ListIter, ListOptions};
 use crate::transaction::{Transaction, TransactionOptions, run_transaction};
@@ -19,7 +19,7 @@ use crate::value::{Value, Versionstamp};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     /// The encoded key.
-    pub key: Bytes,
+    pub key: KeyBytes,
     /// The value.
     pub value: Value,
     /// The stamp of the commit that last wrote the key.

@@ -15,11 +15,11 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tuplekv_codec::{ByteRange, Key, Selector, encode_key};
 
 use crate::atomic::{AtomicWrite, Check, CommitResult, Mutation, MutationKind, RangeCheck};
 use crate::error::Error;
+use crate::key_bytes::KeyBytes;
 use crate::limits::TRANSACTION_ATTEMPTS_MAX;
 use crate::list::{ListIter, ListOptions};
 use crate::store::{Entry, ReadView, Store};
@@ -77,7 +77,7 @@ impl<'s, S: Store> Transaction<'s, S> {
     }
 
     fn record_read(&mut self, start: Vec<u8>, end: Vec<u8>) {
-        let (start, end) = (Bytes::from(start), Bytes::from(end));
+        let (start, end) = (KeyBytes::from(start), KeyBytes::from(end));
         if !self.reads.iter().any(|r| r.start == start && r.end == end) {
             self.reads.push(RangeCheck {
                 start,
@@ -110,7 +110,12 @@ impl<'s, S: Store> Transaction<'s, S> {
     /// Applies this transaction's buffered mutations of `key` to what the snapshot holds.
     fn overlay(&self, key: &[u8], base: Option<Entry>) -> Result<Option<Entry>, Error> {
         let mut current = base;
-        for m in self.write.mutations.iter().filter(|m| m.key == key) {
+        for m in self
+            .write
+            .mutations
+            .iter()
+            .filter(|m| m.key.as_slice() == key)
+        {
             let value = current.as_ref().map(|e| &e.value);
             let next = match &m.kind {
                 MutationKind::Set { value, .. } => Some(value.clone()),
@@ -131,7 +136,7 @@ impl<'s, S: Store> Transaction<'s, S> {
                 }
             };
             current = next.map(|value| Entry {
-                key: Bytes::copy_from_slice(key),
+                key: KeyBytes::from(key),
                 value,
                 versionstamp: Versionstamp::ZERO,
             });
@@ -149,7 +154,7 @@ impl<'s, S: Store> Transaction<'s, S> {
         let reverse = options.reverse;
         let range = selector.resume(options.cursor.as_deref().unwrap_or(""), reverse)?;
         // Read enough that buffered deletes cannot leave the page short.
-        let buffered: Vec<Bytes> = self
+        let buffered: Vec<KeyBytes> = self
             .write
             .mutations
             .iter()
@@ -186,7 +191,7 @@ impl<'s, S: Store> Transaction<'s, S> {
         };
         self.record_read(covered.start.clone(), covered.end.clone());
         // Merge in this transaction's own writes.
-        let mut keys: Vec<Bytes> = buffered;
+        let mut keys: Vec<KeyBytes> = buffered;
         keys.sort();
         keys.dedup();
         for key in keys.into_iter().filter(|k| covered.contains(k)) {
@@ -263,7 +268,7 @@ impl<'s, S: Store> Transaction<'s, S> {
     /// Adds an explicit check (rarely needed: reads are checked already).
     pub fn check(&mut self, key: &Key, versionstamp: Option<Versionstamp>) {
         self.write.checks.push(Check {
-            key: Bytes::from(encode_key(key)),
+            key: KeyBytes::from(encode_key(key)),
             versionstamp,
         });
     }
@@ -271,14 +276,14 @@ impl<'s, S: Store> Transaction<'s, S> {
     /// Buffers a mutation on an encoded key.
     pub fn mutate_raw(&mut self, key: &[u8], kind: MutationKind) {
         self.write.mutations.push(Mutation {
-            key: Bytes::copy_from_slice(key),
+            key: KeyBytes::from(key),
             kind,
         });
     }
 
     fn push(&mut self, key: &Key, kind: MutationKind) {
         self.write.mutations.push(Mutation {
-            key: Bytes::from(encode_key(key)),
+            key: KeyBytes::from(encode_key(key)),
             kind,
         });
     }
