@@ -1,15 +1,26 @@
-//! The main example, run by the README's first command: a tour of tuplekv's key space.
+//! The main example, run by the README's first command.
 //!
-//! It builds the keys of a small users application, shows that the store's plain byte order
-//! is the tuple order (with Deno's own quirks), turns a list selector into a byte range and a
-//! cursor, and shows what happens to bad input. Later issues grow it into the full story:
-//! users with secondary indexes, concurrent code generation, and a restart from disk.
+//! Part 1 tours the key space: the keys of a small users application, the store's byte order
+//! (which is the tuple order, with Deno's own quirks), selectors, cursors and bad input.
+//! Part 2 runs the users application of Deno's secondary-index guide on the embedded
+//! in-memory store: a unique email index written in the user's own commit, a conflicting
+//! insert rejected with the checks that failed, a non-unique favourite-colour index, a
+//! snapshot, a transaction and a counter. Later issues grow it: typed indexes, concurrent code
+//! generation, and a restart from disk.
 
-use anyhow::Result;
-use tuplekv::{Key, KeyPart, Selector, decode_key, encode_key, key};
+use anyhow::{Context, Result};
+use tuplekv::{
+    CommitResult, Database, Key, KeyPart, ListOptions, ReadView, Selector, Value, decode_key,
+    encode_key, key,
+};
 
 fn main() -> Result<()> {
-    println!("tuplekv key space tour\n");
+    key_space_tour()?;
+    users_application()
+}
+
+fn key_space_tour() -> Result<()> {
+    println!("== 1. the key space\n");
 
     // Keys of a users application, as Deno's secondary-index guide lays them out.
     let mut keys: Vec<Key> = vec![
@@ -93,6 +104,90 @@ fn main() -> Result<()> {
         Ok(_) => println!("  2^2048n accepted (unexpected)"),
         Err(e) => println!("  2^2048n      {e}"),
     }
+    Ok(())
+}
+
+/// Inserts a user with its unique email index entry and its favourite-colour index entry in
+/// one commit that first checks that neither the user nor the email exists.
+fn insert_user(db: &Database, id: u64, name: &str, email: &str, color: &str) -> Result<CommitResult> {
+    let user = key!["users", id];
+    let by_email = key!["users_by_email", email];
+    Ok(db
+        .atomic()
+        .check(&user, None)
+        .check(&by_email, None)
+        .set(&user, format!("{name} <{email}> likes {color}").as_str())
+        .set(&by_email, id)
+        .set(&key!["users_by_color", color, id], id)
+        .commit()?)
+}
+
+fn users_application() -> Result<()> {
+    println!("\n== 2. users with secondary indexes, on the embedded in-memory store\n");
+    let db = Database::in_memory();
+    let people = [
+        (1, "Ada", "ada@example.com", "green"),
+        (2, "Grace", "grace@example.org", "blue"),
+        (3, "Linus", "linus@example.net", "green"),
+    ];
+    for (id, name, email, color) in people {
+        let res = insert_user(&db, id, name, email, color)?;
+        println!("  insert user {id} ({email}): committed at {}", res.versionstamp().context("committed")?);
+    }
+
+    // Another user with Ada's email: the email check fails and nothing is written.
+    match insert_user(&db, 4, "Imposter", "ada@example.com", "red")? {
+        CommitResult::Committed { .. } => anyhow::bail!("a duplicate email was accepted"),
+        CommitResult::Conflict(conflict) => {
+            for failed in &conflict.failed_checks {
+                let owner = db.get(&failed.key()?)?.and_then(|e| e.value.as_u64());
+                println!(
+                    "  insert user 4 (ada@example.com): rejected, check {} failed: {} already exists (user {})",
+                    failed.index,
+                    failed.key()?,
+                    owner.map_or("?".into(), |o| o.to_string()),
+                );
+            }
+        }
+    }
+    anyhow::ensure!(db.get(&key!["users", 4])?.is_none(), "rejected insert left a record");
+
+    // The non-unique index answers "who likes green?" with one prefix list.
+    let green = Selector::prefix(&key!["users_by_color", "green"]);
+    let ids: Vec<u64> = db
+        .list(&green, ListOptions::default())?
+        .map(|e| e.map(|e| e.value.as_u64().unwrap_or_default()))
+        .collect::<Result<_, _>>()?;
+    println!("  users who like green: {ids:?}");
+
+    // A snapshot keeps reading the state it was taken at.
+    let snapshot = db.snapshot();
+    // The user and its index entries go in one commit, so the indexes never point at nothing.
+    let _ = db
+        .atomic()
+        .delete(&key!["users", 3])
+        .delete(&key!["users_by_email", "linus@example.net"])
+        .delete(&key!["users_by_color", "green", 3])
+        .commit()?;
+    let then = snapshot.get(&key!["users", 3])?.is_some();
+    let now = db.get(&key!["users", 3])?.is_some();
+    println!("  user 3 deleted with its index entries: present in the earlier snapshot: {then}, present now: {now}");
+
+    // A transaction moves points between users; reads are checked at commit, retries are automatic.
+    db.set(&key!["points", 1], 10u64)?;
+    db.transaction(|tx| {
+        let from = tx.get(&key!["points", 1])?.and_then(|e| e.value.as_u64()).unwrap_or(0);
+        tx.set(&key!["points", 1], from.saturating_sub(4));
+        tx.sum(&key!["points", 2], 4);
+        Ok::<_, tuplekv::Error>(())
+    })?;
+    let points: Vec<Option<Value>> = db
+        .get_many(&[key!["points", 1], key!["points", 2]])?
+        .into_iter()
+        .map(|e| e.map(|e| e.value))
+        .collect();
+    println!("  points after a transfer of 4: {points:?}");
+    println!("  last commit: {}", db.current_versionstamp());
     Ok(())
 }
 

@@ -4,15 +4,23 @@
 //! This facade re-exports the public API of the workspace crates so that applications depend
 //! on one crate:
 //! - keys: [`Key`], [`KeyPart`], the [`key!`] macro and the byte codec ([`codec`]);
-//! - the store ([`engine`]), typed collections with secondary indexes ([`index`]) and per-prefix
-//!   code sequences ([`sequence`]) as their issues land.
+//! - the store: [`Database`] with atomic operations, snapshots, lists and transactions
+//!   ([`engine`]);
+//! - typed collections with secondary indexes ([`index`]) and per-prefix code sequences
+//!   ([`sequence`]) as their issues land.
 //!
 //! ```
-//! use tuplekv::{Key, decode_key, encode_key, key};
+//! use tuplekv::{Database, ListOptions, Selector, key};
 //!
-//! let k: Key = key!["users_by_email", "ada@example.com"];
-//! assert_eq!(decode_key(&encode_key(&k))?, k);
-//! # Ok::<(), tuplekv::DecodeError>(())
+//! let db = Database::in_memory();
+//! let ada = key!["users", 1];
+//! let email = key!["users_by_email", "ada@example.com"];
+//! // Insert a user and its unique email index entry only if neither exists yet.
+//! let res = db.atomic().check(&ada, None).check(&email, None).set(&ada, b"Ada").set(&email, b"1").commit()?;
+//! assert!(res.is_committed());
+//! let users = db.list(&Selector::prefix(&key!["users"]), ListOptions::default())?;
+//! assert_eq!(users.count(), 1);
+//! # Ok::<(), tuplekv::Error>(())
 //! ```
 
 pub use tuplekv_codec as codec;
@@ -21,6 +29,10 @@ pub use tuplekv_codec::{
     encode_key, key,
 };
 pub use tuplekv_engine as engine;
+pub use tuplekv_engine::{
+    CommitResult, Conflict, Database, Entry, Error, FailedCheck, ListCursor, ListOptions,
+    Options, ReadView, Snapshot, Store, Transaction, Value, Versionstamp,
+};
 pub use tuplekv_index as index;
 pub use tuplekv_sequence as sequence;
 
