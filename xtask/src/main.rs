@@ -1,2 +1,314 @@
-//! Project automation, run as `cargo xtask <command>`.
-fn main() {}
+//! Project automation, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
+//!
+//! Commands: `ci` (formatting, lints, tests, docs), `fuzz` (cargo-fuzz targets on stable Rust)
+//! and `bench` (criterion groups). `cargo xtask --help` lists their options. Only std and
+//! anyhow are used; arguments are parsed by hand in [`parse`].
+
+mod bench;
+mod ci;
+mod cmd;
+mod fuzz;
+
+use std::process::ExitCode;
+
+use bench::BenchArgs;
+use ci::CiArgs;
+use fuzz::{FuzzArgs, Selection};
+
+/// Overview printed by `cargo xtask --help`.
+const HELP: &str = "\
+Project automation for tuplekv.
+
+USAGE:
+    cargo xtask <COMMAND> [OPTIONS]
+
+COMMANDS:
+    ci [--skip-tests]             fmt --check, clippy -D warnings, tests, docs with -D warnings
+    fuzz <TARGET> [--seconds N]   run one cargo-fuzz target for N seconds (default 30)
+    fuzz --all [--seconds N]      run every fuzz target, N seconds each
+    fuzz --list                   print the fuzz targets
+    bench [--quick] [GROUP...]    run criterion bench groups (default: all of them)
+    help [COMMAND]                print this help, or a command's
+
+Run `cargo xtask <COMMAND> --help` for details.";
+
+/// Help for `cargo xtask ci`.
+const CI_HELP: &str = "\
+cargo xtask ci [--skip-tests]
+
+Runs, from the workspace root, stopping at the first failure:
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
+    cargo test --workspace                      (left out with --skip-tests)
+    RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps
+then prints how long each step took.
+
+OPTIONS:
+    --skip-tests    leave out `cargo test` (.ci/run runs it before calling this)";
+
+/// Help for `cargo xtask fuzz`.
+const FUZZ_HELP: &str = "\
+cargo xtask fuzz <TARGET> [--seconds N]
+cargo xtask fuzz --all [--seconds N]
+cargo xtask fuzz --list
+
+Runs `cargo fuzz run --sanitizer none <TARGET> corpus/<TARGET> -- -max_total_time=N` in fuzz/,
+with RUSTC_BOOTSTRAP=1 for that command only (cargo-fuzz needs unstable rustc flags). Installs
+cargo-fuzz with `cargo install cargo-fuzz --locked` when `cargo fuzz` is missing.
+
+When the fuzzer fails, the input it wrote to fuzz/artifacts/<TARGET>/ is minimised with
+`cargo fuzz tmin` and copied to fuzz/regressions/<TARGET>/ (commit it: the tests replay it),
+and the command exits non-zero naming that file.
+
+OPTIONS:
+    --all          fuzz every target in fuzz/Cargo.toml, one after another
+    --list         print the targets and exit
+    --seconds N    fuzzing time per target (default 30)";
+
+/// Help for `cargo xtask bench`.
+const BENCH_HELP: &str = "\
+cargo xtask bench [--quick] [GROUP...]
+
+Runs `cargo bench -p tuplekv-benches --bench <GROUP>` for each group; a group is a file
+benches/benches/<GROUP>.rs, and by default every one runs. Results land in target/criterion/.
+
+OPTIONS:
+    --quick    pass criterion's `--quick` (fewer samples; for smoke tests)";
+
+/// A parsed command line.
+#[derive(Debug, PartialEq, Eq)]
+enum Task {
+    /// Print a help text.
+    Help(&'static str),
+    /// `cargo xtask ci`.
+    Ci(CiArgs),
+    /// `cargo xtask fuzz`.
+    Fuzz(FuzzArgs),
+    /// `cargo xtask bench`.
+    Bench(BenchArgs),
+}
+
+/// A command line that does not parse; the message says why.
+#[derive(Debug, PartialEq, Eq)]
+struct UsageError(String);
+
+/// Shorthand for a [`UsageError`] result.
+fn usage<T>(message: impl Into<String>) -> Result<T, UsageError> {
+    Err(UsageError(message.into()))
+}
+
+/// Parses the arguments after `cargo xtask`.
+fn parse(args: &[String]) -> Result<Task, UsageError> {
+    let Some((command, rest)) = args.split_first() else {
+        return Ok(Task::Help(HELP));
+    };
+    match command.as_str() {
+        "-h" | "--help" => Ok(Task::Help(HELP)),
+        "help" => match rest {
+            [] => Ok(Task::Help(HELP)),
+            [topic] => Ok(Task::Help(help_for(topic)?)),
+            _ => usage("`help` takes at most one command name"),
+        },
+        "ci" => parse_ci(rest),
+        "fuzz" => parse_fuzz(rest),
+        "bench" => parse_bench(rest),
+        other => usage(format!("unknown command `{other}`")),
+    }
+}
+
+/// The help text for the command `topic`.
+fn help_for(topic: &str) -> Result<&'static str, UsageError> {
+    match topic {
+        "ci" => Ok(CI_HELP),
+        "fuzz" => Ok(FUZZ_HELP),
+        "bench" => Ok(BENCH_HELP),
+        other => usage(format!("unknown command `{other}`")),
+    }
+}
+
+/// Whether `arg` asks for help.
+fn is_help(arg: &str) -> bool {
+    arg == "-h" || arg == "--help"
+}
+
+/// Parses the options of `ci`.
+fn parse_ci(args: &[String]) -> Result<Task, UsageError> {
+    let mut ci = CiArgs::default();
+    for arg in args {
+        match arg.as_str() {
+            a if is_help(a) => return Ok(Task::Help(CI_HELP)),
+            "--skip-tests" => ci.skip_tests = true,
+            other => return usage(format!("`ci` does not take `{other}`")),
+        }
+    }
+    Ok(Task::Ci(ci))
+}
+
+/// Parses the options of `fuzz`.
+fn parse_fuzz(args: &[String]) -> Result<Task, UsageError> {
+    let mut all = false;
+    let mut list = false;
+    let mut seconds = None;
+    let mut targets = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            a if is_help(a) => return Ok(Task::Help(FUZZ_HELP)),
+            "--all" => all = true,
+            "--list" => list = true,
+            "--seconds" => {
+                let Some(value) = args.next() else {
+                    return usage("`--seconds` needs a value");
+                };
+                seconds = Some(parse_seconds(value)?);
+            }
+            a if a.starts_with("--seconds=") => {
+                seconds = Some(parse_seconds(&a["--seconds=".len()..])?);
+            }
+            a if a.starts_with('-') => return usage(format!("`fuzz` does not take `{a}`")),
+            target => targets.push(target.to_owned()),
+        }
+    }
+    let selection = match (list, all, targets.as_slice()) {
+        (true, false, []) if seconds.is_none() => Selection::List,
+        (true, _, _) => return usage("`fuzz --list` takes no other arguments"),
+        (false, true, []) => Selection::All,
+        (false, true, _) => return usage("give either `--all` or a target, not both"),
+        (false, false, [target]) => Selection::One(target.clone()),
+        (false, false, []) => {
+            return usage("`fuzz` needs a target, `--all` or `--list`");
+        }
+        (false, false, _) => return usage("`fuzz` takes one target (or `--all`)"),
+    };
+    Ok(Task::Fuzz(FuzzArgs {
+        selection,
+        seconds: seconds.unwrap_or(fuzz::DEFAULT_SECONDS),
+    }))
+}
+
+/// Parses the value of `--seconds`: a whole number of seconds, at least 1.
+fn parse_seconds(value: &str) -> Result<u64, UsageError> {
+    match value.parse::<u64>() {
+        Ok(0) | Err(_) => usage(format!(
+            "`--seconds` needs a whole number of seconds of at least 1, not `{value}`"
+        )),
+        Ok(n) => Ok(n),
+    }
+}
+
+/// Parses the options of `bench`.
+fn parse_bench(args: &[String]) -> Result<Task, UsageError> {
+    let mut bench = BenchArgs::default();
+    for arg in args {
+        match arg.as_str() {
+            a if is_help(a) => return Ok(Task::Help(BENCH_HELP)),
+            "--quick" => bench.quick = true,
+            a if a.starts_with('-') => return usage(format!("`bench` does not take `{a}`")),
+            group => bench.groups.push(group.to_owned()),
+        }
+    }
+    Ok(Task::Bench(bench))
+}
+
+/// Parses the command line and runs the task. Exit codes: 0 on success, 1 when the task
+/// fails, 2 for a command line that does not parse.
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let task = match parse(&args) {
+        Ok(task) => task,
+        Err(UsageError(message)) => {
+            eprintln!("xtask: error: {message}\nrun `cargo xtask --help` for usage");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match &task {
+        Task::Help(text) => {
+            println!("{text}");
+            Ok(())
+        }
+        Task::Ci(args) => ci::run(args),
+        Task::Fuzz(args) => fuzz::run(args),
+        Task::Bench(args) => bench::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(line: &str) -> Result<Task, UsageError> {
+        let args: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        parse(&args)
+    }
+
+    #[test]
+    fn help() {
+        assert_eq!(parse_str(""), Ok(Task::Help(HELP)));
+        assert_eq!(parse_str("--help"), Ok(Task::Help(HELP)));
+        assert_eq!(parse_str("help fuzz"), Ok(Task::Help(FUZZ_HELP)));
+        assert_eq!(parse_str("bench --quick -h"), Ok(Task::Help(BENCH_HELP)));
+        assert!(parse_str("help nope").is_err());
+    }
+
+    #[test]
+    fn ci() {
+        assert_eq!(parse_str("ci"), Ok(Task::Ci(CiArgs { skip_tests: false })));
+        assert_eq!(
+            parse_str("ci --skip-tests"),
+            Ok(Task::Ci(CiArgs { skip_tests: true }))
+        );
+        assert!(parse_str("ci --fast").is_err());
+    }
+
+    #[test]
+    fn fuzz() {
+        let fuzz = |selection, seconds| Ok(Task::Fuzz(FuzzArgs { selection, seconds }));
+        assert_eq!(
+            parse_str("fuzz decode_key"),
+            fuzz(Selection::One("decode_key".into()), 30)
+        );
+        assert_eq!(
+            parse_str("fuzz decode_key --seconds 20"),
+            fuzz(Selection::One("decode_key".into()), 20)
+        );
+        assert_eq!(parse_str("fuzz --seconds=5 --all"), fuzz(Selection::All, 5));
+        assert_eq!(parse_str("fuzz --list"), fuzz(Selection::List, 30));
+        for bad in [
+            "fuzz",
+            "fuzz a b",
+            "fuzz --all a",
+            "fuzz --list a",
+            "fuzz a --seconds",
+            "fuzz a --seconds 0",
+            "fuzz a --seconds x",
+            "fuzz a --fast",
+        ] {
+            assert!(parse_str(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bench() {
+        assert_eq!(parse_str("bench"), Ok(Task::Bench(BenchArgs::default())));
+        assert_eq!(
+            parse_str("bench --quick codec engine"),
+            Ok(Task::Bench(BenchArgs {
+                quick: true,
+                groups: vec!["codec".into(), "engine".into()],
+            }))
+        );
+        assert!(parse_str("bench --slow").is_err());
+    }
+
+    #[test]
+    fn unknown_command() {
+        assert!(parse_str("deploy").is_err());
+    }
+}

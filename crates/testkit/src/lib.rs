@@ -3,6 +3,7 @@
 //! Deno (kept in `data/`, copied from the project's shared vectors so a clone is
 //! self-contained), and the bodies of the fuzz targets so `cargo test` can replay their corpus.
 
+pub mod config;
 pub mod fuzz;
 pub mod strategies;
 pub mod vectors;

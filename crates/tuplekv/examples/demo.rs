@@ -109,7 +109,13 @@ fn key_space_tour() -> Result<()> {
 
 /// Inserts a user with its unique email index entry and its favourite-colour index entry in
 /// one commit that first checks that neither the user nor the email exists.
-fn insert_user(db: &Database, id: u64, name: &str, email: &str, color: &str) -> Result<CommitResult> {
+fn insert_user(
+    db: &Database,
+    id: u64,
+    name: &str,
+    email: &str,
+    color: &str,
+) -> Result<CommitResult> {
     let user = key!["users", id];
     let by_email = key!["users_by_email", email];
     Ok(db
@@ -132,7 +138,10 @@ fn users_application() -> Result<()> {
     ];
     for (id, name, email, color) in people {
         let res = insert_user(&db, id, name, email, color)?;
-        println!("  insert user {id} ({email}): committed at {}", res.versionstamp().context("committed")?);
+        println!(
+            "  insert user {id} ({email}): committed at {}",
+            res.versionstamp().context("committed")?
+        );
     }
 
     // Another user with Ada's email: the email check fails and nothing is written.
@@ -150,7 +159,10 @@ fn users_application() -> Result<()> {
             }
         }
     }
-    anyhow::ensure!(db.get(&key!["users", 4])?.is_none(), "rejected insert left a record");
+    anyhow::ensure!(
+        db.get(&key!["users", 4])?.is_none(),
+        "rejected insert left a record"
+    );
 
     // The non-unique index answers "who likes green?" with one prefix list.
     let green = Selector::prefix(&key!["users_by_color", "green"]);
@@ -171,12 +183,17 @@ fn users_application() -> Result<()> {
         .commit()?;
     let then = snapshot.get(&key!["users", 3])?.is_some();
     let now = db.get(&key!["users", 3])?.is_some();
-    println!("  user 3 deleted with its index entries: present in the earlier snapshot: {then}, present now: {now}");
+    println!(
+        "  user 3 deleted with its index entries: present in the earlier snapshot: {then}, present now: {now}"
+    );
 
     // A transaction moves points between users; reads are checked at commit, retries are automatic.
     db.set(&key!["points", 1], 10u64)?;
     db.transaction(|tx| {
-        let from = tx.get(&key!["points", 1])?.and_then(|e| e.value.as_u64()).unwrap_or(0);
+        let from = tx
+            .get(&key!["points", 1])?
+            .and_then(|e| e.value.as_u64())
+            .unwrap_or(0);
         tx.set(&key!["points", 1], from.saturating_sub(4));
         tx.sum(&key!["points", 2], 4);
         Ok::<_, tuplekv::Error>(())

@@ -1,0 +1,33 @@
+//! One place that decides how hard the property tests work and where their failures are kept.
+//!
+//! Every proptest in the workspace takes its configuration from [`proptest_config`], so
+//! - the number of cases is modest by default (CI runs on two cores) and can be raised for a
+//!   long run with `TUPLEKV_PROPTEST_CASES=20000 cargo test` (what `cargo xtask` soak runs do);
+//! - a failure is saved, seed and all, to `proptest-regressions/<name>.txt` under the crate
+//!   being tested (cargo runs tests from the crate's directory), and replayed first on every
+//!   later run. Commit those files.
+
+use proptest::test_runner::{Config, FileFailurePersistence};
+
+/// Environment variable that overrides every property test's case count.
+pub const CASES_ENV: &str = "TUPLEKV_PROPTEST_CASES";
+
+/// A proptest configuration running `default_cases` cases (or `$TUPLEKV_PROPTEST_CASES`) and
+/// persisting failures to `proptest-regressions/<file>` relative to the crate under test.
+///
+/// `file` must be a literal such as `"order.txt"`, one per test file.
+pub fn proptest_config(default_cases: u32, file: &'static str) -> Config {
+    let cases = std::env::var(CASES_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default_cases);
+    // `Direct` paths are relative to the working directory, which `cargo test` sets to the
+    // crate's manifest directory. Leak one small string per test function: the config lives
+    // for the whole test anyway.
+    let path: &'static str = Box::leak(format!("proptest-regressions/{file}").into_boxed_str());
+    Config {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(path))),
+        ..Config::default()
+    }
+}

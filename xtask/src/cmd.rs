@@ -1,0 +1,155 @@
+//! Child processes: where the workspace is, which cargo to run, and running a command with its
+//! command line echoed first.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::SystemTime;
+
+use anyhow::{Context, Result, bail};
+
+/// The workspace root: the parent of this crate's directory. Every sub-command runs cargo
+/// from here (or from a directory below it).
+pub(crate) fn workspace_root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+}
+
+/// A `cargo` command run from the workspace root. Uses the `CARGO` environment variable (set
+/// by `cargo run`, so the xtask uses the toolchain that started it) and falls back to `cargo`
+/// on the `PATH`.
+pub(crate) fn cargo() -> Command {
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(program);
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+/// Runs `cmd` with inherited stdio after printing its command line to stderr, and fails when
+/// it cannot be started or exits unsuccessfully.
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
+    let status = run_status(cmd)?;
+    if !status.success() {
+        bail!("`{}` failed ({status})", display(cmd));
+    }
+    Ok(())
+}
+
+/// Runs `cmd` like [`run`] but hands back its exit status instead of judging it.
+pub(crate) fn run_status(cmd: &mut Command) -> Result<ExitStatus> {
+    eprintln!("$ {}", display(cmd));
+    cmd.status()
+        .with_context(|| format!("could not start `{}`", display(cmd)))
+}
+
+/// Runs `cmd` with all output discarded and says whether it started and exited successfully.
+/// For probes such as `cargo fuzz --version`.
+pub(crate) fn succeeds_quietly(cmd: &mut Command) -> bool {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A shell-like rendering of `cmd` for logs: environment overrides, a `cd` when it runs away
+/// from the workspace root, the program's file name (not the full `$CARGO` path) and its
+/// arguments, quoted where needed.
+pub(crate) fn display(cmd: &Command) -> String {
+    let mut parts = Vec::new();
+    if let Some(dir) = cmd.get_current_dir() {
+        let root = workspace_root();
+        if dir != root {
+            let shown = dir.strip_prefix(&root).unwrap_or(dir);
+            parts.push(format!("cd {} &&", quote(shown.as_os_str())));
+        }
+    }
+    for (key, value) in cmd.get_envs() {
+        if let Some(value) = value {
+            parts.push(format!("{}={}", key.to_string_lossy(), quote(value)));
+        }
+    }
+    let program = Path::new(cmd.get_program());
+    parts.push(quote(program.file_name().unwrap_or(program.as_os_str())));
+    parts.extend(cmd.get_args().map(quote));
+    parts.join(" ")
+}
+
+/// `arg` as a shell word: unchanged when it is plain, single-quoted otherwise.
+fn quote(arg: &OsStr) -> String {
+    let s = arg.to_string_lossy();
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_=./:,+@%".contains(c));
+    if plain {
+        s.into_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The files directly in `dir` with their modification times; empty when `dir` does not exist.
+/// Taking this before and after a child process shows which files it created or rewrote.
+pub(crate) fn snapshot(dir: &Path) -> Result<BTreeMap<PathBuf, Option<SystemTime>>> {
+    let mut files = BTreeMap::new();
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(files),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    for entry in entries {
+        let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+        let meta = entry.metadata()?;
+        if meta.is_file() {
+            files.insert(entry.path(), meta.modified().ok());
+        }
+    }
+    Ok(files)
+}
+
+/// The files of `after` that are not in `before` or have changed modification time since.
+pub(crate) fn changed_files(
+    before: &BTreeMap<PathBuf, Option<SystemTime>>,
+    after: &BTreeMap<PathBuf, Option<SystemTime>>,
+) -> Vec<PathBuf> {
+    after
+        .iter()
+        .filter(|(path, mtime)| before.get(*path) != Some(*mtime))
+        .map(|(path, _)| path.clone())
+        .collect()
+}
+
+/// `path` relative to the workspace root when it lies below it, for messages.
+pub(crate) fn relative(path: &Path) -> String {
+    let root = workspace_root();
+    path.strip_prefix(&root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_shows_env_dir_and_quotes() {
+        let mut cmd = Command::new("/usr/local/bin/cargo");
+        cmd.current_dir(workspace_root().join("fuzz"))
+            .env("RUSTDOCFLAGS", "-D warnings")
+            .args(["doc", "--workspace", "it's"]);
+        assert_eq!(
+            display(&cmd),
+            r"cd fuzz && RUSTDOCFLAGS='-D warnings' cargo doc --workspace 'it'\''s'"
+        );
+    }
+
+    #[test]
+    fn workspace_root_holds_the_workspace_manifest() {
+        let manifest = fs::read_to_string(workspace_root().join("Cargo.toml"))
+            .expect("root manifest is readable");
+        assert!(manifest.contains("[workspace]"));
+    }
+}
