@@ -23,6 +23,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -34,6 +35,8 @@ use smallvec::SmallVec;
 use tuplekv_codec::{ByteRange, Key, Selector};
 
 use crate::atomic::{Atomic, AtomicWrite, CommitResult, Conflict, FailedCheck, MutationKind};
+use crate::durable::fs::{FileSystem, OsFs};
+use crate::durable::{self, Durability, LogSink, OpenDir, RecoveryReport, Wal};
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
 use crate::limits::*;
@@ -72,7 +75,7 @@ pub(crate) struct Chain {
 
 impl Chain {
     /// The newest version at or below `at`.
-    fn at(&self, at: u64) -> Option<&Version> {
+    pub(crate) fn at(&self, at: u64) -> Option<&Version> {
         self.versions.iter().find(|v| v.version <= at)
     }
 }
@@ -103,12 +106,28 @@ pub struct Options {
     /// snapshots no longer need (default: yes). Without it, memory is still reclaimed when a key
     /// is written again, and by [`Database::reclaim_now`].
     pub background_reclaim: bool,
+    /// How commits reach the disk, for [`Database::open`] (default [`Durability::Sync`]).
+    /// Ignored in memory.
+    pub durability: Durability,
+    /// A checkpoint starts once the log has grown by this many bytes since the last one
+    /// (default [`CHECKPOINT_AFTER_BYTES_DEFAULT`]). Smaller means faster recovery and less
+    /// disk, larger means less checkpoint work.
+    pub checkpoint_after_bytes: u64,
+    /// The file system a durable database uses (default: the operating system's). A seam for
+    /// fault-injection tests; see [`FaultyFs`](crate::durable::fs::FaultyFs).
+    pub fs: Arc<dyn FileSystem>,
 }
+
+/// Default of [`Options::checkpoint_after_bytes`]: 64 MiB.
+pub const CHECKPOINT_AFTER_BYTES_DEFAULT: u64 = 64 << 20;
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             background_reclaim: true,
+            durability: Durability::Sync,
+            checkpoint_after_bytes: CHECKPOINT_AFTER_BYTES_DEFAULT,
+            fs: Arc::new(OsFs),
         }
     }
 }
@@ -124,6 +143,8 @@ pub(crate) struct Inner {
     pub(crate) visible: AtomicU64,
     pub(crate) snapshots: Mutex<Registry>,
     pub(crate) reclaimer: Reclaimer,
+    /// The write-ahead log, for a durable database.
+    pub(crate) wal: Option<Arc<Wal>>,
 }
 
 /// An in-memory, ordered, transactional key-value store with Deno KV's data model.
@@ -144,6 +165,11 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct Database {
     pub(crate) inner: Arc<Inner>,
+    /// For a durable database: the directory lock and the log thread, released with the last
+    /// handle.
+    open: Option<Arc<OpenDir>>,
+    /// What recovery found, for a durable database.
+    report: Option<Arc<RecoveryReport>>,
 }
 
 impl std::fmt::Debug for Database {
@@ -169,11 +195,121 @@ impl Database {
             visible: AtomicU64::new(0),
             snapshots: Mutex::new(Registry::default()),
             reclaimer: Reclaimer::default(),
+            wal: None,
         });
         if options.background_reclaim {
             Reclaimer::spawn(&inner);
         }
-        Database { inner }
+        Database {
+            inner,
+            open: None,
+            report: None,
+        }
+    }
+
+    /// Opens the durable database in directory `dir`, creating it if needed: the in-memory
+    /// engine, backed by a write-ahead log and checkpoints (see [`durable`](crate::durable)).
+    /// Recovery loads the newest checkpoint and replays the log; what it found is in
+    /// [`Database::recovery_report`]. Versionstamps continue above everything recovered.
+    ///
+    /// Only one handle may have a directory open at a time, across processes: clone the
+    /// `Database` to share it. The directory is released when the last clone is dropped (or
+    /// [`Database::close`]d).
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, Options, key};
+    ///
+    /// let dir = std::env::temp_dir().join(format!("tuplekv-doc-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// let db = Database::open(&dir, Options::default())?;
+    /// let vs = db.set(&key!["users", 1], b"Ada")?;
+    /// db.close()?;
+    ///
+    /// let db = Database::open(&dir, Options::default())?;
+    /// assert_eq!(db.get(&key!["users", 1])?.map(|e| e.versionstamp), Some(vs));
+    /// assert!(db.set(&key!["users", 2], b"Grace")? > vs);
+    /// # db.close()?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Locked`] if the directory is open elsewhere, [`Error::Corrupt`] if a file is
+    /// damaged beyond a torn tail (naming the file and offset), [`Error::Io`] for I/O errors.
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Database, Error> {
+        let recovered = durable::recover(dir.as_ref(), &options)?;
+        let map = SkipMap::new();
+        let mut expiring = Vec::new();
+        for (key, version) in recovered.entries {
+            if let Some(deadline) = version.expires_at {
+                expiring.push((deadline, key.clone()));
+            }
+            map.insert(key, ArcSwap::from_pointee(durable::chain_of(version)));
+        }
+        let inner = Arc::new(Inner {
+            map,
+            commit: Mutex::new(recovered.last),
+            visible: AtomicU64::new(recovered.last),
+            snapshots: Mutex::new(Registry::default()),
+            reclaimer: Reclaimer::default(),
+            wal: Some(recovered.wal),
+        });
+        for (deadline, key) in expiring {
+            inner.reclaimer.schedule_expiry(deadline, key);
+        }
+        if options.background_reclaim {
+            Reclaimer::spawn(&inner);
+        }
+        durable::start_background(&recovered.open, &inner);
+        Ok(Database {
+            inner,
+            open: Some(recovered.open),
+            report: Some(Arc::new(recovered.report)),
+        })
+    }
+
+    /// What recovery found when this durable database was opened; `None` in memory.
+    pub fn recovery_report(&self) -> Option<&RecoveryReport> {
+        self.report.as_deref()
+    }
+
+    /// Writes a checkpoint now (a durable database writes them in the background as its log
+    /// grows) and returns the version it captured; `None` in memory or when a checkpoint is
+    /// already running.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the checkpoint could not be written; the log is untouched then.
+    pub fn checkpoint(&self) -> Result<Option<Versionstamp>, Error> {
+        match &self.inner.wal {
+            Some(wal) => wal.checkpoint(&self.inner),
+            None => Ok(None),
+        }
+    }
+
+    /// Syncs the log now; useful in [`Durability::Buffered`] mode before a planned stop.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the sync fails.
+    pub fn sync(&self) -> Result<(), Error> {
+        match &self.inner.wal {
+            Some(wal) => wal.sync_now(),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes this handle. When it is the last one on a durable database, stops the log
+    /// thread, syncs, and releases the directory, reporting a failed final sync (dropping the
+    /// last handle does the same, but can only log the error).
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the final sync fails.
+    pub fn close(self) -> Result<(), Error> {
+        let Database { inner, open, .. } = self;
+        drop(inner);
+        match open.and_then(Arc::into_inner) {
+            Some(open) => open.close(),
+            None => Ok(()),
+        }
     }
 
     /// The entry at `key`, or `None` if it is absent, deleted or expired.
@@ -430,8 +566,14 @@ fn apply(
 
 impl Inner {
     /// The oldest version some reader may still need: the oldest open snapshot, or `last`.
-    pub(crate) fn watermark(&self, last: u64) -> u64 {
-        self.snapshots.lock().oldest().map_or(last, |s| s.min(last))
+    pub(crate) fn watermark(&self) -> u64 {
+        // The last *published* version: a durable commit batch writes versions above it that
+        // readers must not see yet, and readers at it need the newest version at or below it.
+        let visible = self.visible.load(Ordering::Acquire);
+        self.snapshots
+            .lock()
+            .oldest()
+            .map_or(visible, |s| s.min(visible))
     }
 
     /// Reads `key` at version `at` (which must be registered or be the latest published).
@@ -520,12 +662,62 @@ impl Inner {
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
         validate(&write)?;
+        if let Some(wal) = &self.wal {
+            return wal.submit(self, write);
+        }
+        let mut last = self.commit.lock();
+        let result = self.apply_write(write, &mut last, None)?;
+        self.publish(*last);
+        drop(last);
+        self.reclaimer.wake_if_pending();
+        Ok(result)
+    }
+
+    /// Makes every version up to `version` visible to readers. Called with the commit lock.
+    pub(crate) fn publish(&self, version: u64) {
+        self.visible.store(version, Ordering::Release);
+    }
+
+    /// Removes every version above `published` from `keys` (and keys left with none): undoes
+    /// a durable commit batch whose log write failed. Called with the commit lock held, before
+    /// anything above `published` was published.
+    pub(crate) fn roll_back(&self, keys: &[KeyBytes], published: u64) {
+        for key in keys {
+            let Some(slot) = self.map.get(key.as_slice()) else {
+                continue;
+            };
+            let old = slot.value().load();
+            if old.versions.iter().all(|v| v.version <= published) {
+                continue;
+            }
+            let versions: SmallVec<[Version; 1]> = old
+                .versions
+                .iter()
+                .filter(|v| v.version <= published)
+                .cloned()
+                .collect();
+            if versions.is_empty() {
+                slot.remove();
+            } else {
+                slot.value().store(Arc::new(Chain { versions }));
+            }
+        }
+    }
+
+    /// Checks and applies one validated operation at version `*last + 1`, without publishing
+    /// it; on success `*last` is that version. With `log`, also appends its log record and
+    /// the keys it wrote. Called with the commit lock held (`last` is its guard's value).
+    pub(crate) fn apply_write(
+        &self,
+        write: AtomicWrite,
+        last: &mut u64,
+        log: Option<&mut LogSink>,
+    ) -> Result<CommitResult, Error> {
         let AtomicWrite {
             checks,
             range_checks,
             mutations,
         } = write;
-        let mut last = self.commit.lock();
         let mut now = None;
 
         // Each key is looked up in the map once per commit: the slot found for a check is
@@ -593,6 +785,15 @@ impl Inner {
         }
 
         let version = *last + 1;
+        if let Some(log) = log {
+            log.frames.commit(
+                version,
+                staged
+                    .iter()
+                    .map(|(k, s, _)| (k.as_slice(), s.as_ref().map(|(v, e)| (v, *e)))),
+            );
+            log.touched.extend(staged.iter().map(|(k, _, _)| k.clone()));
+        }
         let mut watermark = None;
         for (key, result, slot) in staged {
             let (value, expires_at) = match result {
@@ -604,12 +805,9 @@ impl Inner {
                 value,
                 expires_at,
             };
-            self.write_version(key, new, slot, *last, &mut watermark);
+            self.write_version(key, new, slot, &mut watermark);
         }
-        self.visible.store(version, Ordering::Release);
         *last = version;
-        drop(last);
-        self.reclaimer.wake_if_pending();
         Ok(CommitResult::Committed {
             versionstamp: Versionstamp::from_version(version),
         })
@@ -622,7 +820,6 @@ impl Inner {
         key: KeyBytes,
         new: Version,
         slot: Option<Slot<'_>>,
-        last: u64,
         watermark: &mut Option<u64>,
     ) {
         let tombstone = new.value.is_none();
@@ -641,7 +838,7 @@ impl Inner {
             return;
         };
         let old = slot.value().load();
-        let wm = *watermark.get_or_insert_with(|| self.watermark(last));
+        let wm = *watermark.get_or_insert_with(|| self.watermark());
         let mut versions: SmallVec<[Version; 1]> =
             SmallVec::with_capacity(1 + old.versions.len().min(2));
         versions.push(new);
@@ -745,7 +942,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    fn register(inner: &Arc<Inner>) -> Snapshot {
+    pub(crate) fn register(inner: &Arc<Inner>) -> Snapshot {
         let mut registry = inner.snapshots.lock();
         // Read the version under the registry lock, so no writer can compute a watermark
         // above it between the read and the registration.

@@ -1,5 +1,8 @@
 //! The engine's error type. Messages start with Deno KV's text and add the numbers.
 
+use std::io::ErrorKind;
+use std::path::PathBuf;
+
 use thiserror::Error;
 use tuplekv_codec::{DecodeError, SelectorError};
 
@@ -97,5 +100,31 @@ pub enum Error {
     TransactionConflict {
         /// How many times it ran.
         attempts: u32,
+    },
+    /// A file operation of a durable database failed. The commit that met it was not applied.
+    #[error("I/O error {context}: {message}")]
+    Io {
+        /// What was being done, and to which file.
+        context: String,
+        /// The operating system's error kind.
+        kind: ErrorKind,
+        /// The operating system's message.
+        message: String,
+    },
+    /// The database directory is already open, in this process or another.
+    #[error("database directory {} is already open (locked by another handle or process)", path.display())]
+    Locked {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A durable file is damaged where damage cannot be a torn write from a crash.
+    #[error("{} is corrupt at offset {offset}: {reason}", path.display())]
+    Corrupt {
+        /// The damaged file.
+        path: PathBuf,
+        /// The offset of the first bad byte.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
     },
 }

@@ -29,6 +29,7 @@
 
 mod atomic;
 mod db;
+pub mod durable;
 mod error;
 mod key_bytes;
 pub mod limits;
@@ -42,7 +43,8 @@ pub use atomic::{
     Atomic, AtomicWrite, Check, CommitResult, Conflict, FailedCheck, Mutation, MutationKind,
     RangeCheck,
 };
-pub use db::{Database, Options, Snapshot, Stats};
+pub use db::{CHECKPOINT_AFTER_BYTES_DEFAULT, Database, Options, Snapshot, Stats};
+pub use durable::{Durability, RecoveryReport};
 pub use error::Error;
 pub use key_bytes::KeyBytes;
 pub use list::{ListCursor, ListIter, ListOptions};

@@ -154,8 +154,8 @@ impl Inner {
         };
         let mut leftover = Vec::new();
         for batch in keys.chunks(BATCH) {
-            let last = self.commit.lock();
-            let watermark = self.watermark(*last);
+            let _commit = self.commit.lock();
+            let watermark = self.watermark();
             for key in batch {
                 if self.prune(key, watermark, now) {
                     leftover.push(key.clone());

@@ -94,6 +94,7 @@ fn overwrite_and_sum_clear_the_deadline() {
 fn expired_values_are_reclaimed() {
     let db = Database::with_options(Options {
         background_reclaim: false,
+        ..Options::default()
     });
     let a = (0..1000).fold(db.atomic(), |a, i| {
         a.set_with_expiry(&key!["e", i], b"v", NOW)

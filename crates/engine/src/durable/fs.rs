@@ -1,0 +1,307 @@
+//! The file-system seam: every file operation of the write-ahead log, the checkpoints and
+//! recovery goes through [`FileSystem`], so tests can put faults (short writes, `ENOSPC`,
+//! failing `fsync`) between the engine and the disk. [`OsFs`] is the real thing and the
+//! default; [`FaultyFs`] wraps it with programmable faults.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// A file opened for appending: the log's current segment, or a checkpoint being written.
+pub trait WritableFile: Send {
+    /// Writes all of `buf` at the end of the file.
+    ///
+    /// # Errors
+    /// Any I/O error; part of `buf` may have been written.
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Makes everything written so far durable (`fdatasync`).
+    ///
+    /// # Errors
+    /// Any I/O error; what was written since the last successful sync is then in doubt.
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Cuts the file to `len` bytes (used to drop a failed or torn tail).
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+}
+
+/// The operations the durable engine performs on its directory.
+pub trait FileSystem: Send + Sync + fmt::Debug + 'static {
+    /// Creates `dir` and its parents if they are missing.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Takes an exclusive advisory lock on `dir`, held until the returned guard is dropped.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::WouldBlock`] when another process (or handle) holds it.
+    fn lock_dir(&self, dir: &Path) -> io::Result<Box<dyn Send + Sync>>;
+    /// The names of the files in `dir`.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Opens `path` for reading.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>>;
+    /// Opens `path` for appending, creating it if needed, or emptying it first with
+    /// `truncate`.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn open_append(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WritableFile>>;
+    /// The length of `path` in bytes.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn len(&self, path: &Path) -> io::Result<u64>;
+    /// Renames `from` to `to`, replacing `to`.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Deletes `path`.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// The operating system's file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OsFs;
+
+/// A plain [`File`] as a [`WritableFile`].
+struct OsFile(File);
+
+impl WritableFile for OsFile {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.0.write_all(buf)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+}
+
+impl FileSystem for OsFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+
+    fn lock_dir(&self, dir: &Path) -> io::Result<Box<dyn Send + Sync>> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(super::LOCK_FILE))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Box::new(file)),
+            Err(TryLockError::WouldBlock) => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "the directory is locked by another open database",
+            )),
+            Err(TryLockError::Error(e)) => Err(e),
+        }
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        Ok(names)
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
+        Ok(Box::new(File::open(path)?))
+    }
+
+    fn open_append(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WritableFile>> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        if truncate {
+            file.set_len(0)?;
+        }
+        Ok(Box::new(OsFile(file)))
+    }
+
+    fn len(&self, path: &Path) -> io::Result<u64> {
+        Ok(fs::metadata(path)?.len())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
+/// Faults [`FaultyFs`] injects; shared between the file system and the test that drives it.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Bytes that may still be written before writes fail with `ENOSPC` (`u64::MAX`: no
+    /// limit). A write that crosses the limit writes the bytes up to it, then fails: a short
+    /// write.
+    write_budget: AtomicU64,
+    /// When set, every `sync_data` fails.
+    fail_sync: AtomicBool,
+    /// When set, every `rename` fails (checkpoints cannot be published).
+    fail_rename: AtomicBool,
+}
+
+impl Faults {
+    /// No faults.
+    pub fn new() -> Arc<Faults> {
+        let faults = Faults::default();
+        faults.write_budget.store(u64::MAX, Ordering::SeqCst);
+        Arc::new(faults)
+    }
+
+    /// Lets `bytes` more bytes be written, then fails writes as a full disk does.
+    pub fn disk_full_after(&self, bytes: u64) {
+        self.write_budget.store(bytes, Ordering::SeqCst);
+    }
+
+    /// Space is back: writes succeed again.
+    pub fn disk_has_space(&self) {
+        self.write_budget.store(u64::MAX, Ordering::SeqCst);
+    }
+
+    /// Makes every `fsync` fail (`true`) or succeed (`false`).
+    pub fn fail_sync(&self, fail: bool) {
+        self.fail_sync.store(fail, Ordering::SeqCst);
+    }
+
+    /// Makes every rename fail (`true`) or succeed (`false`).
+    pub fn fail_rename(&self, fail: bool) {
+        self.fail_rename.store(fail, Ordering::SeqCst);
+    }
+}
+
+/// [`OsFs`] with the faults of a shared [`Faults`] switched in, for tests.
+#[derive(Debug, Clone)]
+pub struct FaultyFs {
+    faults: Arc<Faults>,
+}
+
+impl FaultyFs {
+    /// A file system that injects `faults`.
+    pub fn new(faults: Arc<Faults>) -> FaultyFs {
+        FaultyFs { faults }
+    }
+}
+
+fn enospc() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::StorageFull,
+        "no space left on device (injected)",
+    )
+}
+
+/// A file whose writes and syncs obey [`Faults`].
+struct FaultyFile {
+    file: Box<dyn WritableFile>,
+    faults: Arc<Faults>,
+}
+
+impl WritableFile for FaultyFile {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        let len = buf.len() as u64;
+        let budget = &self.faults.write_budget;
+        let mut left = budget.load(Ordering::SeqCst);
+        loop {
+            if left == u64::MAX {
+                return self.file.write_all(buf);
+            }
+            let take = left.min(len);
+            match budget.compare_exchange(left, left - take, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => break,
+                Err(now) => left = now,
+            }
+        }
+        let take = left.min(len);
+        let cut = usize::try_from(take).unwrap_or(buf.len());
+        self.file.write_all(&buf[..cut])?;
+        if take < len { Err(enospc()) } else { Ok(()) }
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        if self.faults.fail_sync.load(Ordering::SeqCst) {
+            return Err(io::Error::other("fsync failed (injected)"));
+        }
+        self.file.sync_data()
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+}
+
+impl FileSystem for FaultyFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        OsFs.create_dir_all(dir)
+    }
+
+    fn lock_dir(&self, dir: &Path) -> io::Result<Box<dyn Send + Sync>> {
+        OsFs.lock_dir(dir)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        OsFs.list(dir)
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
+        OsFs.open_read(path)
+    }
+
+    fn open_append(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WritableFile>> {
+        Ok(Box::new(FaultyFile {
+            file: OsFs.open_append(path, truncate)?,
+            faults: Arc::clone(&self.faults),
+        }))
+    }
+
+    fn len(&self, path: &Path) -> io::Result<u64> {
+        OsFs.len(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        if self.faults.fail_rename.load(Ordering::SeqCst) {
+            return Err(io::Error::other("rename failed (injected)"));
+        }
+        OsFs.rename(from, to)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        OsFs.remove(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        OsFs.sync_dir(dir)
+    }
+}

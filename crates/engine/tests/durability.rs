@@ -1,0 +1,505 @@
+//! Durability: reopen, checkpoints, torn tails, corruption, fault injection, locking, and a
+//! model test with reopen steps. The SIGKILL crash test is in `crash.rs`.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tuplekv_engine::durable::fs::{Faults, FaultyFs};
+use tuplekv_engine::{
+    ByteRange, Database, Durability, Error, Options, ReadView, Value, Versionstamp, key,
+};
+use tuplekv_testkit::config::proptest_config;
+
+fn options() -> Options {
+    Options {
+        background_reclaim: false,
+        ..Options::default()
+    }
+}
+
+/// Every live entry, in key order: (key bytes, value, versionstamp).
+fn dump(db: &Database) -> Vec<(Vec<u8>, Value, Versionstamp)> {
+    let all = ByteRange {
+        start: vec![],
+        end: vec![0xff],
+    };
+    db.snapshot()
+        .scan(&all, false, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.key.to_vec(), e.value, e.versionstamp))
+        .collect()
+}
+
+fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .collect();
+    v.sort();
+    v
+}
+
+fn newest_segment(dir: &Path) -> PathBuf {
+    files(dir, "log").pop().unwrap()
+}
+
+#[test]
+fn reopen_keeps_every_commit_and_stamps_continue_above_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    let mut last = Versionstamp::ZERO;
+    for i in 0..100u64 {
+        last = db.set(&key!["k", i], format!("v{i}").as_bytes()).unwrap();
+    }
+    assert!(
+        db.atomic()
+            .sum(&key!["n"], 5)
+            .commit()
+            .unwrap()
+            .is_committed()
+    );
+    db.delete(&key!["k", 7u64]).unwrap();
+    let before = dump(&db);
+    db.close().unwrap();
+
+    let db = Database::open(dir.path(), options()).unwrap();
+    assert_eq!(dump(&db), before);
+    let report = db.recovery_report().unwrap();
+    assert_eq!(report.records_replayed, 102);
+    assert_eq!(report.truncated, None);
+    let next = db.set(&key!["after"], b"x").unwrap();
+    assert!(next > last && next > report.last_versionstamp);
+}
+
+#[test]
+fn second_open_of_an_open_directory_is_refused_until_it_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    let clone = db.clone();
+    let err = Database::open(dir.path(), options()).unwrap_err();
+    assert!(matches!(err, Error::Locked { .. }), "{err}");
+    assert!(err.to_string().contains("already open"));
+    drop(db);
+    // A clone still holds it.
+    assert!(matches!(
+        Database::open(dir.path(), options()),
+        Err(Error::Locked { .. })
+    ));
+    drop(clone);
+    Database::open(dir.path(), options()).unwrap();
+}
+
+#[test]
+fn expiry_deadlines_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    let res = db
+        .atomic()
+        .set_with_expiry(&key!["short"], b"s", Duration::from_millis(30))
+        .set_with_expiry(&key!["long"], b"l", Duration::from_secs(3600))
+        .commit()
+        .unwrap();
+    assert!(res.is_committed());
+    db.close().unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    let db = Database::open(dir.path(), options()).unwrap();
+    assert_eq!(db.get(&key!["short"]).unwrap(), None);
+    assert!(db.get(&key!["long"]).unwrap().is_some());
+    // Also through a checkpoint.
+    db.checkpoint().unwrap();
+    db.close().unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    assert!(db.get(&key!["long"]).unwrap().is_some());
+    assert_eq!(db.get(&key!["short"]).unwrap(), None);
+}
+
+#[test]
+fn checkpoints_bound_the_log_and_recovery_starts_from_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        checkpoint_after_bytes: 16 << 10,
+        ..options()
+    };
+    let db = Database::open(dir.path(), opts.clone()).unwrap();
+    // Overwrite 50 keys many times: live data stays small while the log grows.
+    for round in 0..40u64 {
+        let a = (0..50u64).fold(db.atomic(), |a, i| {
+            a.set(&key!["k", i], format!("{round:>40}").as_bytes())
+        });
+        assert!(a.commit().unwrap().is_committed());
+    }
+    let stamp = db.checkpoint().unwrap().unwrap();
+    db.set(&key!["after-checkpoint"], b"x").unwrap();
+    let before = dump(&db);
+    db.close().unwrap();
+
+    assert_eq!(files(dir.path(), "ckpt").len(), 1);
+    assert!(
+        files(dir.path(), "log").len() <= 2,
+        "{:?}",
+        files(dir.path(), "log")
+    );
+    let total: u64 = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(total < 64 << 10, "directory holds {total} bytes");
+
+    let db = Database::open(dir.path(), opts).unwrap();
+    let report = db.recovery_report().unwrap();
+    assert_eq!(report.checkpoint, Some(stamp));
+    assert_eq!(report.checkpoint_entries, 50);
+    assert_eq!(report.records_replayed, 1);
+    assert_eq!(dump(&db), before);
+}
+
+#[test]
+fn background_checkpoint_runs_while_commits_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        checkpoint_after_bytes: 8 << 10,
+        durability: Durability::Buffered {
+            interval: Duration::from_millis(5),
+        },
+        ..options()
+    };
+    let db = Database::open(dir.path(), opts.clone()).unwrap();
+    for i in 0..3000u64 {
+        db.set(&key!["k", i % 100], format!("{i:>30}").as_bytes())
+            .unwrap();
+    }
+    // Give the background thread a moment to finish a checkpoint; then the log is bounded.
+    for _ in 0..200 {
+        if !files(dir.path(), "ckpt").is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!files(dir.path(), "ckpt").is_empty());
+    let before = dump(&db);
+    db.close().unwrap();
+    let db = Database::open(dir.path(), opts).unwrap();
+    assert_eq!(dump(&db), before);
+}
+
+/// Writes `n` single-key commits and closes; returns the acknowledged stamps.
+fn write_commits(dir: &Path, n: u64) -> Vec<Versionstamp> {
+    let db = Database::open(dir, options()).unwrap();
+    let stamps = (0..n)
+        .map(|i| db.set(&key!["k", i], b"some value").unwrap())
+        .collect();
+    db.close().unwrap();
+    stamps
+}
+
+#[test]
+fn a_torn_tail_is_cut_at_every_possible_length() {
+    let dir = tempfile::tempdir().unwrap();
+    write_commits(dir.path(), 3);
+    let seg = newest_segment(dir.path());
+    let whole = fs::read(&seg).unwrap();
+    // The last record starts where the log of two commits ends.
+    let probe = tempfile::tempdir().unwrap();
+    write_commits(probe.path(), 2);
+    let two = fs::read(newest_segment(probe.path())).unwrap().len();
+    for cut in two + 1..whole.len() {
+        fs::write(&seg, &whole[..cut]).unwrap();
+        let db = Database::open(dir.path(), options()).unwrap();
+        assert_eq!(db.get(&key!["k", 2u64]).unwrap(), None, "cut at {cut}");
+        assert!(db.get(&key!["k", 1u64]).unwrap().is_some());
+        let (path, offset, dropped) = db.recovery_report().unwrap().truncated.clone().unwrap();
+        assert_eq!(
+            (path, offset, dropped),
+            (seg.clone(), two as u64, (cut - two) as u64)
+        );
+        db.close().unwrap();
+        // The cut is persistent: the file now ends at the last good record.
+        assert_eq!(fs::read(&seg).unwrap().len(), two);
+    }
+}
+
+#[test]
+fn a_bit_flip_in_the_last_record_is_cut_as_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    write_commits(dir.path(), 3);
+    let seg = newest_segment(dir.path());
+    let mut bytes = fs::read(&seg).unwrap();
+    let last = bytes.len() - 3;
+    bytes[last] ^= 0x10;
+    fs::write(&seg, &bytes).unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    assert!(db.recovery_report().unwrap().truncated.is_some());
+    assert_eq!(db.get(&key!["k", 2u64]).unwrap(), None);
+    assert!(db.get(&key!["k", 1u64]).unwrap().is_some());
+}
+
+#[test]
+fn a_bit_flip_in_the_middle_of_the_log_is_an_error_naming_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    write_commits(dir.path(), 10);
+    let seg = newest_segment(dir.path());
+    let mut bytes = fs::read(&seg).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    fs::write(&seg, &bytes).unwrap();
+    let err = Database::open(dir.path(), options()).unwrap_err();
+    let Error::Corrupt { path, offset, .. } = &err else {
+        panic!("expected Corrupt, got {err}");
+    };
+    assert_eq!(path, &seg);
+    assert!(*offset <= middle as u64 && *offset >= 16, "{err}");
+    assert!(err.to_string().contains("corrupt at offset"), "{err}");
+    // Nothing was changed: the file is as it was.
+    assert_eq!(fs::read(&seg).unwrap(), bytes);
+}
+
+#[test]
+fn a_damaged_checkpoint_is_an_error_not_an_empty_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    for i in 0..20u64 {
+        db.set(&key!["k", i], b"v").unwrap();
+    }
+    db.checkpoint().unwrap();
+    db.close().unwrap();
+    let ckpt = files(dir.path(), "ckpt").pop().unwrap();
+    let mut bytes = fs::read(&ckpt).unwrap();
+    bytes[40] ^= 0x80;
+    fs::write(&ckpt, &bytes).unwrap();
+    let err = Database::open(dir.path(), options()).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupt { path, .. } if *path == ckpt),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_full_disk_fails_the_commit_changes_nothing_and_writes_resume_when_space_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let opts = Options {
+        fs: Arc::new(FaultyFs::new(Arc::clone(&faults))),
+        ..options()
+    };
+    let db = Database::open(dir.path(), opts.clone()).unwrap();
+    let good = db.set(&key!["a"], b"1").unwrap();
+    let before = dump(&db);
+    // A short write: some bytes of the record reach the file, then ENOSPC.
+    faults.disk_full_after(10);
+    let err = db.set(&key!["b"], b"2").unwrap_err();
+    assert!(
+        matches!(&err, Error::Io { kind, .. } if *kind == std::io::ErrorKind::StorageFull),
+        "{err}"
+    );
+    let err = db
+        .atomic()
+        .check(&key!["a"], Some(good))
+        .sum(&key!["n"], 1)
+        .commit()
+        .unwrap_err();
+    assert!(matches!(err, Error::Io { .. }));
+    // Memory does not show the failed commits; reads work.
+    assert_eq!(dump(&db), before);
+    assert_eq!(db.get(&key!["b"]).unwrap(), None);
+    faults.disk_has_space();
+    let later = db.set(&key!["c"], b"3").unwrap();
+    assert!(later > good);
+    let after = dump(&db);
+    db.close().unwrap();
+    let db = Database::open(dir.path(), opts).unwrap();
+    assert_eq!(dump(&db), after);
+    assert_eq!(db.recovery_report().unwrap().truncated, None);
+}
+
+#[test]
+fn a_failed_fsync_fails_the_commit_and_nothing_unacknowledged_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let opts = Options {
+        fs: Arc::new(FaultyFs::new(Arc::clone(&faults))),
+        ..options()
+    };
+    let db = Database::open(dir.path(), opts.clone()).unwrap();
+    db.set(&key!["a"], b"1").unwrap();
+    let before = dump(&db);
+    faults.fail_sync(true);
+    assert!(matches!(db.set(&key!["b"], b"2"), Err(Error::Io { .. })));
+    assert!(matches!(db.set(&key!["b"], b"2"), Err(Error::Io { .. })));
+    assert_eq!(dump(&db), before);
+    faults.fail_sync(false);
+    db.set(&key!["c"], b"3").unwrap();
+    let after = dump(&db);
+    db.close().unwrap();
+    let db = Database::open(dir.path(), opts).unwrap();
+    assert_eq!(dump(&db), after);
+    assert_eq!(db.get(&key!["b"]).unwrap(), None);
+}
+
+#[test]
+fn a_failed_checkpoint_leaves_the_log_and_data_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let opts = Options {
+        fs: Arc::new(FaultyFs::new(Arc::clone(&faults))),
+        ..options()
+    };
+    let db = Database::open(dir.path(), opts.clone()).unwrap();
+    for i in 0..10u64 {
+        db.set(&key!["k", i], b"v").unwrap();
+    }
+    faults.fail_rename(true);
+    assert!(matches!(db.checkpoint(), Err(Error::Io { .. })));
+    db.set(&key!["k", 99u64], b"v").unwrap();
+    faults.fail_rename(false);
+    let before = dump(&db);
+    db.close().unwrap();
+    let db = Database::open(dir.path(), opts).unwrap();
+    assert_eq!(dump(&db), before);
+    // The interrupted checkpoint's temporary file was cleaned up.
+    assert!(files(dir.path(), "tmp").is_empty());
+}
+
+#[test]
+fn concurrent_committers_are_all_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    let stamps: Vec<Vec<Versionstamp>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8u64)
+            .map(|t| {
+                let db = db.clone();
+                s.spawn(move || {
+                    (0..50u64)
+                        .map(|i| {
+                            db.atomic()
+                                .sum(&key!["total"], 1)
+                                .set(&key!["t", t, i], b"x")
+                                .commit()
+                                .unwrap()
+                                .versionstamp()
+                                .unwrap()
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: Vec<Versionstamp> = stamps.into_iter().flatten().collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 400, "every commit got its own stamp");
+    db.close().unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    assert_eq!(
+        db.get(&key!["total"]).unwrap().unwrap().value,
+        Value::U64(400)
+    );
+    assert_eq!(dump(&db).len(), 401);
+}
+
+#[test]
+fn buffered_commits_survive_a_clean_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        durability: Durability::Buffered {
+            interval: Duration::from_millis(50),
+        },
+        ..options()
+    };
+    let db = Database::open(dir.path(), opts.clone()).unwrap();
+    for i in 0..100u64 {
+        db.set(&key!["k", i], b"v").unwrap();
+    }
+    let before = dump(&db);
+    drop(db);
+    let db = Database::open(dir.path(), opts).unwrap();
+    assert_eq!(dump(&db), before);
+}
+
+/// One step of the model test.
+#[derive(Debug, Clone)]
+enum Step {
+    Set(u8, u8),
+    Delete(u8),
+    Sum(u8, u64),
+    CheckedSet(u8, u8),
+    Reopen,
+    Checkpoint,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0u8..12, any::<u8>()).prop_map(|(k, v)| Step::Set(k, v)),
+        2 => (0u8..12).prop_map(Step::Delete),
+        2 => (0u8..12, 0u64..5).prop_map(|(k, n)| Step::Sum(k, n)),
+        2 => (0u8..12, any::<u8>()).prop_map(|(k, v)| Step::CheckedSet(k, v)),
+        1 => Just(Step::Reopen),
+        1 => Just(Step::Checkpoint),
+    ]
+}
+
+/// Runs a step on a database; returns its outcome in a comparable form.
+fn run(db: &Database, step: &Step) -> String {
+    match step {
+        Step::Set(k, v) => format!("{:?}", db.set(&key!["k", *k], vec![*v]).map(|_| ())),
+        Step::Delete(k) => format!("{:?}", db.delete(&key!["k", *k]).map(|_| ())),
+        Step::Sum(k, n) => format!(
+            "{:?}",
+            db.atomic()
+                .sum(&key!["k", *k], *n)
+                .commit()
+                .map(|r| r.is_committed())
+        ),
+        Step::CheckedSet(k, v) => {
+            let key = key!["k", *k];
+            let seen = db.get(&key).unwrap().map(|e| e.versionstamp);
+            format!(
+                "{:?}",
+                db.atomic()
+                    .check(&key, seen)
+                    .set(&key, vec![*v])
+                    .commit()
+                    .map(|r| r.is_committed())
+            )
+        }
+        Step::Reopen | Step::Checkpoint => String::new(),
+    }
+}
+
+proptest! {
+    #![proptest_config(proptest_config(24, "durability.txt"))]
+
+    /// Random operations with reopens and checkpoints interleaved, against the in-memory
+    /// engine as the reference: after every step both hold the same entries and stamps.
+    #[test]
+    fn durable_database_matches_the_in_memory_engine_across_reopens(
+        steps in proptest::collection::vec(step(), 1..60)
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let model = Database::with_options(options());
+        let mut db = Some(Database::open(dir.path(), options()).unwrap());
+        for s in &steps {
+            match s {
+                Step::Reopen => {
+                    db.take().unwrap().close().unwrap();
+                    db = Some(Database::open(dir.path(), options()).unwrap());
+                }
+                Step::Checkpoint => {
+                    db.as_ref().unwrap().checkpoint().unwrap();
+                }
+                other => {
+                    let got = run(db.as_ref().unwrap(), other);
+                    let want = run(&model, other);
+                    prop_assert_eq!(got, want, "step {:?}", other);
+                }
+            }
+            prop_assert_eq!(dump(db.as_ref().unwrap()), dump(&model), "after {:?}", s);
+        }
+    }
+}
