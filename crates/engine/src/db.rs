@@ -274,14 +274,14 @@ impl Database {
     }
 
     /// Writes a checkpoint now (a durable database writes them in the background as its log
-    /// grows) and returns the version it captured; `None` in memory or when a checkpoint is
-    /// already running.
+    /// grows) and returns the version it captured; `None` in memory. Waits for a background
+    /// checkpoint that is running, then writes its own.
     ///
     /// # Errors
     /// [`Error::Io`] if the checkpoint could not be written; the log is untouched then.
     pub fn checkpoint(&self) -> Result<Option<Versionstamp>, Error> {
         match &self.inner.wal {
-            Some(wal) => wal.checkpoint(&self.inner),
+            Some(wal) => wal.checkpoint(&self.inner).map(Some),
             None => Ok(None),
         }
     }

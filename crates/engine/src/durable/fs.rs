@@ -27,6 +27,12 @@ pub trait WritableFile: Send {
     /// # Errors
     /// Any I/O error.
     fn set_len(&mut self, len: u64) -> io::Result<()>;
+    /// A second handle on the same file, so a background thread can sync it without holding
+    /// up writers.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn try_clone(&self) -> io::Result<Box<dyn WritableFile>>;
 }
 
 /// The operations the durable engine performs on its directory.
@@ -97,6 +103,10 @@ impl WritableFile for OsFile {
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+
+    fn try_clone(&self) -> io::Result<Box<dyn WritableFile>> {
+        Ok(Box::new(OsFile(self.0.try_clone()?)))
     }
 }
 
@@ -259,6 +269,13 @@ impl WritableFile for FaultyFile {
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
+    }
+
+    fn try_clone(&self) -> io::Result<Box<dyn WritableFile>> {
+        Ok(Box::new(FaultyFile {
+            file: self.file.try_clone()?,
+            faults: Arc::clone(&self.faults),
+        }))
     }
 }
 

@@ -39,7 +39,6 @@ pub(crate) mod record;
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -168,7 +167,7 @@ pub(crate) struct Wal {
     served: Condvar,
     background: Mutex<Background>,
     background_wake: Condvar,
-    checkpointing: AtomicBool,
+    checkpoint_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for Wal {
@@ -322,26 +321,37 @@ impl Wal {
         Ok(())
     }
 
-    /// Syncs the log if anything written is not yet synced.
+    /// Syncs the log if anything written is not yet synced. The sync runs on a second handle
+    /// of the file, outside the segment lock, so committers keep appending meanwhile.
     pub(crate) fn sync_now(&self) -> Result<(), Error> {
-        let mut seg = self.segment.lock();
-        if seg.dirty {
-            seg.file
-                .sync_data()
+        let (mut handle, path) = {
+            let mut seg = self.segment.lock();
+            if !seg.dirty {
+                return Ok(());
+            }
+            let handle = seg
+                .file
+                .try_clone()
                 .map_err(|e| io_error("syncing the log", &seg.path, &e))?;
             seg.dirty = false;
+            (handle, seg.path.clone())
+        };
+        if let Err(e) = handle.sync_data() {
+            // Still unsynced; the next tick (or close) tries again.
+            let mut seg = self.segment.lock();
+            if seg.path == path {
+                seg.dirty = true;
+            }
+            return Err(io_error("syncing the log", &path, &e));
         }
         Ok(())
     }
 
-    /// Writes a checkpoint of the current state and deletes what it replaces.
-    pub(crate) fn checkpoint(&self, inner: &Arc<Inner>) -> Result<Option<Versionstamp>, Error> {
-        if self.checkpointing.swap(true, Ordering::AcqRel) {
-            return Ok(None); // one is running
-        }
-        let result = self.checkpoint_inner(inner);
-        self.checkpointing.store(false, Ordering::Release);
-        result.map(Some)
+    /// Writes a checkpoint of the current state and deletes what it replaces. Waits for a
+    /// checkpoint already running, then writes its own.
+    pub(crate) fn checkpoint(&self, inner: &Arc<Inner>) -> Result<Versionstamp, Error> {
+        let _one_at_a_time = self.checkpoint_lock.lock();
+        self.checkpoint_inner(inner)
     }
 
     fn checkpoint_inner(&self, inner: &Arc<Inner>) -> Result<Versionstamp, Error> {
@@ -510,7 +520,11 @@ impl Wal {
             }
             if checkpoint {
                 let Some(inner) = inner.upgrade() else { return };
-                if let Err(e) = self.checkpoint(&inner) {
+                let result = match self.checkpoint_lock.try_lock() {
+                    Some(_one_at_a_time) => self.checkpoint_inner(&inner).map(|_| ()),
+                    None => Ok(()), // an explicit one is running
+                };
+                if let Err(e) = result {
                     log::error!("tuplekv: checkpoint failed (will retry): {e}");
                     // Retry on a later tick, not in a tight loop.
                     let mut bg = self.background.lock();
@@ -825,7 +839,7 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
         served: Condvar::new(),
         background: Mutex::new(Background::default()),
         background_wake: Condvar::new(),
-        checkpointing: AtomicBool::new(false),
+        checkpoint_lock: Mutex::new(()),
     });
     let now = now_ms();
     let mut entries: Vec<(KeyBytes, Version)> = state
