@@ -61,7 +61,46 @@ fn main() {
         1.0 / percentile(&lat, 0.5).as_secs_f64()
     );
 
-    // 2. Checkpoint stall: commit latency while a checkpoint of 200k entries runs.
+    // 2. Group commit: Sync commits/s of a 2-check-2-set atomic with 1, 4 and 16 committers.
+    let gc = dir.path().join("group-commit");
+    let db = Database::open(&gc, Options::default()).unwrap();
+    for t in [1u64, 4, 16] {
+        let per = 4000 / t;
+        let t0 = Instant::now();
+        std::thread::scope(|s| {
+            for th in 0..t {
+                let db = db.clone();
+                s.spawn(move || {
+                    for i in 0..per {
+                        let (a, b) = (key!["acct", th, i, "a"], key!["acct", th, i, "b"]);
+                        let res = db
+                            .atomic()
+                            .check(&a, None)
+                            .check(&b, None)
+                            .set(&a, vec![1u8; 100])
+                            .set(&b, vec![1u8; 100])
+                            .commit()
+                            .unwrap();
+                        assert!(res.is_committed());
+                    }
+                });
+            }
+        });
+        let rate = (per * t) as f64 / t0.elapsed().as_secs_f64();
+        println!("Sync 2check2set, {t:>2} committers: {rate:>8.0} commits/s");
+        for th in 0..t {
+            for i in 0..per {
+                let a = db
+                    .atomic()
+                    .delete(&key!["acct", th, i, "a"])
+                    .delete(&key!["acct", th, i, "b"]);
+                assert!(a.commit().unwrap().is_committed());
+            }
+        }
+    }
+    db.close().unwrap();
+
+    // 3. Checkpoint stall: commit latency while a checkpoint of 200k entries runs.
     let ck = dir.path().join("checkpoint");
     let db = Database::open(
         &ck,
@@ -112,7 +151,7 @@ fn main() {
     );
     db.close().unwrap();
 
-    // 3. Recovery of a large log (no checkpoint): 1000-mutation commits over 10k keys.
+    // 4. Recovery of a large log (no checkpoint): 1000-mutation commits over 10k keys.
     let rec = dir.path().join("recovery");
     let opts = Options {
         durability: Durability::Buffered {
