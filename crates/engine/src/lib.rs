@@ -23,6 +23,14 @@
 //! - Memory is reclaimed: old versions once no snapshot can see them (at once when no snapshot
 //!   is open), deleted and expired keys in the background.
 //!
+//! # Durability
+//! [`Database::open`] backs the same engine with a write-ahead log and checkpoints in a
+//! directory (module [`durable`]): [`Durability::Sync`] acknowledges a commit once it is on
+//! stable storage, with concurrent committers sharing one sync; [`Durability::Buffered`] syncs
+//! in the background. Recovery loads the newest checkpoint, replays the log, cuts a torn tail,
+//! and refuses mid-log damage with [`Error::Corrupt`]. An I/O error fails the commit that met
+//! it and leaves memory as it was.
+//!
 //! Where Deno differs: an operation whose mutation fails (e.g. `sum` on a non-`U64`) writes
 //! nothing here, while Deno keeps the earlier mutations; a failed check is reported with
 //! *which* checks failed; expired values disappear at their deadline, not up to a minute later.
