@@ -663,7 +663,7 @@ impl Inner {
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
         validate(&write)?;
         if let Some(wal) = &self.wal {
-            return wal.submit(self, write);
+            return wal.commit(self, write);
         }
         let mut last = self.commit.lock();
         let result = self.apply_write(write, &mut last, None)?;
@@ -673,9 +673,15 @@ impl Inner {
         Ok(result)
     }
 
-    /// Makes every version up to `version` visible to readers. Called with the commit lock.
+    /// Makes every version up to `version` visible to readers. Called with the commit lock,
+    /// or by the log's only flusher once every version up to `version` is applied.
     pub(crate) fn publish(&self, version: u64) {
         self.visible.store(version, Ordering::Release);
+    }
+
+    /// The last published version.
+    pub(crate) fn visible_version(&self) -> u64 {
+        self.visible.load(Ordering::Acquire)
     }
 
     /// Removes every version above `published` from `keys` (and keys left with none): undoes

@@ -503,3 +503,74 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn io_failures_under_concurrent_commits_fail_exactly_the_unacknowledged_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let opts = Options {
+        fs: Arc::new(FaultyFs::new(Arc::clone(&faults))),
+        ..options()
+    };
+    let db = Database::open(dir.path(), opts.clone()).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (ok, failed) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..6u64)
+            .map(|t| {
+                let db = db.clone();
+                let stop = &stop;
+                s.spawn(move || {
+                    let (mut ok, mut failed) = (0u64, 0u64);
+                    let mut i = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let res = db
+                            .atomic()
+                            .sum(&key!["total"], 1)
+                            .set(&key!["t", t, i], b"x")
+                            .commit();
+                        match res {
+                            Ok(r) => {
+                                assert!(r.is_committed());
+                                ok += 1;
+                                i += 1;
+                            }
+                            Err(Error::Io { .. }) => failed += 1,
+                            Err(e) => panic!("unexpected error {e}"),
+                        }
+                    }
+                    (ok, failed)
+                })
+            })
+            .collect();
+        // Alternate between a full disk (after a few more bytes) and free space.
+        for round in 0..20u64 {
+            std::thread::sleep(Duration::from_millis(5));
+            if round % 2 == 0 {
+                faults.disk_full_after(round * 37 % 500);
+            } else {
+                faults.disk_has_space();
+            }
+        }
+        faults.disk_has_space();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+    });
+    assert!(ok > 0);
+    println!("{ok} commits acknowledged, {failed} failed with an I/O error");
+    // Memory holds exactly the acknowledged commits...
+    let total = |db: &Database| match db.get(&key!["total"]).unwrap().map(|e| e.value) {
+        Some(Value::U64(n)) => n,
+        other => panic!("total is {other:?}"),
+    };
+    assert_eq!(total(&db), ok);
+    assert_eq!(dump(&db).len() as u64, ok + 1);
+    let before = dump(&db);
+    db.close().unwrap();
+    // ...and so does the disk.
+    let db = Database::open(dir.path(), opts).unwrap();
+    assert_eq!(dump(&db), before);
+    assert_eq!(total(&db), ok);
+}

@@ -9,16 +9,17 @@
 //!   `.tmp` file, synced, then renamed, so a checkpoint file is either whole or absent.
 //!
 //! # Commit path
-//! A committer puts its operation in a queue. Whoever finds no leader becomes the leader: it
-//! takes the whole queue, holds the commit lock, applies each operation to memory *without
-//! publishing it* (readers keep reading the last published version), appends one frame per
-//! successful commit to a buffer, writes the buffer with one `write`, syncs once
-//! ([`Durability::Sync`]), and only then publishes the batch and hands every committer its
-//! result. Committers that arrive during the sync form the next batch, so one `fdatasync`
-//! serves everyone who was waiting: throughput grows with the number of committers.
-//! If the write or the sync fails, the batch's versions are removed from memory, the file is
-//! cut back to its last good length, and each committer of the batch gets [`Error::Io`]: a
-//! commit is acknowledged only when it is on disk, and memory never shows one that is not.
+//! A committer applies its operation to memory under the commit lock *without publishing it*
+//! (readers keep reading the last published version; later committers see it, so commits
+//! stay serial), appends its frame to the pending batch, releases the lock, and waits. Whoever
+//! waits while no flush is running becomes the flusher: it takes the whole pending batch,
+//! writes it with one `write`, syncs once ([`Durability::Sync`]), publishes it, and wakes
+//! everyone. Commits keep being applied and batched while a sync runs, so one `fdatasync`
+//! serves every committer that arrived meanwhile: throughput grows with the number of
+//! committers. If the write or the sync fails, the file is cut back to its last good length,
+//! the batch and every commit applied after it are removed from memory, and their committers
+//! get [`Error::Io`]: a commit is acknowledged only once it is on disk, and readers never see
+//! one that is not.
 //!
 //! # Checkpoints
 //! Once the log has grown by [`Options::checkpoint_after_bytes`] since the last checkpoint, a
@@ -141,13 +142,24 @@ struct Segment {
     older: Vec<(u64, PathBuf)>,
 }
 
-/// One queued commit and the slot its result goes to.
-type Request = (AtomicWrite, Arc<Mutex<Option<Result<CommitResult, Error>>>>);
+/// Where a committer waiting for durability finds its outcome.
+type Slot = Arc<Mutex<Option<Result<(), Error>>>>;
 
+/// Commits applied to memory (unpublished) whose frames are not yet handed to a flusher.
 #[derive(Default)]
-struct Queue {
-    pending: Vec<Request>,
-    leader: bool,
+struct Pending {
+    /// Their frames and the keys they wrote.
+    sink: LogSink,
+    /// Their versions and their committers' slots, in version order.
+    waiters: Vec<(u64, Slot)>,
+    /// Whether someone is writing to the log (flushing a batch, or rotating the segment).
+    flushing: bool,
+}
+
+/// A batch taken from [`Pending`] by a flusher.
+struct Batch {
+    sink: LogSink,
+    waiters: Vec<(u64, Slot)>,
 }
 
 #[derive(Default)]
@@ -163,8 +175,8 @@ pub(crate) struct Wal {
     durability: Durability,
     checkpoint_after: u64,
     segment: Mutex<Segment>,
-    queue: Mutex<Queue>,
-    served: Condvar,
+    pending: Mutex<Pending>,
+    flushed: Condvar,
     background: Mutex<Background>,
     background_wake: Condvar,
     checkpoint_lock: Mutex<()>,
@@ -217,58 +229,101 @@ impl Drop for OpenDir {
 }
 
 impl Wal {
-    /// Commits `write` through the group-commit queue.
-    pub(crate) fn submit(&self, inner: &Inner, write: AtomicWrite) -> Result<CommitResult, Error> {
-        let slot = Arc::new(Mutex::new(None));
-        let mut queue = self.queue.lock();
-        queue.pending.push((write, Arc::clone(&slot)));
-        loop {
-            if let Some(result) = slot.lock().take() {
-                return result;
+    /// Commits one validated operation: applies it to memory unpublished under the commit
+    /// lock, queues its frame, and waits until a flusher (possibly this thread) has made it
+    /// durable and published it, or has failed it and rolled it back.
+    pub(crate) fn commit(&self, inner: &Inner, write: AtomicWrite) -> Result<CommitResult, Error> {
+        let slot: Slot = Arc::new(Mutex::new(None));
+        let result = {
+            let mut last = inner.commit.lock();
+            let mut pending = self.pending.lock();
+            let result = inner.apply_write(write, &mut last, Some(&mut pending.sink))?;
+            if result.is_committed() {
+                pending.waiters.push((*last, Arc::clone(&slot)));
             }
-            if !queue.leader {
-                queue.leader = true;
-                let batch = std::mem::take(&mut queue.pending);
-                drop(queue);
-                self.lead(inner, batch);
-                queue = self.queue.lock();
-                queue.leader = false;
-                self.served.notify_all();
+            result
+        };
+        if !result.is_committed() {
+            return Ok(result); // a conflict wrote nothing
+        }
+        self.await_durable(inner, &slot)?;
+        inner.reclaimer.wake_if_pending();
+        Ok(result)
+    }
+
+    /// Waits for the outcome in `slot`, flushing the pending batch whenever nobody else is.
+    fn await_durable(&self, inner: &Inner, slot: &Slot) -> Result<(), Error> {
+        let mut pending = self.pending.lock();
+        loop {
+            if let Some(outcome) = slot.lock().take() {
+                return outcome;
+            }
+            if !pending.flushing && !pending.waiters.is_empty() {
+                pending.flushing = true;
+                let batch = Batch {
+                    sink: std::mem::take(&mut pending.sink),
+                    waiters: std::mem::take(&mut pending.waiters),
+                };
+                drop(pending);
+                self.flush(inner, batch);
+                pending = self.pending.lock();
+                pending.flushing = false;
+                self.flushed.notify_all();
                 continue;
             }
-            self.served.wait(&mut queue);
+            self.flushed.wait(&mut pending);
         }
     }
 
-    /// Commits one batch: apply to memory unpublished, log, sync, publish (or roll back).
-    fn lead(&self, inner: &Inner, batch: Vec<Request>) {
-        let mut last = inner.commit.lock();
-        let before = *last;
-        let mut sink = LogSink::default();
-        let mut results = Vec::with_capacity(batch.len());
-        let mut slots = Vec::with_capacity(batch.len());
-        for (write, slot) in batch {
-            results.push(inner.apply_write(write, &mut last, Some(&mut sink)));
-            slots.push(slot);
-        }
-        if *last > before {
-            match self.append(&sink.frames.buf) {
-                Ok(()) => inner.publish(*last),
-                Err(e) => {
-                    inner.roll_back(&sink.touched, before);
-                    for r in &mut results {
-                        if matches!(r, Ok(CommitResult::Committed { .. })) {
-                            *r = Err(e.clone());
-                        }
-                    }
+    /// Writes (and syncs) one batch, then publishes it; on failure rolls back the batch and
+    /// every commit applied after it. Called with `flushing` set, so flushes never overlap.
+    fn flush(&self, inner: &Inner, batch: Batch) {
+        let Some(&(newest, _)) = batch.waiters.last() else {
+            return;
+        };
+        match self.append(&batch.sink.frames.buf) {
+            Ok(()) => {
+                inner.publish(newest);
+                for (_, slot) in &batch.waiters {
+                    *slot.lock() = Some(Ok(()));
+                }
+            }
+            Err(e) => {
+                // Commits applied since this batch was taken were checked against its state,
+                // so they fail with it. Stop new commits while memory is put back.
+                let _commit = inner.commit.lock();
+                let mut pending = self.pending.lock();
+                let published = inner.visible_version();
+                inner.roll_back(&batch.sink.touched, published);
+                inner.roll_back(&pending.sink.touched, published);
+                pending.sink = LogSink::default();
+                let later = std::mem::take(&mut pending.waiters);
+                for (_, slot) in batch.waiters.iter().chain(&later) {
+                    *slot.lock() = Some(Err(e.clone()));
                 }
             }
         }
-        drop(last);
-        for (slot, result) in slots.into_iter().zip(results) {
-            *slot.lock() = Some(result);
+    }
+
+    /// Runs `f` as the only writer of the log: waits for a running flush, flushes what is
+    /// pending, then calls `f` before any later batch is written.
+    fn exclusively<T>(&self, inner: &Inner, f: impl FnOnce() -> T) -> T {
+        let mut pending = self.pending.lock();
+        while pending.flushing {
+            self.flushed.wait(&mut pending);
         }
-        inner.reclaimer.wake_if_pending();
+        pending.flushing = true;
+        let batch = Batch {
+            sink: std::mem::take(&mut pending.sink),
+            waiters: std::mem::take(&mut pending.waiters),
+        };
+        drop(pending);
+        self.flush(inner, batch);
+        let out = f();
+        let mut pending = self.pending.lock();
+        pending.flushing = false;
+        self.flushed.notify_all();
+        out
     }
 
     /// Appends `buf` to the log (and syncs it, in [`Durability::Sync`]). On failure the file
@@ -355,11 +410,9 @@ impl Wal {
     }
 
     fn checkpoint_inner(&self, inner: &Arc<Inner>) -> Result<Versionstamp, Error> {
-        // Pin the state and start a new segment, under the commit lock: no batch is in flight
-        // (a leader holds the lock until it has published), so the last version is visible.
-        let (snapshot, replaced) = {
-            let last = inner.commit.lock();
-            let version = *last;
+        // Start a new segment at a batch boundary, as the log's only writer: everything in the
+        // older segments is then published, so a snapshot taken next covers all of it.
+        let (snapshot, replaced) = self.exclusively(inner, || {
             let mut seg = self.segment.lock();
             // The segments this checkpoint replaces must be whole on disk before a newer
             // segment can exist (buffered mode may not have synced yet).
@@ -369,6 +422,8 @@ impl Wal {
                     .map_err(|e| io_error("syncing the log", &seg.path, &e))?;
                 seg.dirty = false;
             }
+            // Everything written so far is published (flushes publish before they return).
+            let version = inner.visible_version();
             let base = |p: &Path| {
                 parse_numbered(
                     p.file_name().and_then(|n| n.to_str()).unwrap_or_default(),
@@ -397,8 +452,8 @@ impl Wal {
             }
             seg.since_checkpoint = 0;
             let replaced: Vec<PathBuf> = seg.older.iter().map(|(_, p)| p.clone()).collect();
-            (crate::db::Snapshot::register(inner), replaced)
-        };
+            Ok::<_, Error>((crate::db::Snapshot::register(inner), replaced))
+        })?;
         {
             let mut bg = self.background.lock();
             bg.checkpoint_wanted = false;
@@ -835,8 +890,8 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
             since_checkpoint,
             older,
         }),
-        queue: Mutex::new(Queue::default()),
-        served: Condvar::new(),
+        pending: Mutex::new(Pending::default()),
+        flushed: Condvar::new(),
         background: Mutex::new(Background::default()),
         background_wake: Condvar::new(),
         checkpoint_lock: Mutex::new(()),
