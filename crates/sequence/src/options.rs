@@ -57,7 +57,7 @@ pub struct SequenceOptions {
     /// The digits numbers are zero-padded to, 1 to [`WIDTH_MAX`] (default 3: `INFO001`).
     pub width: usize,
     /// The maximum; `None` (the default) means the largest number the width shows (999 for
-    /// width 3).
+    /// width 3), or the start if it is larger.
     pub max: Option<u64>,
     /// What happens past the maximum (default: widen).
     pub at_max: AtMax,
@@ -113,7 +113,8 @@ impl Definition {
             .ok()
             .and_then(|w| 10u64.checked_pow(w))
             .map_or(NUMBER_MAX, |p| (p - 1).min(NUMBER_MAX));
-        let max = o.max.unwrap_or(shown);
+        // Unset, the maximum is what the width shows (or the start, if that is wider).
+        let max = o.max.unwrap_or(shown.max(o.start));
         if max > NUMBER_MAX {
             return Err(OptionsError::NumberTooLarge {
                 what: "max",

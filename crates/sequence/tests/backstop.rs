@@ -1,0 +1,93 @@
+//! The uniqueness backstop: a stale high-water mark written back over the counter (as a Redis
+//! replica promoted after a failover hands out an old counter) makes the next code a repeat.
+//! The backstop key `[root, "used", prefix, number]`, checked absent in the commit that records
+//! the code, turns that into `Error::Duplicate`, and nothing is written.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use tuplekv_engine::{Database, ListOptions, Selector, Value, key};
+use tuplekv_sequence::{Error, Mode, Record, SequenceOptions, Sequences};
+
+fn log_count(db: &Database) -> usize {
+    db.list(&Selector::prefix(&key!["logs"]), ListOptions::default())
+        .unwrap()
+        .count()
+}
+
+fn log(code: &str) -> Record {
+    let mut record = Record::new();
+    record.set(&key!["logs", code], b"event");
+    record
+}
+
+#[test]
+fn fast_mode_reports_a_repeated_number_after_a_stale_counter_is_restored() {
+    let db = Database::in_memory();
+    let seqs = Sequences::new(db.clone());
+    seqs.create("INFO", SequenceOptions::default()).unwrap();
+    let counter = seqs.counter_key("INFO").unwrap();
+    let stale = db.snapshot();
+
+    let server = seqs.fast("INFO").unwrap();
+    for _ in 0..3 {
+        let issued = server.next().unwrap();
+        server.record(issued.number(), log(&issued.code())).unwrap();
+    }
+    // Failover: the counter goes back to what an old replica held (here: nothing).
+    assert!(
+        tuplekv_engine::ReadView::get_raw(&stale, &counter)
+            .unwrap()
+            .is_none()
+    );
+    db.atomic().delete_raw(&counter).commit().unwrap();
+
+    let after = Sequences::new(db.clone()).fast("INFO").unwrap();
+    let repeated = after.next().unwrap();
+    assert_eq!(repeated.code(), "INFO001");
+    let err = after
+        .record(repeated.number(), log("INFO001-again"))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::Duplicate {
+            prefix: "INFO".into(),
+            number: 1,
+            code: "INFO001".into()
+        }
+    );
+    assert!(err.to_string().contains("duplicate code INFO001"));
+    assert_eq!(log_count(&db), 3, "the duplicate's record was not written");
+}
+
+#[test]
+fn gapless_mode_refuses_to_commit_a_repeated_number() {
+    let db = Database::in_memory();
+    let seqs = Sequences::new(db.clone());
+    let options = SequenceOptions {
+        mode: Mode::Gapless,
+        ..Default::default()
+    };
+    seqs.create("ERR", options).unwrap();
+    let counter = seqs.counter_key("ERR").unwrap();
+    let server = seqs.gapless("ERR").unwrap();
+    for _ in 0..5 {
+        server
+            .next_with(|issued, r| {
+                r.set(&key!["logs", issued.code()], b"event");
+            })
+            .unwrap();
+    }
+    // A stale high-water mark (3: numbers 3, 4, 5 will repeat) is written back.
+    db.set_raw(&counter, Value::U64(3)).unwrap();
+    for handle in [&server, &Sequences::new(db.clone()).gapless("ERR").unwrap()] {
+        let err = handle
+            .next_with(|issued, r| {
+                r.set(&key!["logs", issued.code(), "again"], b"event");
+            })
+            .unwrap_err();
+        assert!(matches!(err, Error::Duplicate { number: 3, .. }), "{err}");
+    }
+    assert_eq!(log_count(&db), 5);
+    // Repaired (the counter set past the recorded numbers), codes flow again.
+    db.set_raw(&counter, Value::U64(6)).unwrap();
+    assert_eq!(server.next().unwrap().code(), "ERR006");
+}
