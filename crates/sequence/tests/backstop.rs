@@ -25,7 +25,6 @@ fn fast_mode_reports_a_repeated_number_after_a_stale_counter_is_restored() {
     let seqs = Sequences::new(db.clone());
     seqs.create("INFO", SequenceOptions::default()).unwrap();
     let counter = seqs.counter_key("INFO").unwrap();
-    let stale = db.snapshot();
 
     let server = seqs.fast("INFO").unwrap();
     for _ in 0..3 {
