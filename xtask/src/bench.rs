@@ -1,17 +1,19 @@
-//! `cargo xtask bench`: runs the criterion bench groups of `tuplekv-benches`.
+//! `cargo xtask bench`: runs the criterion bench groups of `tuplekv-benches`, then writes the
+//! report (`report.rs`) from what this run measured.
 //!
 //! A bench group is one file `benches/benches/<group>.rs`, i.e. one `[[bench]]` target of the
-//! `tuplekv-benches` package. For now this module only plans ([`plan`]) and runs
-//! ([`run_group`]) the groups; criterion leaves its results under `target/criterion/`, which is
-//! where report generation can later pick them up, as a step after the loop in [`run`].
+//! `tuplekv-benches` package. Peers that need a server get it here: when `redis-server` is on
+//! the `PATH`, one is started on a free loopback port for the run (and stopped after it), and
+//! its address is passed in `TUPLEKV_REDIS_URL`; otherwise the benches report Redis as skipped.
 
+use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cmd;
+use crate::{cmd, report};
 
 /// The package holding the benches.
 const PACKAGE: &str = "tuplekv-benches";
@@ -69,32 +71,146 @@ fn bench_command(group: &str, quick: bool) -> Command {
     cmd.args(["bench", "-p", PACKAGE, "--bench", group]);
     if quick {
         // criterion 0.8 supports `--quick`: stop sampling once the estimate is tight enough.
-        cmd.args(["--", "--quick"]);
+        // Shorter warm-up and measurement keep `--quick` under two minutes in all.
+        cmd.args([
+            "--",
+            "--quick",
+            "--warm-up-time",
+            "0.3",
+            "--measurement-time",
+            "1",
+        ]);
     }
     cmd
 }
 
 /// Runs one bench group and returns how long it took.
-pub(crate) fn run_group(group: &str, quick: bool) -> Result<Duration> {
+fn run_group(group: &str, quick: bool, env: &[(String, String)]) -> Result<Duration> {
     let started = Instant::now();
-    cmd::run(&mut bench_command(group, quick))
-        .with_context(|| format!("bench group `{group}` failed"))?;
+    let mut command = bench_command(group, quick);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    cmd::run(&mut command).with_context(|| format!("bench group `{group}` failed"))?;
     Ok(started.elapsed())
 }
 
-/// Runs the requested bench groups in order, stopping at the first failure.
+/// The cargo target directory (honours `CARGO_TARGET_DIR`).
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map_or_else(
+            || cmd::workspace_root().join("target"),
+            |p| {
+                if p.is_absolute() {
+                    p
+                } else {
+                    cmd::workspace_root().join(p)
+                }
+            },
+        )
+}
+
+/// A `redis-server` started for the run; stopped when dropped.
+struct Redis {
+    child: Child,
+    url: String,
+}
+
+impl Redis {
+    /// Starts `redis-server` on a free loopback port without persistence, or says why not.
+    fn start() -> Result<Redis, String> {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("no free loopback port: {e}"))?
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "redis-server not started ({e}); install it (e.g. apt install redis-server)"
+                )
+            })?;
+        let mut redis = Redis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
+        for _ in 0..100 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(redis);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = redis.child.kill();
+        Err("redis-server did not accept connections within 5 s".to_owned())
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the requested bench groups in order, stopping at the first failure, then writes the
+/// report of what this run measured.
 pub(crate) fn run(args: &BenchArgs) -> Result<()> {
     let groups = plan(args)?;
+    let started_at = SystemTime::now();
+    let out_dir = target_dir().join("bench-report");
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let skipped_file = out_dir.join("skipped.tsv");
+    std::fs::write(&skipped_file, "")
+        .with_context(|| format!("writing {}", skipped_file.display()))?;
+    let mut env = vec![(
+        "TUPLEKV_BENCH_SKIPPED".to_owned(),
+        skipped_file.display().to_string(),
+    )];
+    let redis = match Redis::start() {
+        Ok(redis) => {
+            eprintln!("xtask: started redis-server at {}", redis.url);
+            env.push(("TUPLEKV_REDIS_URL".to_owned(), redis.url.clone()));
+            Some(redis)
+        }
+        Err(reason) => {
+            eprintln!("xtask: Redis peer skipped: {reason}");
+            env.push(("TUPLEKV_REDIS_SKIPPED".to_owned(), reason));
+            None
+        }
+    };
     let mut timings = Vec::new();
     for group in &groups {
         eprintln!("\n[bench] {group}");
-        timings.push((group, run_group(group, args.quick)?));
+        timings.push((group, run_group(group, args.quick, &env)?));
     }
+    drop(redis);
     eprintln!("\nbench summary:");
     for (group, elapsed) in timings {
         eprintln!("  {group:<12} {:>7.1}s", elapsed.as_secs_f64());
     }
-    eprintln!("results: target/criterion/");
+    let measurements = report::collect(&target_dir().join("criterion"), started_at)?;
+    let skipped = report::read_skipped(&skipped_file);
+    let mut command = String::from("cargo xtask bench");
+    if args.quick {
+        command.push_str(" --quick");
+    }
+    for g in &args.groups {
+        command.push(' ');
+        command.push_str(g);
+    }
+    let path = report::write(&out_dir, &measurements, &skipped, &command)?;
+    eprintln!(
+        "report: {} ({} results, {} skipped peers), chart: {}",
+        cmd::relative(&path),
+        measurements.len(),
+        skipped.len(),
+        cmd::relative(&out_dir.join("ratios.svg"))
+    );
     Ok(())
 }
 
@@ -121,7 +237,7 @@ mod tests {
     fn quick_passes_criterion_flag() {
         let shown = cmd::display(&bench_command("codec", true));
         assert!(
-            shown.ends_with("bench -p tuplekv-benches --bench codec -- --quick"),
+            shown.contains("bench -p tuplekv-benches --bench codec -- --quick"),
             "{shown}"
         );
     }

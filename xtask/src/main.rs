@@ -8,6 +8,7 @@ mod bench;
 mod ci;
 mod cmd;
 mod fuzz;
+mod report;
 
 use std::process::ExitCode;
 
@@ -70,10 +71,14 @@ const BENCH_HELP: &str = "\
 cargo xtask bench [--quick] [GROUP...]
 
 Runs `cargo bench -p tuplekv-benches --bench <GROUP>` for each group; a group is a file
-benches/benches/<GROUP>.rs, and by default every one runs. Results land in target/criterion/.
+benches/benches/<GROUP>.rs, and by default every one runs. Starts a loopback redis-server for
+the Redis peer when one is installed (else that peer is reported as skipped). Then writes
+target/bench-report/report.md (one table per benchmark: ours, each peer, the ratio; the machine
+and the date) and target/bench-report/ratios.svg (a bar chart of the ratios), from the results
+of this run only.
 
 OPTIONS:
-    --quick    pass criterion's `--quick` (fewer samples; for smoke tests)";
+    --quick    criterion's `--quick` with short warm-up/measurement (a smoke run of ~2 minutes)";
 
 /// A parsed command line.
 #[derive(Debug, PartialEq, Eq)]
