@@ -1,4 +1,29 @@
-//! Workloads shared by the criterion benches in `benches/benches/`: each group file builds its
-//! inputs from here so that ours and the peers run on the same data.
+//! Workloads and peer drivers shared by the criterion benches in `benches/benches/`: each group
+//! file builds its inputs from here so that ours and the peers run on the same data.
+//!
+//! Conventions `cargo xtask bench` relies on to write its report:
+//! - a criterion group is named `<area>/<workload>`; a parameter (thread count, committers)
+//!   goes in the benchmark id's parameter;
+//! - our implementation's function id is `tuplekv` (variants: `tuplekv_<variant>`); every other
+//!   id is a peer;
+//! - a peer that cannot run here is reported with [`skip`], never faked.
 
+pub mod denokv;
 pub mod workloads;
+
+use std::io::Write;
+
+/// Records that `peer` could not be measured in `group`, and why: printed, and appended to the
+/// file `cargo xtask bench` names in `TUPLEKV_BENCH_SKIPPED` so the report lists it.
+pub fn skip(group: &str, peer: &str, reason: &str) {
+    eprintln!("skipped {group} / {peer}: {reason}");
+    if let Some(path) = std::env::var_os("TUPLEKV_BENCH_SKIPPED")
+        && let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+    {
+        let reason = reason.replace(['\t', '\n'], " ");
+        let _ = writeln!(file, "{group}\t{peer}\t{reason}");
+    }
+}

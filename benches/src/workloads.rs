@@ -36,3 +36,48 @@ pub fn codec_mix() -> Vec<Key> {
     keys.push(key![-(BigInt::from(3) << 80u32), true, false]);
     keys
 }
+
+/// Keys preloaded for the engine workloads (the size PERFORMANCE.md measures peers at).
+pub const ENGINE_KEYS: u64 = 100_000;
+/// Value size for the engine workloads, in bytes.
+pub const VALUE_BYTES: usize = 100;
+
+/// The `i`-th preloaded key: `["users", "by_id", "user_%08d"]`, 29 bytes encoded.
+pub fn user_key(i: u64) -> Key {
+    key!["users", "by_id", format!("user_{i:08}")]
+}
+
+/// The `i`-th key's value: [`VALUE_BYTES`] bytes derived from `i`.
+pub fn user_value(i: u64) -> Vec<u8> {
+    let seed = i.to_le_bytes();
+    (0..VALUE_BYTES).map(|j| seed[j % 8] ^ j as u8).collect()
+}
+
+/// The encoded preloaded keys, in order.
+pub fn user_keys_encoded() -> Vec<Vec<u8>> {
+    (0..ENGINE_KEYS)
+        .map(|i| tuplekv_codec::encode_key(&user_key(i)))
+        .collect()
+}
+
+/// A deterministic pseudo-random sequence of key indexes below `n` (xorshift), so every
+/// implementation reads the same keys in the same order.
+pub fn key_indexes(n: u64, count: usize, seed: u64) -> Vec<usize> {
+    let mut x = seed | 1;
+    (0..count)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            usize::try_from(x % n).unwrap_or(0)
+        })
+        .collect()
+}
+
+/// The end of the byte range holding every key that starts with `prefix` (the prefix's
+/// encoding followed by `0xff`).
+pub fn prefix_end(prefix: &Key) -> Vec<u8> {
+    let mut end = tuplekv_codec::encode_key(prefix);
+    end.push(0xff);
+    end
+}

@@ -1,0 +1,378 @@
+//! The engine against its peers on the workloads of PERFORMANCE.md: 100k preloaded keys of 29
+//! bytes with 100-byte values.
+//!
+//! Peers: a `BTreeMap` behind a `parking_lot::RwLock` (what you would write yourself; commits
+//! take the write lock, check, apply), crossbeam's `SkipMap` (a concurrent ordered map with no
+//! multi-key atomicity: it does less work, shown for scale) and `denokv_sqlite` in memory
+//! (Deno KV's own backend). Run: `cargo xtask bench engine` or
+//! `cargo bench -p tuplekv-benches --bench engine`.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use crossbeam_skiplist::SkipMap;
+use parking_lot::RwLock;
+use tuplekv_benches::denokv::{self, DenoSqlite};
+use tuplekv_benches::skip;
+use tuplekv_benches::workloads::{
+    ENGINE_KEYS, key_indexes, prefix_end, user_keys_encoded, user_value,
+};
+use tuplekv_codec::{ByteRange, encode_key, key};
+use tuplekv_engine::{Database, ReadView, Value};
+
+/// The "write it yourself" peer: an ordered map of key -> (value, version).
+type Locked = RwLock<(BTreeMap<Vec<u8>, (Vec<u8>, u64)>, u64)>;
+
+struct World {
+    keys: Vec<Vec<u8>>,
+    ours: Database,
+    btree: Locked,
+    skip: SkipMap<Vec<u8>, Vec<u8>>,
+    deno: Option<DenoSqlite>,
+}
+
+fn world() -> World {
+    let keys = user_keys_encoded();
+    let ours = Database::in_memory();
+    for (chunk, ks) in keys.chunks(1000).enumerate() {
+        let mut a = ours.atomic();
+        for (j, k) in ks.iter().enumerate() {
+            a = a.set_raw(k, user_value((chunk * 1000 + j) as u64));
+        }
+        assert!(a.commit().expect("preload").is_committed());
+    }
+    let btree: Locked = RwLock::new((BTreeMap::new(), 1));
+    let skipmap = SkipMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        btree.write().0.insert(k.clone(), (user_value(i as u64), 1));
+        skipmap.insert(k.clone(), user_value(i as u64));
+    }
+    let deno = match DenoSqlite::in_memory() {
+        Ok(d) => {
+            for (chunk, ks) in keys.chunks(1000).enumerate() {
+                let pairs: Vec<(Vec<u8>, Vec<u8>)> = ks
+                    .iter()
+                    .enumerate()
+                    .map(|(j, k)| (k.clone(), user_value((chunk * 1000 + j) as u64)))
+                    .collect();
+                if let Err(e) = d.set_many(&pairs) {
+                    skip("engine/*", "denokv_sqlite", &format!("preload failed: {e}"));
+                }
+            }
+            Some(d)
+        }
+        Err(e) => {
+            skip("engine/*", "denokv_sqlite", &format!("could not open: {e}"));
+            None
+        }
+    };
+    World {
+        keys,
+        ours,
+        btree,
+        skip: skipmap,
+        deno,
+    }
+}
+
+/// Runs `op(thread, i)` `iters` times on each of `threads` threads; returns the wall time.
+fn parallel(threads: usize, iters: u64, op: impl Fn(usize, u64) + Sync) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let op = &op;
+            s.spawn(move || {
+                for i in 0..iters {
+                    op(t, i);
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+fn get(c: &mut Criterion, w: &World) {
+    let picks = key_indexes(ENGINE_KEYS, 1 << 16, 42);
+    let pick = |t: usize, i: u64| &w.keys[picks[(i as usize + t * 7919) & 0xffff]];
+    let mut g = c.benchmark_group("engine/get");
+    for threads in [1usize, 2] {
+        g.throughput(Throughput::Elements(threads as u64));
+        let id = |name: &str| BenchmarkId::new(name, format!("{threads} thread(s)"));
+        g.bench_function(id("tuplekv"), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |t, i| {
+                    black_box(w.ours.get_raw(pick(t, i)).ok().flatten());
+                })
+            })
+        });
+        g.bench_function(id("btreemap_rwlock"), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |t, i| {
+                    black_box(w.btree.read().0.get(pick(t, i)).map(|(v, _)| v.clone()));
+                })
+            })
+        });
+        g.bench_function(id("crossbeam_skipmap"), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |t, i| {
+                    black_box(w.skip.get(pick(t, i)).map(|e| e.value().clone()));
+                })
+            })
+        });
+        if let Some(deno) = &w.deno {
+            g.bench_function(id("denokv_sqlite"), |b| {
+                b.iter_custom(|n| {
+                    let handles: Vec<DenoSqlite> =
+                        (0..threads).filter_map(|_| deno.handle().ok()).collect();
+                    parallel(threads, n, |t, i| {
+                        black_box(handles[t].get(pick(t, i)).ok());
+                    })
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+fn commit(c: &mut Criterion, w: &World) {
+    let mut g = c.benchmark_group("engine/commit_2check_2set");
+    g.throughput(Throughput::Elements(1));
+    let value = user_value(1);
+    // Fresh keys every time, so the absence checks pass.
+    let fresh = AtomicU64::new(0);
+    let pair = || {
+        let n = fresh.fetch_add(1, Ordering::Relaxed);
+        (
+            encode_key(&key!["acct", n, "a"]),
+            encode_key(&key!["acct", n, "b"]),
+        )
+    };
+    g.bench_function("tuplekv", |b| {
+        b.iter(|| {
+            let (ka, kb) = pair();
+            let res = w
+                .ours
+                .atomic()
+                .check_raw(&ka, None)
+                .check_raw(&kb, None)
+                .set_raw(&ka, value.clone())
+                .set_raw(&kb, value.clone())
+                .commit();
+            assert!(matches!(res, Ok(r) if r.is_committed()));
+        })
+    });
+    g.bench_function("btreemap_rwlock", |b| {
+        b.iter(|| {
+            let (ka, kb) = pair();
+            let mut guard = w.btree.write();
+            let (map, version) = &mut *guard;
+            if !map.contains_key(&ka) && !map.contains_key(&kb) {
+                *version += 1;
+                map.insert(ka, (value.clone(), *version));
+                map.insert(kb, (value.clone(), *version));
+            }
+        })
+    });
+    g.bench_function("crossbeam_skipmap", |b| {
+        b.iter(|| {
+            let (ka, kb) = pair();
+            // Not atomic across the two keys: less work than a commit.
+            if !w.skip.contains_key(&ka) && !w.skip.contains_key(&kb) {
+                w.skip.insert(ka, value.clone());
+                w.skip.insert(kb, value.clone());
+            }
+        })
+    });
+    if let Some(deno) = &w.deno {
+        g.bench_function("denokv_sqlite", |b| {
+            b.iter(|| {
+                let (ka, kb) = pair();
+                let ok = deno.commit(denokv::two_checks_two_sets(ka, kb, value.clone()));
+                assert_eq!(ok, Ok(true));
+            })
+        });
+    }
+    g.finish();
+}
+
+fn list(c: &mut Criterion, w: &World) {
+    let picks = key_indexes(ENGINE_KEYS - 100, 1 << 12, 7);
+    let end = prefix_end(&key!["users", "by_id"]);
+    let mut g = c.benchmark_group("engine/list_100");
+    g.throughput(Throughput::Elements(100));
+    let mut i = 0usize;
+    let mut next = || {
+        i = (i + 1) & 0xfff;
+        &w.keys[picks[i]]
+    };
+    g.bench_function("tuplekv", |b| {
+        b.iter(|| {
+            let range = ByteRange {
+                start: next().clone(),
+                end: end.clone(),
+            };
+            let entries = w.ours.snapshot().scan(&range, false, 100);
+            assert_eq!(entries.map(|e| e.len()).ok(), Some(100));
+        })
+    });
+    g.bench_function("btreemap_rwlock", |b| {
+        b.iter(|| {
+            let start = next().clone();
+            let guard = w.btree.read();
+            let out: Vec<(Vec<u8>, Vec<u8>)> = guard
+                .0
+                .range(start..end.clone())
+                .take(100)
+                .map(|(k, (v, _))| (k.clone(), v.clone()))
+                .collect();
+            assert_eq!(out.len(), 100);
+        })
+    });
+    g.bench_function("crossbeam_skipmap", |b| {
+        b.iter(|| {
+            let start = next().clone();
+            let out: Vec<(Vec<u8>, Vec<u8>)> = w
+                .skip
+                .range(start..end.clone())
+                .take(100)
+                .map(|e| (e.key().clone(), e.value().clone()))
+                .collect();
+            assert_eq!(out.len(), 100);
+        })
+    });
+    if let Some(deno) = &w.deno {
+        g.bench_function("denokv_sqlite", |b| {
+            b.iter(|| {
+                let start = next().clone();
+                assert_eq!(deno.range(&start, &end, 100).map(|v| v.len()), Ok(100));
+            })
+        });
+    }
+    g.finish();
+}
+
+fn sum(c: &mut Criterion, w: &World) {
+    let hot = encode_key(&key!["counters", "hot"]);
+    let mut g = c.benchmark_group("engine/sum_hot");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("tuplekv", |b| {
+        b.iter(|| {
+            let res = w.ours.atomic().sum_raw(&hot, 1).commit();
+            assert!(matches!(res, Ok(r) if r.is_committed()));
+        })
+    });
+    g.bench_function("btreemap_rwlock", |b| {
+        b.iter(|| {
+            let mut guard = w.btree.write();
+            let (map, version) = &mut *guard;
+            *version += 1;
+            let v = *version;
+            let slot = map.entry(hot.clone()).or_insert_with(|| (vec![0; 8], v));
+            let n = u64::from_le_bytes(slot.0[..8].try_into().unwrap_or([0; 8]));
+            slot.0 = n.wrapping_add(1).to_le_bytes().to_vec();
+            slot.1 = v;
+        })
+    });
+    if let Some(deno) = &w.deno {
+        g.bench_function("denokv_sqlite", |b| {
+            b.iter(|| {
+                let write = denokv_proto::AtomicWrite {
+                    checks: vec![],
+                    mutations: vec![denokv::sum(hot.clone(), 1)],
+                    enqueues: vec![],
+                };
+                assert_eq!(deno.commit(write), Ok(true));
+            })
+        });
+    }
+    g.finish();
+    assert!(matches!(
+        w.ours.get_raw(&hot).ok().flatten().map(|e| e.value),
+        Some(Value::U64(_))
+    ));
+}
+
+/// Runs `read` as a benchmark while another thread runs `write` in a loop.
+fn with_writer(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    write: impl Fn(u64) + Sync,
+    mut read: impl FnMut(),
+) {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                write(i);
+                i += 1;
+            }
+        });
+        g.bench_function(name, |b| b.iter(&mut read));
+        stop.store(true, Ordering::Relaxed);
+        let _ = writer.join();
+    });
+}
+
+/// Reader throughput while another thread commits as fast as it can.
+fn get_under_write(c: &mut Criterion, w: &World) {
+    let picks = key_indexes(ENGINE_KEYS, 1 << 16, 99);
+    let mut g = c.benchmark_group("engine/get_under_write");
+    g.throughput(Throughput::Elements(1));
+    let key_of = |i: u64| &w.keys[(i % ENGINE_KEYS) as usize];
+    let mut i = 0usize;
+    with_writer(
+        &mut g,
+        "tuplekv",
+        |n| {
+            let _ = w.ours.set_raw(key_of(n), user_value(n));
+        },
+        || {
+            i = (i + 1) & 0xffff;
+            black_box(w.ours.get_raw(&w.keys[picks[i]]).ok().flatten());
+        },
+    );
+    let mut i = 0usize;
+    with_writer(
+        &mut g,
+        "btreemap_rwlock",
+        |n| {
+            let mut guard = w.btree.write();
+            guard.1 += 1;
+            let v = guard.1;
+            guard.0.insert(key_of(n).clone(), (user_value(n), v));
+        },
+        || {
+            i = (i + 1) & 0xffff;
+            black_box(
+                w.btree
+                    .read()
+                    .0
+                    .get(&w.keys[picks[i]])
+                    .map(|(v, _)| v.clone()),
+            );
+        },
+    );
+    g.finish();
+}
+
+fn engine(c: &mut Criterion) {
+    let w = world();
+    get(c, &w);
+    commit(c, &w);
+    list(c, &w);
+    sum(c, &w);
+    get_under_write(c, &w);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = engine
+}
+criterion_main!(benches);
