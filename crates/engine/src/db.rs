@@ -15,10 +15,12 @@
 //!   single-key read loads the list first and `visible` second, which makes it linearizable
 //!   without registering. Multi-key reads (snapshots, lists, `get_many`) register their
 //!   version, so writers keep what they need.
-//! - Old versions: when a writer replaces a key's list it keeps the versions above the
-//!   *watermark* (the oldest registered snapshot, or the last published version) plus the
-//!   newest at or below it; everything older is dropped at once. With no snapshot open, a
-//!   million overwrites of one key leave one version. Versions kept for a snapshot, tombstones,
+//! - Old versions: when a writer replaces a key's list it keeps only what some reader can
+//!   still see: the newest version at or below the last published one, the newest at or below
+//!   each open snapshot's version, and anything not yet published. With no snapshot open, a
+//!   million overwrites of one key leave at most two versions (one after reclamation); an old
+//!   snapshot pins one version per key, not every version written since. Versions kept for a
+//!   snapshot, tombstones,
 //!   and expired values are reclaimed by a background thread (`reclaim.rs`).
 
 use std::collections::{BTreeMap, HashMap};
@@ -93,9 +95,33 @@ pub(crate) struct Registry {
     counts: BTreeMap<u64, usize>,
 }
 
-impl Registry {
-    fn oldest(&self) -> Option<u64> {
-        self.counts.keys().next().copied()
+/// What readers may still need, taken once per commit or reclaim batch: the last published
+/// version (readers of the latest state, unregistered) and every open snapshot's version.
+pub(crate) struct Retention {
+    visible: u64,
+    points: SmallVec<[u64; 4]>,
+}
+
+impl Retention {
+    /// The versions of a newest-first `chain` some reader needs: every version above
+    /// `visible` (a durable batch not yet published), the newest at or below `visible`, and
+    /// for each snapshot the newest at or below its version. Versions in between are
+    /// invisible to everyone, however long ago the oldest snapshot was taken.
+    fn keep<'a>(&'a self, chain: &'a [Version]) -> impl Iterator<Item = &'a Version> + 'a {
+        let mut newer: Option<u64> = None;
+        let mut seen_visible = false;
+        chain.iter().filter(move |v| {
+            // Above `visible`, or the first at or below it.
+            let latest = v.version > self.visible || !seen_visible;
+            let needed = latest
+                || self
+                    .points
+                    .iter()
+                    .any(|&p| v.version <= p && newer.is_none_or(|n| p < n));
+            seen_visible |= v.version <= self.visible;
+            newer = Some(v.version);
+            needed
+        })
     }
 }
 
@@ -566,14 +592,14 @@ fn apply(
 
 impl Inner {
     /// The oldest version some reader may still need: the oldest open snapshot, or `last`.
-    pub(crate) fn watermark(&self) -> u64 {
-        // The last *published* version: a durable commit batch writes versions above it that
-        // readers must not see yet, and readers at it need the newest version at or below it.
-        let visible = self.visible.load(Ordering::Acquire);
-        self.snapshots
-            .lock()
-            .oldest()
-            .map_or(visible, |s| s.min(visible))
+    pub(crate) fn retention(&self) -> Retention {
+        // Read `visible` under the registry lock: a snapshot registered later reads at a
+        // version at least this one, whose newest version is kept (or is above `visible`).
+        let registry = self.snapshots.lock();
+        Retention {
+            visible: self.visible.load(Ordering::Acquire),
+            points: registry.counts.keys().copied().collect(),
+        }
     }
 
     /// Reads `key` at version `at` (which must be registered or be the latest published).
@@ -800,7 +826,7 @@ impl Inner {
             );
             log.touched.extend(staged.iter().map(|(k, _, _)| k.clone()));
         }
-        let mut watermark = None;
+        let mut retention = None;
         for (key, result, slot) in staged {
             let (value, expires_at) = match result {
                 Some((v, e)) => (Some(v), e),
@@ -811,7 +837,7 @@ impl Inner {
                 value,
                 expires_at,
             };
-            self.write_version(key, new, slot, &mut watermark);
+            self.write_version(key, new, slot, &mut retention);
         }
         *last = version;
         Ok(CommitResult::Committed {
@@ -826,7 +852,7 @@ impl Inner {
         key: KeyBytes,
         new: Version,
         slot: Option<Slot<'_>>,
-        watermark: &mut Option<u64>,
+        retention: &mut Option<Retention>,
     ) {
         let tombstone = new.value.is_none();
         let expiry = new.expires_at;
@@ -844,18 +870,10 @@ impl Inner {
             return;
         };
         let old = slot.value().load();
-        let wm = *watermark.get_or_insert_with(|| self.watermark());
-        let mut versions: SmallVec<[Version; 1]> =
-            SmallVec::with_capacity(1 + old.versions.len().min(2));
+        let retention = retention.get_or_insert_with(|| self.retention());
+        let mut versions: SmallVec<[Version; 1]> = SmallVec::with_capacity(2);
         versions.push(new);
-        for v in &old.versions {
-            versions.push(v.clone());
-            // The newest version at or below the watermark is what the oldest reader sees;
-            // nothing older is visible to anyone.
-            if v.version <= wm {
-                break;
-            }
-        }
+        versions.extend(retention.keep(&old.versions).cloned());
         let garbage = tombstone || versions.len() > 1;
         slot.value().store(Arc::new(Chain { versions }));
         if let Some(deadline) = expiry {
@@ -866,27 +884,21 @@ impl Inner {
         }
     }
 
-    /// Prunes one key's list to what readers at or above `watermark` need, and removes the key
-    /// if nothing live is left. Called with the commit lock held. Returns whether the key still
+    /// Prunes one key's list to what readers need (`retention`), and removes the key if
+    /// nothing live is left. Called with the commit lock held. Returns whether the key still
     /// holds garbage (more than one version, or a dead one).
-    pub(crate) fn prune(&self, key: &[u8], watermark: u64, now: u64) -> bool {
+    pub(crate) fn prune(&self, key: &[u8], retention: &Retention, now: u64) -> bool {
         let Some(slot) = self.map.get(key) else {
             return false;
         };
         let old = slot.value().load();
-        let mut versions: SmallVec<[Version; 1]> = SmallVec::new();
-        for v in &old.versions {
-            versions.push(v.clone());
-            if v.version <= watermark {
-                break;
-            }
-        }
+        let mut versions: SmallVec<[Version; 1]> = retention.keep(&old.versions).cloned().collect();
         // A dead version (tombstone or expired) at the end of the list reads the same as no
         // version at all, so drop it.
         let dead = |v: &Version| v.value.is_none() || v.expires_at.is_some_and(|d| d <= now);
         while versions
             .last()
-            .is_some_and(|v| dead(v) && v.version <= watermark)
+            .is_some_and(|v| dead(v) && v.version <= retention.visible)
         {
             versions.pop();
         }
@@ -1008,16 +1020,13 @@ impl Clone for Snapshot {
 impl Drop for Snapshot {
     fn drop(&mut self) {
         let mut registry = self.inner.snapshots.lock();
-        let oldest = registry.oldest() == Some(self.version);
         if let Some(count) = registry.counts.get_mut(&self.version) {
             *count -= 1;
             if *count == 0 {
                 registry.counts.remove(&self.version);
                 drop(registry);
-                if oldest {
-                    // Versions kept for this snapshot may now be reclaimable.
-                    self.inner.reclaimer.wake();
-                }
+                // Versions kept for this snapshot may now be reclaimable.
+                self.inner.reclaimer.wake();
             }
         }
     }

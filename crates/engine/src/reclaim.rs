@@ -37,6 +37,9 @@ struct Shared {
     wake: Condvar,
     /// Set when a key is marked since the last pass, so commits wake the thread only once.
     marked: AtomicBool,
+    /// Held for a whole pass, so `reclaim_now` waits for a background pass that has taken
+    /// keys out of the queue before it runs its own.
+    pass: Mutex<()>,
 }
 
 /// The reclamation queue of one database, and the handle of its background thread.
@@ -132,6 +135,7 @@ impl Inner {
     /// deadline has not come (used by tests and `Database::reclaim_now`, which still only
     /// drop what is dead).
     pub(crate) fn reclaim_pass(&self, all: bool) {
+        let _one_pass_at_a_time = self.reclaimer.shared.pass.lock();
         let now = now_ms();
         let keys: Vec<KeyBytes> = {
             let mut state = self.reclaimer.shared.state.lock();
@@ -155,9 +159,9 @@ impl Inner {
         let mut leftover = Vec::new();
         for batch in keys.chunks(BATCH) {
             let _commit = self.commit.lock();
-            let watermark = self.watermark();
+            let retention = self.retention();
             for key in batch {
-                if self.prune(key, watermark, now) {
+                if self.prune(key, &retention, now) {
                     leftover.push(key.clone());
                 }
             }

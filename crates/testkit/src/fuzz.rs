@@ -36,3 +36,13 @@ pub fn decode_key_target(data: &[u8]) {
         }
     }
 }
+
+/// Body of the `engine_ops` fuzz target: the input bytes are decoded into operations
+/// ([`crate::engine_ops::ops_from_bytes`]) and run on the engine and the reference model; any
+/// disagreement or panic is a bug.
+pub fn engine_ops_target(data: &[u8]) {
+    let ops = crate::engine_ops::ops_from_bytes(data);
+    if let Err(disagreement) = crate::engine_ops::run_ops(&ops) {
+        panic!("engine and model disagree: {disagreement}");
+    }
+}

@@ -1,0 +1,312 @@
+//! The engine under concurrent use: serializable transactions (bank transfers, counters),
+//! exactly one winner of a unique-insert race, snapshots and list iterators that see one state
+//! while writers commit, unique increasing versionstamps, and bounded memory under long write
+//! workloads. Thread counts and rounds are modest for CI; `TUPLEKV_STRESS=N` multiplies them.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tuplekv_engine::{
+    Database, Error, ListOptions, Options, Selector, TransactionOptions, Value, Versionstamp, key,
+};
+
+fn stress() -> u64 {
+    std::env::var("TUPLEKV_STRESS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+fn u64_of(v: Option<Value>) -> u64 {
+    match v {
+        Some(Value::U64(n)) => n,
+        None => 0,
+        other => panic!("not a u64: {other:?}"),
+    }
+}
+
+const ACCOUNTS: u64 = 8;
+const OPENING: u64 = 1000;
+
+fn total_in(entries: impl Iterator<Item = Result<tuplekv_engine::Entry, Error>>) -> (u64, usize) {
+    entries.fold((0, 0), |(sum, n), e| {
+        (sum + u64_of(Some(e.unwrap().value)), n + 1)
+    })
+}
+
+#[test]
+fn bank_transfers_preserve_the_total_in_every_snapshot() {
+    let db = Database::in_memory();
+    for a in 0..ACCOUNTS {
+        db.set(&key!["acct", a], Value::U64(OPENING)).unwrap();
+    }
+    let stop = AtomicBool::new(false);
+    let options = TransactionOptions {
+        max_attempts: 64,
+        ..TransactionOptions::default()
+    };
+    std::thread::scope(|s| {
+        let transfers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (db, options) = (db.clone(), options.clone());
+                s.spawn(move || {
+                    let mut rng = fastrand::Rng::with_seed(t);
+                    for _ in 0..150 * stress() {
+                        let (from, to) = (rng.u64(0..ACCOUNTS), rng.u64(0..ACCOUNTS));
+                        let amount = rng.u64(1..50);
+                        db.transaction_with(&options, |tx| {
+                            let a = u64_of(tx.get(&key!["acct", from])?.map(|e| e.value));
+                            let b = u64_of(tx.get(&key!["acct", to])?.map(|e| e.value));
+                            if from == to || a < amount {
+                                return Ok::<_, Error>(false);
+                            }
+                            tx.set(&key!["acct", from], Value::U64(a - amount));
+                            tx.set(&key!["acct", to], Value::U64(b + amount));
+                            Ok(true)
+                        })
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        // Auditors: every snapshot and every list iterator sees the whole money.
+        let auditor = s.spawn(|| {
+            let mut audits = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let snap = db.snapshot();
+                let list = snap
+                    .list(&Selector::prefix(&key!["acct"]), ListOptions::default())
+                    .unwrap();
+                assert_eq!(total_in(list), (ACCOUNTS * OPENING, ACCOUNTS as usize));
+                // A list iterator straight from the database, in small batches.
+                let list = db
+                    .list(
+                        &Selector::prefix(&key!["acct"]),
+                        ListOptions {
+                            batch_size: Some(2),
+                            ..ListOptions::default()
+                        },
+                    )
+                    .unwrap();
+                assert_eq!(total_in(list), (ACCOUNTS * OPENING, ACCOUNTS as usize));
+                audits += 1;
+            }
+            audits
+        });
+        for t in transfers {
+            t.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(auditor.join().unwrap() > 0);
+    });
+    let list = db
+        .list(&Selector::prefix(&key!["acct"]), ListOptions::default())
+        .unwrap();
+    assert_eq!(total_in(list), (ACCOUNTS * OPENING, ACCOUNTS as usize));
+}
+
+#[test]
+fn a_unique_insert_race_has_exactly_one_winner_and_losers_learn_who() {
+    for round in 0..20 * stress() {
+        let db = Database::in_memory();
+        let threads = 8;
+        let barrier = Barrier::new(threads);
+        let key = key!["users_by_email", "ada@example.com"];
+        let results: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads as u64)
+                .map(|t| {
+                    let (db, barrier, key) = (&db, &barrier, &key);
+                    s.spawn(move || {
+                        barrier.wait();
+                        db.atomic()
+                            .check(key, None)
+                            .set(key, Value::U64(t))
+                            .commit()
+                            .unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let winners: Vec<_> = results.iter().filter(|r| r.is_committed()).collect();
+        assert_eq!(winners.len(), 1, "round {round}");
+        let stamp = winners[0].versionstamp();
+        for loser in results.iter().filter(|r| !r.is_committed()) {
+            let conflict = loser.conflict().unwrap();
+            assert_eq!(conflict.failed_checks.len(), 1);
+            assert_eq!(conflict.failed_checks[0].index, 0);
+            assert_eq!(conflict.failed_checks[0].actual, stamp);
+        }
+    }
+}
+
+#[test]
+fn versionstamps_are_unique_across_threads_and_increase_within_each() {
+    let db = Database::in_memory();
+    let per: Vec<Vec<Versionstamp>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let db = db.clone();
+                s.spawn(move || {
+                    (0..500 * stress())
+                        .map(|i| db.set(&key!["t", t, i], b"x").unwrap())
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for stamps in &per {
+        assert!(stamps.windows(2).all(|w| w[0] < w[1]));
+    }
+    let mut all: Vec<Versionstamp> = per.into_iter().flatten().collect();
+    let n = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), n, "a versionstamp was handed out twice");
+    assert_eq!(db.current_versionstamp(), all[n - 1]);
+}
+
+#[test]
+fn counter_transactions_lose_no_update() {
+    let db = Database::in_memory();
+    let options = TransactionOptions {
+        max_attempts: 1000,
+        ..TransactionOptions::default()
+    };
+    let threads = 4u64;
+    let per = 100 * stress();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let (db, options) = (db.clone(), options.clone());
+            s.spawn(move || {
+                for _ in 0..per {
+                    db.transaction_with(&options, |tx| {
+                        let n = u64_of(tx.get(&key!["counter"])?.map(|e| e.value));
+                        tx.set(&key!["counter"], Value::U64(n + 1));
+                        Ok::<_, Error>(())
+                    })
+                    .unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(
+        u64_of(db.get(&key!["counter"]).unwrap().map(|e| e.value)),
+        threads * per
+    );
+}
+
+#[test]
+fn overwrites_without_snapshots_leave_at_most_two_versions_then_one() {
+    let db = Database::with_options(Options {
+        background_reclaim: false,
+        ..Options::default()
+    });
+    let n = 200_000 * stress();
+    for i in 0..n {
+        db.set(&key!["hot"], Value::U64(i)).unwrap();
+    }
+    // The newest and the one before it (kept while the newest was being published).
+    let stats = db.stats();
+    assert_eq!(stats.keys, 1);
+    assert!(stats.versions <= 2, "{stats:?}");
+    db.reclaim_now();
+    assert_eq!(db.stats().versions, 1);
+}
+
+#[test]
+fn a_held_snapshot_keeps_its_version_until_dropped() {
+    let db = Database::with_options(Options {
+        background_reclaim: false,
+        ..Options::default()
+    });
+    db.set(&key!["k"], Value::U64(0)).unwrap();
+    let snap = db.snapshot();
+    for i in 1..=1000u64 {
+        db.set(&key!["k"], Value::U64(i)).unwrap();
+    }
+    // The snapshot's version and the newest two are kept; nothing in between.
+    assert!(db.stats().versions <= 3, "{:?}", db.stats());
+    // A second snapshot in the middle pins one more version, not all since the first.
+    let middle = db.snapshot();
+    for i in 1001..=2000u64 {
+        db.set(&key!["k"], Value::U64(i)).unwrap();
+    }
+    assert!(db.stats().versions <= 4, "{:?}", db.stats());
+    assert_eq!(
+        tuplekv_engine::ReadView::get(&middle, &key!["k"])
+            .unwrap()
+            .map(|e| e.value),
+        Some(Value::U64(1000))
+    );
+    drop(middle);
+    assert_eq!(
+        tuplekv_engine::ReadView::get(&snap, &key!["k"])
+            .unwrap()
+            .map(|e| e.value),
+        Some(Value::U64(0))
+    );
+    drop(snap);
+    db.reclaim_now();
+    assert_eq!(db.stats().versions, 1);
+}
+
+#[test]
+fn a_long_write_workload_with_deletes_keeps_memory_bounded() {
+    let db = Database::in_memory();
+    // A sliding window of 100 live keys over many inserts and deletes, readers holding short
+    // snapshots meanwhile.
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let snap = db.snapshot();
+                std::thread::sleep(Duration::from_micros(200));
+                drop(snap);
+            }
+        });
+        for i in 0..20_000 * stress() {
+            let a = db.atomic().set(&key!["w", i], b"v");
+            let a = if i >= 100 {
+                a.delete(&key!["w", i - 100])
+            } else {
+                a
+            };
+            assert!(a.commit().unwrap().is_committed());
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    db.reclaim_now();
+    let stats = db.stats();
+    assert_eq!(stats.keys, 100, "{stats:?}");
+    assert_eq!(stats.versions, 100, "{stats:?}");
+}
+
+#[test]
+fn expired_entries_are_invisible_at_once_and_reclaimed() {
+    let db = Database::in_memory();
+    let a = (0..100u64).fold(db.atomic(), |a, i| {
+        a.set_with_expiry(&key!["e", i], b"v", Duration::from_millis(20))
+    });
+    assert!(a.commit().unwrap().is_committed());
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(db.get(&key!["e", 5u64]).unwrap(), None);
+    let listed = db
+        .list(&Selector::prefix(&key!["e"]), ListOptions::default())
+        .unwrap()
+        .count();
+    assert_eq!(listed, 0);
+    // A check sees it as absent too.
+    assert!(
+        db.atomic()
+            .check(&key!["e", 5u64], None)
+            .commit()
+            .unwrap()
+            .is_committed()
+    );
+    db.reclaim_now();
+    assert_eq!(db.stats().keys, 0);
+}
