@@ -5,18 +5,29 @@
 //! Part 2 runs the users application of Deno's secondary-index guide on the embedded
 //! in-memory store: a unique email index written in the user's own commit, a conflicting
 //! insert rejected with the checks that failed, a non-unique favourite-colour index, a
-//! snapshot, a transaction and a counter. Later issues grow it: typed indexes, concurrent code
-//! generation, and a restart from disk.
+//! snapshot, a transaction and a counter.
+//! Part 3 is the background story's code generator: four threads acting as four app servers,
+//! each with its own handles, issue `INFO`/`WARN` codes (fast mode) and `ERR` codes (gapless
+//! mode, each committed with the record that uses it) at once, and not one code repeats.
+//! Part 4 restarts from disk: the same generator on a durable database, closed and reopened,
+//! continues above every number it handed out before.
+
+use std::collections::HashSet;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
+use tuplekv::sequence::{Mode, Record, SequenceOptions, Sequences};
 use tuplekv::{
-    CommitResult, Database, Key, KeyPart, ListOptions, ReadView, Selector, Value, decode_key,
-    encode_key, key,
+    CommitResult, Database, Key, KeyPart, ListOptions, Options, ReadView, Selector, Value,
+    decode_key, encode_key, key,
 };
 
 fn main() -> Result<()> {
     key_space_tour()?;
-    users_application()
+    users_application()?;
+    let db = Database::in_memory();
+    concurrent_codes(&db, 4, 2_000)?;
+    restart_from_disk()
 }
 
 fn key_space_tour() -> Result<()> {
@@ -205,6 +216,170 @@ fn users_application() -> Result<()> {
         .collect();
     println!("  points after a transfer of 4: {points:?}");
     println!("  last commit: {}", db.current_versionstamp());
+    Ok(())
+}
+
+/// Defines the three sequences of the story (idempotent: every server may do it at start-up).
+fn define_sequences(seqs: &Sequences<Database>) -> Result<()> {
+    seqs.create("INFO", SequenceOptions::default())?;
+    seqs.create("WARN", SequenceOptions::default())?;
+    seqs.create(
+        "ERR",
+        SequenceOptions {
+            mode: Mode::Gapless,
+            ..SequenceOptions::default()
+        },
+    )?;
+    Ok(())
+}
+
+/// Runs `servers` threads, each with its own `Sequences` handles (as separate app servers
+/// would have), issuing `per_server` codes spread over INFO, WARN and ERR. Returns every code.
+fn issue_codes(db: &Database, servers: u64, per_server: u64) -> Result<Vec<String>> {
+    define_sequences(&Sequences::new(db.clone()))?;
+    let results: Vec<Result<Vec<String>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..servers)
+            .map(|server| {
+                let db = db.clone();
+                s.spawn(move || -> Result<Vec<String>> {
+                    let seqs = Sequences::new(db);
+                    let (info, warn) = (seqs.fast("INFO")?, seqs.fast("WARN")?);
+                    let err = seqs.gapless("ERR")?;
+                    let mut codes = Vec::with_capacity(per_server as usize);
+                    for i in 0..per_server {
+                        let code = match i % 10 {
+                            0..=5 => info.next()?.code(),
+                            6..=8 => warn.next()?.code(),
+                            // An error code exists only if its log record commits with it.
+                            _ => err
+                                .next_with(move |issued, record: &mut Record| {
+                                    let entry = key!["errors", issued.code()];
+                                    record.check(&entry, None).set(
+                                        &entry,
+                                        format!("server {server}: request {i} failed").as_str(),
+                                    );
+                                })?
+                                .code(),
+                        };
+                        codes.push(code);
+                    }
+                    Ok(codes)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a server panicked")))
+            })
+            .collect()
+    });
+    let mut all = Vec::new();
+    for codes in results {
+        all.extend(codes?);
+    }
+    Ok(all)
+}
+
+/// Prints the counts, first and last code of each prefix, and the number of duplicates.
+fn summarise(codes: &[String]) -> Result<()> {
+    let distinct: HashSet<&String> = codes.iter().collect();
+    for prefix in ["INFO", "WARN", "ERR"] {
+        let mut numbers: Vec<(u64, &String)> = codes
+            .iter()
+            .filter_map(|c| {
+                let digits = c.strip_prefix(prefix)?;
+                digits.parse().ok().map(|n| (n, c))
+            })
+            .collect();
+        numbers.sort();
+        let (Some(first), Some(last)) = (numbers.first(), numbers.last()) else {
+            continue;
+        };
+        println!(
+            "  {prefix:<4}: {:>5} codes, first {}, last {}",
+            numbers.len(),
+            first.1,
+            last.1
+        );
+    }
+    let duplicates = codes.len() - distinct.len();
+    println!("  duplicates: {duplicates}");
+    anyhow::ensure!(duplicates == 0, "a code was handed out twice");
+    Ok(())
+}
+
+fn concurrent_codes(db: &Database, servers: u64, per_server: u64) -> Result<()> {
+    println!("\n== 3. unique codes from {servers} servers at once\n");
+    let started = Instant::now();
+    let codes = issue_codes(db, servers, per_server)?;
+    println!(
+        "  {} codes in {:.0} ms",
+        codes.len(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    summarise(&codes)?;
+    // Gapless: the ERR numbers are exactly 1..=n, each with its committed log record.
+    let errs = db
+        .list(&Selector::prefix(&key!["errors"]), ListOptions::default())?
+        .count();
+    let issued = codes.iter().filter(|c| c.starts_with("ERR")).count();
+    println!(
+        "  ERR records committed: {errs} for {issued} ERR codes (gapless: no number without its record)"
+    );
+    anyhow::ensure!(errs == issued, "an ERR code without its record");
+    Ok(())
+}
+
+fn restart_from_disk() -> Result<()> {
+    println!("\n== 4. a restart from disk\n");
+    let dir = std::env::temp_dir().join(format!("tuplekv-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let db = Database::open(&dir, Options::default())?;
+    let before = issue_codes(&db, 2, 300)?;
+    let high = |codes: &[String], prefix: &str| {
+        codes
+            .iter()
+            .filter_map(|c| c.strip_prefix(prefix)?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0)
+    };
+    println!(
+        "  before: {} codes, highest INFO{:03} WARN{:03} ERR{:03}; closing the database",
+        before.len(),
+        high(&before, "INFO"),
+        high(&before, "WARN"),
+        high(&before, "ERR")
+    );
+    db.close()?;
+
+    let db = Database::open(&dir, Options::default())?;
+    let report = db
+        .recovery_report()
+        .context("a durable database has a recovery report")?;
+    println!(
+        "  reopened: {} commits replayed from the log in {:.1} ms",
+        report.records_replayed,
+        report.elapsed.as_secs_f64() * 1e3
+    );
+    let after = issue_codes(&db, 2, 300)?;
+    for prefix in ["INFO", "WARN", "ERR"] {
+        let (old, new) = (
+            high(&before, prefix),
+            after
+                .iter()
+                .filter_map(|c| c.strip_prefix(prefix)?.parse::<u64>().ok())
+                .min()
+                .unwrap_or(u64::MAX),
+        );
+        println!("  {prefix:<4}: first number after the restart {new} > highest before {old}");
+        anyhow::ensure!(new > old, "{prefix} reused a number after the restart");
+    }
+    let all: Vec<String> = before.into_iter().chain(after).collect();
+    summarise(&all)?;
+    db.close()?;
+    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
 
