@@ -894,11 +894,20 @@ impl Inner {
         let old = slot.value().load();
         let mut versions: SmallVec<[Version; 1]> = retention.keep(&old.versions).cloned().collect();
         // A dead version (tombstone or expired) at the end of the list reads the same as no
-        // version at all, so drop it.
+        // version at all, so drop it, but only once no snapshot older than it is open: a
+        // transaction reading at such a snapshot learns from it that the key changed (with
+        // the slot gone, its commit-time range check would see nothing).
         let dead = |v: &Version| v.value.is_none() || v.expires_at.is_some_and(|d| d <= now);
+        let oldest_reader = retention
+            .points
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(retention.visible)
+            .min(retention.visible);
         while versions
             .last()
-            .is_some_and(|v| dead(v) && v.version <= retention.visible)
+            .is_some_and(|v| dead(v) && v.version <= oldest_reader)
         {
             versions.pop();
         }

@@ -136,4 +136,17 @@ pub trait Store: Send + Sync {
     {
         run_transaction(self, &TransactionOptions::default(), f)
     }
+
+    /// [`Store::transaction`] with explicit retry options.
+    ///
+    /// # Errors
+    /// As [`Store::transaction`].
+    fn transaction_with<T, E, F>(&self, options: &TransactionOptions, f: F) -> Result<T, E>
+    where
+        Self: Sized,
+        E: From<Error>,
+        F: FnMut(&mut Transaction<'_, Self>) -> Result<T, E>,
+    {
+        run_transaction(self, options, f)
+    }
 }

@@ -288,10 +288,13 @@ impl<'s, S: Store> Transaction<'s, S> {
         });
     }
 
-    fn into_write(self) -> AtomicWrite {
+    /// The commit, and the snapshot it read from. The caller keeps the snapshot registered
+    /// until the commit is done: while it is, the store keeps every version (tombstones
+    /// included) that tells the commit's range checks a key changed since.
+    fn into_write(self) -> (AtomicWrite, S::Snapshot) {
         let mut write = self.write;
         write.range_checks = self.reads;
-        write
+        (write, self.snapshot)
     }
 }
 
@@ -311,7 +314,10 @@ where
     for attempt in 1..=attempts {
         let mut tx = Transaction::new(store);
         let out = f(&mut tx)?;
-        match store.commit(tx.into_write())? {
+        let (write, snapshot) = tx.into_write();
+        let result = store.commit(write);
+        drop(snapshot);
+        match result? {
             CommitResult::Committed { .. } => return Ok(out),
             CommitResult::Conflict(_) if attempt < attempts => {
                 let jitter = backoff.mul_f64(fastrand::f64());
