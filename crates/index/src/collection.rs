@@ -1,0 +1,682 @@
+//! [`Collection`]: the definition (name, primary key, indexes), the write path that keeps
+//! records and index entries in one commit, and the queries.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tuplekv_codec::{Key, KeyPart, Selector, decode_key, encode_key};
+use tuplekv_engine::{
+    Entry, ListCursor, ListIter, ListOptions, MutationKind, ReadView, Store, Transaction,
+    TransactionOptions, Value,
+};
+
+use crate::error::Error;
+
+/// Computes a record's values for one index: none (the record is not in it), one, or several
+/// (a multi-entry index). A value is a [`Key`], so a compound index is a value of several parts.
+pub type Extract<T> = Arc<dyn Fn(&T) -> Vec<Key> + Send + Sync>;
+
+/// One declared index.
+pub(crate) struct IndexSpec<T> {
+    pub(crate) name: String,
+    pub(crate) unique: bool,
+    pub(crate) covering: bool,
+    pub(crate) extract: Extract<T>,
+    /// Whether the index is known to be complete (cached once seen).
+    pub(crate) ready: AtomicBool,
+}
+
+/// The definition of a collection, shared by its clones.
+pub(crate) struct Def<T> {
+    pub(crate) name: String,
+    pub(crate) primary_key: Arc<dyn Fn(&T) -> Key + Send + Sync>,
+    pub(crate) indexes: Vec<IndexSpec<T>>,
+    pub(crate) retry: TransactionOptions,
+}
+
+/// Declares a collection: `Collection::builder("users", |u: &User| key![u.id])`, then its
+/// indexes, then [`CollectionBuilder::open`] on a store.
+pub struct CollectionBuilder<T> {
+    def: Def<T>,
+}
+
+/// An index entry's value: a pointer to the record, or a copy of it.
+const POINTER: u8 = 0;
+const COVERING: u8 = 1;
+
+/// Index states, stored under `[collection, "meta", "index", name]`.
+pub(crate) const STATE_READY: &[u8] = b"ready";
+const STATE_BUILDING: &[u8] = b"building";
+
+impl<T> CollectionBuilder<T> {
+    fn push(mut self, name: &str, unique: bool, extract: Extract<T>) -> Self {
+        self.def.indexes.push(IndexSpec {
+            name: name.to_owned(),
+            unique,
+            covering: false,
+            extract,
+            ready: AtomicBool::new(false),
+        });
+        self
+    }
+
+    /// A unique (one-to-one) index: `[collection, "u", name, value...] -> primary key`. A
+    /// record whose extractor returns `None` has no entry (an optional field).
+    pub fn unique(self, name: &str, f: impl Fn(&T) -> Option<Key> + Send + Sync + 'static) -> Self {
+        self.push(name, true, Arc::new(move |t| f(t).into_iter().collect()))
+    }
+
+    /// A non-unique (one-to-many) index: `[collection, "i", name, value..., primary key...]`.
+    pub fn index(self, name: &str, f: impl Fn(&T) -> Option<Key> + Send + Sync + 'static) -> Self {
+        self.push(name, false, Arc::new(move |t| f(t).into_iter().collect()))
+    }
+
+    /// A non-unique multi-entry index: one entry per value returned (e.g. per tag).
+    pub fn multi(self, name: &str, f: impl Fn(&T) -> Vec<Key> + Send + Sync + 'static) -> Self {
+        self.push(name, false, Arc::new(f))
+    }
+
+    /// Makes the index declared last *covering*: its entries hold a copy of the record, so a
+    /// query reads one key per result instead of two, at the price of larger writes.
+    pub fn covering(mut self) -> Self {
+        if let Some(last) = self.def.indexes.last_mut() {
+            last.covering = true;
+        }
+        self
+    }
+
+    /// How often a write retries when concurrent commits conflict with it (default 16).
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.def.retry.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// Opens the collection on `store`. An index declared on a collection that already has
+    /// records starts *building*: writes maintain it at once, queries on it return
+    /// [`Error::IndexNotReady`] until [`Collection::backfill`] has indexed the existing records.
+    ///
+    /// # Errors
+    /// [`Error::Definition`] for an empty or repeated name, or a store error.
+    pub fn open<S: Store>(self, store: S) -> Result<Collection<T, S>, Error>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        let def = self.def;
+        if def.name.is_empty() {
+            return Err(Error::Definition("the collection name is empty".into()));
+        }
+        for (i, idx) in def.indexes.iter().enumerate() {
+            if idx.name.is_empty() || def.indexes[..i].iter().any(|o| o.name == idx.name) {
+                return Err(Error::Definition(format!(
+                    "index name `{}` is empty or repeated",
+                    idx.name
+                )));
+            }
+        }
+        let collection = Collection {
+            store,
+            def: Arc::new(def),
+        };
+        for idx in &collection.def.indexes {
+            let state = collection.state_key(&idx.name)?;
+            let has_records = !collection
+                .store
+                .snapshot()
+                .scan(&collection.records_range()?, false, 1)?
+                .is_empty();
+            let initial = if has_records {
+                STATE_BUILDING
+            } else {
+                STATE_READY
+            };
+            let _ = collection
+                .store
+                .atomic()
+                .check_raw(&state, None)
+                .set_raw(&state, initial)
+                .commit()?;
+            collection.refresh_ready(idx)?;
+        }
+        Ok(collection)
+    }
+}
+
+/// One index entry a record should have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Planned {
+    pub(crate) index: usize,
+    pub(crate) value: Key,
+    pub(crate) key: Vec<u8>,
+    pub(crate) entry: Vec<u8>,
+}
+
+/// A page of query results and the cursor to resume after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    /// Records with their primary keys, in index order.
+    pub items: Vec<(Key, T)>,
+    /// Where the next page starts (Deno's cursor format), or `None` after the last page.
+    pub cursor: Option<String>,
+}
+
+/// A typed collection of records with secondary indexes, over any [`Store`].
+///
+/// Every write is one serializable transaction that reads the record and every unique entry
+/// it will own, then commits the record and all its index changes together, retrying on
+/// conflict up to a bound: two concurrent writers can never leave an entry behind, point one
+/// at a stale record, or both take a unique value.
+pub struct Collection<T, S: Store> {
+    pub(crate) store: S,
+    pub(crate) def: Arc<Def<T>>,
+}
+
+impl<T, S: Store + Clone> Clone for Collection<T, S> {
+    fn clone(&self) -> Self {
+        Collection {
+            store: self.store.clone(),
+            def: Arc::clone(&self.def),
+        }
+    }
+}
+
+fn key_of(parts: Vec<KeyPart>) -> Result<Key, Error> {
+    Key::new(parts).map_err(|e| Error::Codec {
+        primary_key: Key::empty(),
+        message: e.to_string(),
+    })
+}
+
+impl<T> Collection<T, tuplekv_engine::Database> {
+    /// Starts declaring a collection named `name` whose primary key is `primary_key(record)`.
+    pub fn builder(
+        name: &str,
+        primary_key: impl Fn(&T) -> Key + Send + Sync + 'static,
+    ) -> CollectionBuilder<T> {
+        CollectionBuilder {
+            def: Def {
+                name: name.to_owned(),
+                primary_key: Arc::new(primary_key),
+                indexes: Vec::new(),
+                retry: TransactionOptions::default(),
+            },
+        }
+    }
+}
+
+impl<T, S> Collection<T, S>
+where
+    T: Serialize + DeserializeOwned,
+    S: Store,
+{
+    /// The collection's name.
+    pub fn name(&self) -> &str {
+        &self.def.name
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub(crate) fn key(&self, head: &[&str], tail: &[&Key]) -> Result<Vec<u8>, Error> {
+        let mut parts: Vec<KeyPart> = Vec::with_capacity(head.len() + 4);
+        parts.push(KeyPart::from(self.def.name.as_str()));
+        parts.extend(head.iter().map(|h| KeyPart::from(*h)));
+        for k in tail {
+            parts.extend(k.parts().iter().cloned());
+        }
+        Ok(encode_key(&key_of(parts)?))
+    }
+
+    pub(crate) fn record_key(&self, pk: &Key) -> Result<Vec<u8>, Error> {
+        self.key(&["id"], &[pk])
+    }
+
+    pub(crate) fn records_range(&self) -> Result<tuplekv_codec::ByteRange, Error> {
+        Selector::prefix(&decode_key(&self.key(&["id"], &[])?).map_err(codec_err)?)
+            .byte_range()
+            .map_err(|e| Error::Store(e.into()))
+    }
+
+    pub(crate) fn state_key(&self, index: &str) -> Result<Vec<u8>, Error> {
+        self.key(&["meta", "index", index], &[])
+    }
+
+    /// The key prefix of one index's entries, followed by `value`'s parts.
+    pub(crate) fn index_prefix(&self, idx: &IndexSpec<T>, value: &Key) -> Result<Key, Error> {
+        let kind = if idx.unique { "u" } else { "i" };
+        decode_key(&self.key(&[kind, &idx.name], &[value])?).map_err(codec_err)
+    }
+
+    pub(crate) fn encode(&self, pk: &Key, record: &T) -> Result<Vec<u8>, Error> {
+        postcard::to_stdvec(record).map_err(|e| Error::Codec {
+            primary_key: pk.clone(),
+            message: format!("cannot serialise: {e}"),
+        })
+    }
+
+    pub(crate) fn decode(&self, pk: &Key, bytes: &[u8]) -> Result<T, Error> {
+        postcard::from_bytes(bytes).map_err(|e| Error::Codec {
+            primary_key: pk.clone(),
+            message: format!("stored record does not decode: {e}"),
+        })
+    }
+
+    /// The entries `record` (primary key `pk`, serialised as `bytes`) should have, in index
+    /// order, without repeats; `only` restricts them to one index.
+    pub(crate) fn plan(
+        &self,
+        pk: &Key,
+        record: &T,
+        bytes: &[u8],
+        only: Option<usize>,
+    ) -> Result<Vec<Planned>, Error> {
+        let pk_bytes = encode_key(pk);
+        let mut out: Vec<Planned> = Vec::new();
+        for (i, idx) in self.def.indexes.iter().enumerate() {
+            if only.is_some_and(|o| o != i) {
+                continue;
+            }
+            for value in (idx.extract)(record) {
+                let key = if idx.unique {
+                    self.key(&["u", &idx.name], &[&value])?
+                } else {
+                    self.key(&["i", &idx.name], &[&value, pk])?
+                };
+                if out.iter().any(|p| p.key == key) {
+                    continue;
+                }
+                let mut entry = Vec::with_capacity(1 + pk_bytes.len());
+                if idx.covering {
+                    entry.push(COVERING);
+                    let len = u32::try_from(pk_bytes.len()).unwrap_or(u32::MAX);
+                    entry.extend_from_slice(&len.to_le_bytes());
+                    entry.extend_from_slice(&pk_bytes);
+                    entry.extend_from_slice(bytes);
+                } else {
+                    entry.push(POINTER);
+                    entry.extend_from_slice(&pk_bytes);
+                }
+                out.push(Planned {
+                    index: i,
+                    value,
+                    key,
+                    entry,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The primary key an entry's value points at, and the record copy of a covering entry.
+    pub(crate) fn parse_entry(value: &Value) -> Result<(Key, Option<&[u8]>), Error> {
+        let bad = |m: &str| Error::Codec {
+            primary_key: Key::empty(),
+            message: format!("index entry: {m}"),
+        };
+        let Value::Bytes(b) = value else {
+            return Err(bad("not a bytes value"));
+        };
+        match b.split_first() {
+            Some((&POINTER, pk)) => Ok((decode_key(pk).map_err(codec_err)?, None)),
+            Some((&COVERING, rest)) if rest.len() >= 4 => {
+                let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+                let pk = rest.get(4..4 + len).ok_or_else(|| bad("truncated"))?;
+                Ok((decode_key(pk).map_err(codec_err)?, rest.get(4 + len..)))
+            }
+            _ => Err(bad("unknown format")),
+        }
+    }
+
+    /// Inside a transaction: replaces the record at `pk` (currently `old`) by `new` (or
+    /// deletes it), with every index change, after checking unique values.
+    pub(crate) fn put_in(
+        &self,
+        tx: &mut Transaction<'_, S>,
+        pk: &Key,
+        old: Option<&T>,
+        new: Option<&T>,
+    ) -> Result<(), Error> {
+        let record_key = self.record_key(pk)?;
+        let old_plan = match old {
+            Some(o) => self.plan(pk, o, &self.encode(pk, o)?, None)?,
+            None => Vec::new(),
+        };
+        let (new_bytes, new_plan) = match new {
+            Some(n) => {
+                let bytes = self.encode(pk, n)?;
+                let plan = self.plan(pk, n, &bytes, None)?;
+                (Some(bytes), plan)
+            }
+            None => (None, Vec::new()),
+        };
+        for p in new_plan.iter().filter(|p| self.def.indexes[p.index].unique) {
+            if let Some(existing) = tx.get_raw(&p.key)? {
+                let (owner, _) = Self::parse_entry(&existing.value)?;
+                if owner != *pk {
+                    return Err(Error::UniqueViolation {
+                        index: self.def.indexes[p.index].name.clone(),
+                        value: p.value.clone(),
+                        existing_primary_key: owner,
+                    });
+                }
+            }
+        }
+        for p in &old_plan {
+            if !new_plan.iter().any(|n| n.key == p.key) {
+                tx.mutate_raw(&p.key, MutationKind::Delete);
+            }
+        }
+        for p in &new_plan {
+            tx.mutate_raw(
+                &p.key,
+                MutationKind::Set {
+                    value: Value::from(p.entry.clone()),
+                    expire_in: None,
+                },
+            );
+        }
+        match new_bytes {
+            Some(bytes) => tx.mutate_raw(
+                &record_key,
+                MutationKind::Set {
+                    value: Value::from(bytes),
+                    expire_in: None,
+                },
+            ),
+            None => tx.mutate_raw(&record_key, MutationKind::Delete),
+        }
+        Ok(())
+    }
+
+    /// Reads and decodes the record at `pk` inside a transaction.
+    fn read_in(&self, tx: &mut Transaction<'_, S>, pk: &Key) -> Result<Option<T>, Error> {
+        match tx.get_raw(&self.record_key(pk)?)? {
+            Some(e) => Ok(Some(self.decode(pk, value_bytes(&e.value)?)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn run<R>(
+        &self,
+        f: impl FnMut(&mut Transaction<'_, S>) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        self.store.transaction_with(&self.def.retry, f)
+    }
+
+    /// Inserts a new record.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyExists`], [`Error::UniqueViolation`], a store error (a record too large
+    /// for the value limit, too many index entries for one commit), or a conflict past the
+    /// retry bound. Nothing is written then.
+    pub fn insert(&self, record: &T) -> Result<(), Error> {
+        let pk = (self.def.primary_key)(record);
+        self.run(|tx| {
+            if self.read_in(tx, &pk)?.is_some() {
+                return Err(Error::AlreadyExists {
+                    primary_key: pk.clone(),
+                });
+            }
+            self.put_in(tx, &pk, None, Some(record))
+        })
+    }
+
+    /// Inserts the record, or replaces the one with its primary key; returns the old one.
+    ///
+    /// # Errors
+    /// As [`Collection::insert`], without [`Error::AlreadyExists`].
+    pub fn upsert(&self, record: &T) -> Result<Option<T>, Error> {
+        let pk = (self.def.primary_key)(record);
+        self.run(|tx| {
+            let old = self.read_in(tx, &pk)?;
+            self.put_in(tx, &pk, old.as_ref(), Some(record))?;
+            Ok(old)
+        })
+    }
+
+    /// Read-modify-write: replaces the record at `pk` by `f(record)`; `f` may run again if a
+    /// concurrent write conflicts. Returns the new record.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::Definition`] if `f` changes the primary key, and as
+    /// [`Collection::insert`].
+    pub fn update(&self, pk: &Key, mut f: impl FnMut(T) -> T) -> Result<T, Error>
+    where
+        T: Clone,
+    {
+        self.run(|tx| {
+            let Some(old) = self.read_in(tx, pk)? else {
+                return Err(Error::NotFound {
+                    primary_key: pk.clone(),
+                });
+            };
+            let new = f(old.clone());
+            let new_pk = (self.def.primary_key)(&new);
+            if new_pk != *pk {
+                return Err(Error::Definition(format!(
+                    "update changed the primary key from {pk} to {new_pk}"
+                )));
+            }
+            self.put_in(tx, pk, Some(&old), Some(&new))?;
+            Ok(new)
+        })
+    }
+
+    /// Deletes the record at `pk` and its index entries; returns it.
+    ///
+    /// # Errors
+    /// A store error or a conflict past the retry bound.
+    pub fn delete(&self, pk: &Key) -> Result<Option<T>, Error> {
+        self.run(|tx| {
+            let old = self.read_in(tx, pk)?;
+            if old.is_some() {
+                self.put_in(tx, pk, old.as_ref(), None)?;
+            }
+            Ok(old)
+        })
+    }
+
+    /// The record at `pk`.
+    ///
+    /// # Errors
+    /// A store error, or a stored record that does not decode.
+    pub fn get(&self, pk: &Key) -> Result<Option<T>, Error> {
+        match self.store.snapshot().get_raw(&self.record_key(pk)?)? {
+            Some(e) => Ok(Some(self.decode(pk, value_bytes(&e.value)?)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn index_named(&self, index: &str) -> Result<(usize, &IndexSpec<T>), Error> {
+        self.def
+            .indexes
+            .iter()
+            .enumerate()
+            .find(|(_, i)| i.name == index)
+            .ok_or_else(|| Error::UnknownIndex {
+                collection: self.def.name.clone(),
+                index: index.to_owned(),
+            })
+    }
+
+    pub(crate) fn refresh_ready(&self, idx: &IndexSpec<T>) -> Result<bool, Error> {
+        if idx.ready.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let state = self.store.snapshot().get_raw(&self.state_key(&idx.name)?)?;
+        let ready =
+            matches!(state.map(|e| e.value), Some(Value::Bytes(b)) if b.as_ref() == STATE_READY);
+        if ready {
+            idx.ready.store(true, Ordering::Release);
+        }
+        Ok(ready)
+    }
+
+    fn queryable(&self, index: &str) -> Result<&IndexSpec<T>, Error> {
+        let (_, idx) = self.index_named(index)?;
+        if !self.refresh_ready(idx)? {
+            return Err(Error::IndexNotReady {
+                index: index.to_owned(),
+            });
+        }
+        Ok(idx)
+    }
+
+    /// Resolves one index entry read from `view` into its record.
+    fn resolve(&self, view: &S::Snapshot, entry: &Entry) -> Result<Option<(Key, T)>, Error> {
+        let (pk, copy) = Self::parse_entry(&entry.value)?;
+        let record = match copy {
+            Some(bytes) => Some(self.decode(&pk, bytes)?),
+            None => match view.get_raw(&self.record_key(&pk)?)? {
+                Some(e) => Some(self.decode(&pk, value_bytes(&e.value)?)?),
+                None => None,
+            },
+        };
+        Ok(record.map(|r| (pk, r)))
+    }
+
+    /// The record whose unique index `index` has `value`, with its primary key.
+    ///
+    /// # Errors
+    /// [`Error::UnknownIndex`] (also for a non-unique index), [`Error::IndexNotReady`], or a
+    /// store error.
+    pub fn get_by(&self, index: &str, value: &Key) -> Result<Option<(Key, T)>, Error> {
+        let idx = self.queryable(index)?;
+        if !idx.unique {
+            return Err(Error::UnknownIndex {
+                collection: self.def.name.clone(),
+                index: format!("{index} (not unique: use list_by)"),
+            });
+        }
+        let view = self.store.snapshot();
+        match view.get_raw(&self.key(&["u", &idx.name], &[value])?)? {
+            Some(entry) => self.resolve(&view, &entry),
+            None => Ok(None),
+        }
+    }
+
+    fn page(&self, selector: &Selector, options: ListOptions) -> Result<Page<T>, Error> {
+        let view = self.store.snapshot();
+        let limit = options.limit;
+        let mut iter = ListIter::new(view.clone(), selector.clone(), options)?;
+        let mut items = Vec::new();
+        let mut seen = 0usize;
+        for entry in iter.by_ref() {
+            seen += 1;
+            if let Some(item) = self.resolve(&view, &entry?)? {
+                items.push(item);
+            }
+        }
+        let cursor = match iter.cursor() {
+            ListCursor::After(c) if limit.is_some_and(|l| seen >= l) => Some(c),
+            _ => None,
+        };
+        Ok(Page { items, cursor })
+    }
+
+    /// The selector of the entries of `idx` whose value starts with `prefix`.
+    fn selector_for(&self, idx: &IndexSpec<T>, prefix: &Key) -> Result<Selector, Error> {
+        let exact = encode_key(&self.index_prefix(idx, prefix)?);
+        Ok(if idx.unique && !prefix.is_empty() {
+            // A unique entry's key ends with its value: the exact value is a key itself.
+            let mut end = exact.clone();
+            end.push(0xff);
+            Selector::Range { start: exact, end }
+        } else {
+            Selector::Prefix(exact)
+        })
+    }
+
+    /// The records whose `index` value starts with `prefix` (all of the value for an exact
+    /// match; the leading fields of a compound index; [`Key::empty`] for everything), in index
+    /// order, with Deno's list options (`limit`, `reverse`, `cursor`).
+    ///
+    /// # Errors
+    /// [`Error::UnknownIndex`], [`Error::IndexNotReady`], bad options, or a store error.
+    pub fn list_by(
+        &self,
+        index: &str,
+        prefix: &Key,
+        options: ListOptions,
+    ) -> Result<Page<T>, Error> {
+        let idx = self.queryable(index)?;
+        let selector = self.selector_for(idx, prefix)?;
+        self.page(&selector, options)
+    }
+
+    /// The records whose `index` value lies in `[start, end)`.
+    ///
+    /// # Errors
+    /// As [`Collection::list_by`].
+    pub fn list_range(
+        &self,
+        index: &str,
+        start: &Key,
+        end: &Key,
+        options: ListOptions,
+    ) -> Result<Page<T>, Error> {
+        let idx = self.queryable(index)?;
+        let selector = Selector::range(
+            &self.index_prefix(idx, start)?,
+            &self.index_prefix(idx, end)?,
+        );
+        self.page(&selector, options)
+    }
+
+    /// How many entries of `index` start with `prefix` (records, for a single-valued index).
+    ///
+    /// # Errors
+    /// As [`Collection::list_by`].
+    pub fn count(&self, index: &str, prefix: &Key) -> Result<usize, Error> {
+        let idx = self.queryable(index)?;
+        let range = self
+            .selector_for(idx, prefix)?
+            .byte_range()
+            .map_err(|e| Error::Store(e.into()))?;
+        Ok(self.store.snapshot().scan(&range, false, usize::MAX)?.len())
+    }
+
+    /// Every record, in primary-key order.
+    ///
+    /// # Errors
+    /// Bad options or a store error.
+    pub fn list(&self, options: ListOptions) -> Result<Page<T>, Error> {
+        let prefix = decode_key(&self.key(&["id"], &[])?).map_err(codec_err)?;
+        let view = self.store.snapshot();
+        let limit = options.limit;
+        let mut iter = ListIter::new(view, Selector::prefix(&prefix), options)?;
+        let mut items = Vec::new();
+        for entry in iter.by_ref() {
+            let entry = entry?;
+            let key = decode_key(&entry.key).map_err(codec_err)?;
+            let pk = key_of(key.parts()[2..].to_vec())?;
+            let record = self.decode(&pk, value_bytes(&entry.value)?)?;
+            items.push((pk, record));
+        }
+        let cursor = match iter.cursor() {
+            ListCursor::After(c) if limit.is_some_and(|l| items.len() >= l) => Some(c),
+            _ => None,
+        };
+        Ok(Page { items, cursor })
+    }
+}
+
+pub(crate) fn codec_err(e: tuplekv_codec::DecodeError) -> Error {
+    Error::Codec {
+        primary_key: Key::empty(),
+        message: e.to_string(),
+    }
+}
+
+pub(crate) fn value_bytes(value: &Value) -> Result<&[u8], Error> {
+    match value {
+        Value::Bytes(b) => Ok(b),
+        _ => Err(Error::Codec {
+            primary_key: Key::empty(),
+            message: "a record is not a bytes value".into(),
+        }),
+    }
+}

@@ -1,0 +1,63 @@
+//! What can go wrong in a collection, said plainly.
+
+use thiserror::Error;
+use tuplekv_codec::Key;
+
+/// Why a collection operation failed. A failed operation writes nothing.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another record already holds this value of a unique index.
+    #[error("unique index `{index}` already has {value} (record {existing_primary_key})")]
+    UniqueViolation {
+        /// The index.
+        index: String,
+        /// The value both records have.
+        value: Key,
+        /// The primary key of the record that holds it.
+        existing_primary_key: Key,
+    },
+    /// `insert` of a primary key that exists.
+    #[error("a record with primary key {primary_key} already exists")]
+    AlreadyExists {
+        /// The primary key.
+        primary_key: Key,
+    },
+    /// `update` of a primary key that does not exist.
+    #[error("no record with primary key {primary_key}")]
+    NotFound {
+        /// The primary key.
+        primary_key: Key,
+    },
+    /// A query named an index the collection does not declare.
+    #[error("collection `{collection}` has no index `{index}`")]
+    UnknownIndex {
+        /// The collection.
+        collection: String,
+        /// The index asked for.
+        index: String,
+    },
+    /// The index is being built from existing records and cannot answer queries yet.
+    #[error(
+        "index `{index}` is still being built; run `backfill` (it is maintained by writes already)"
+    )]
+    IndexNotReady {
+        /// The index.
+        index: String,
+    },
+    /// The collection's definition is invalid (a duplicate index name, an empty name).
+    #[error("invalid collection definition: {0}")]
+    Definition(String),
+    /// A record could not be serialised, or a stored record could not be read back.
+    #[error("record {primary_key}: {message}")]
+    Codec {
+        /// The record's primary key (empty if unknown).
+        primary_key: Key,
+        /// What failed.
+        message: String,
+    },
+    /// The store refused the operation (a limit such as the value size, a bad key) or kept
+    /// conflicting past the retry bound.
+    #[error(transparent)]
+    Store(#[from] tuplekv_engine::Error),
+}

@@ -1,0 +1,338 @@
+//! Collections: every operation, every index kind, the errors, and building, verifying and
+//! repairing indexes.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use serde::{Deserialize, Serialize};
+use tuplekv_engine::{Database, ListOptions, key};
+use tuplekv_index::{Collection, Error, Problem};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct User {
+    id: u64,
+    email: String,
+    color: String,
+    city: String,
+    age: u32,
+    tags: Vec<String>,
+    nickname: Option<String>,
+    bio: String,
+}
+
+fn user(id: u64, email: &str, color: &str) -> User {
+    User {
+        id,
+        email: email.into(),
+        color: color.into(),
+        city: if id.is_multiple_of(2) { "Oslo" } else { "Lima" }.into(),
+        age: 20 + (id as u32 % 5),
+        tags: vec![format!("t{}", id % 3), "all".into()],
+        nickname: id.is_multiple_of(2).then(|| format!("nick{id}")),
+        bio: String::new(),
+    }
+}
+
+fn users(db: Database) -> Collection<User, Database> {
+    Collection::builder("users", |u: &User| key![u.id])
+        .unique("email", |u| Some(key![u.email.clone()]))
+        .index("color", |u| Some(key![u.color.clone()]))
+        .index("city_age", |u| Some(key![u.city.clone(), u.age]))
+        .multi("tags", |u| u.tags.iter().map(|t| key![t.clone()]).collect())
+        .unique("nickname", |u| u.nickname.clone().map(|n| key![n]))
+        .covering()
+        .open(db)
+        .unwrap()
+}
+
+fn ids(page: &tuplekv_index::Page<User>) -> Vec<u64> {
+    page.items.iter().map(|(_, u)| u.id).collect()
+}
+
+#[test]
+fn insert_get_and_every_index_kind_answer_queries() {
+    let c = users(Database::in_memory());
+    for (id, email, color) in [(1, "a@x", "green"), (2, "b@x", "blue"), (3, "c@x", "green")] {
+        c.insert(&user(id, email, color)).unwrap();
+    }
+    assert_eq!(c.get(&key![2]).unwrap().unwrap().email, "b@x");
+    assert_eq!(c.get_by("email", &key!["c@x"]).unwrap().unwrap().0, key![3]);
+    assert_eq!(c.get_by("email", &key!["nobody@x"]).unwrap(), None);
+    // Non-unique, exact value.
+    assert_eq!(
+        ids(&c
+            .list_by("color", &key!["green"], ListOptions::default())
+            .unwrap()),
+        [1, 3]
+    );
+    // Compound: by the leading field, and by both.
+    assert_eq!(
+        ids(&c
+            .list_by("city_age", &key!["Lima"], ListOptions::default())
+            .unwrap()),
+        [1, 3]
+    );
+    assert_eq!(
+        ids(&c
+            .list_by("city_age", &key!["Lima", 23u32], ListOptions::default())
+            .unwrap()),
+        [3]
+    );
+    // Multi-entry: every user has "all"; t1 only user 1.
+    assert_eq!(c.count("tags", &key!["all"]).unwrap(), 3);
+    assert_eq!(
+        ids(&c
+            .list_by("tags", &key!["t1"], ListOptions::default())
+            .unwrap()),
+        [1]
+    );
+    // Optional + covering: only even ids have a nickname.
+    assert_eq!(
+        c.count("nickname", &tuplekv_engine::Key::empty()).unwrap(),
+        1
+    );
+    assert_eq!(
+        c.get_by("nickname", &key!["nick2"]).unwrap().unwrap().1.id,
+        2
+    );
+    // Value range.
+    let range = c
+        .list_range("color", &key!["a"], &key!["c"], ListOptions::default())
+        .unwrap();
+    assert_eq!(ids(&range), [2]);
+    assert_eq!(c.list(ListOptions::default()).unwrap().items.len(), 3);
+}
+
+#[test]
+fn pagination_by_cursor_and_reverse_cover_every_entry_once() {
+    let c = users(Database::in_memory());
+    for id in 0..10u64 {
+        c.insert(&user(id, &format!("{id}@x"), "green")).unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = c
+            .list_by(
+                "color",
+                &key!["green"],
+                ListOptions {
+                    limit: Some(3),
+                    reverse: true,
+                    cursor: cursor.clone(),
+                    ..ListOptions::default()
+                },
+            )
+            .unwrap();
+        seen.extend(ids(&page));
+        match page.cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (0..10).rev().collect::<Vec<u64>>());
+}
+
+#[test]
+fn a_unique_violation_names_the_index_value_and_holder_and_writes_nothing() {
+    let c = users(Database::in_memory());
+    c.insert(&user(1, "ada@x", "green")).unwrap();
+    let before = c.verify().unwrap();
+    let err = c.insert(&user(2, "ada@x", "red")).unwrap_err();
+    assert_eq!(
+        err,
+        Error::UniqueViolation {
+            index: "email".into(),
+            value: key!["ada@x"],
+            existing_primary_key: key![1],
+        }
+    );
+    assert!(
+        err.to_string().contains("unique index `email` already has"),
+        "{err}"
+    );
+    assert_eq!(c.get(&key![2]).unwrap(), None);
+    assert_eq!(c.count("color", &key!["red"]).unwrap(), 0);
+    assert_eq!(c.verify().unwrap(), before);
+    assert!(matches!(
+        c.insert(&user(1, "other@x", "red")),
+        Err(Error::AlreadyExists { .. })
+    ));
+}
+
+#[test]
+fn upsert_update_and_delete_move_and_remove_entries() {
+    let c = users(Database::in_memory());
+    c.insert(&user(1, "ada@x", "green")).unwrap();
+    // Changing the email frees the old value.
+    let mut changed = user(1, "ada@new", "blue");
+    changed.tags = vec!["solo".into()];
+    let old = c.upsert(&changed).unwrap().unwrap();
+    assert_eq!(old.email, "ada@x");
+    assert_eq!(c.get_by("email", &key!["ada@x"]).unwrap(), None);
+    c.insert(&user(2, "ada@x", "green")).unwrap();
+    assert_eq!(c.count("tags", &key!["all"]).unwrap(), 1);
+    // Read-modify-write.
+    let updated = c
+        .update(&key![1], |mut u| {
+            u.color = "red".into();
+            u
+        })
+        .unwrap();
+    assert_eq!(updated.color, "red");
+    assert_eq!(
+        ids(&c
+            .list_by("color", &key!["red"], ListOptions::default())
+            .unwrap()),
+        [1]
+    );
+    assert_eq!(c.count("color", &key!["blue"]).unwrap(), 0);
+    assert!(matches!(
+        c.update(&key![1], |mut u| {
+            u.id = 9;
+            u
+        }),
+        Err(Error::Definition(_))
+    ));
+    assert!(matches!(
+        c.update(&key![7], |u| u),
+        Err(Error::NotFound { .. })
+    ));
+    // Delete takes every entry with it.
+    assert_eq!(c.delete(&key![1]).unwrap().unwrap().id, 1);
+    assert_eq!(c.delete(&key![1]).unwrap(), None);
+    assert_eq!(c.get_by("email", &key!["ada@new"]).unwrap(), None);
+    assert!(c.verify().unwrap().is_clean());
+}
+
+#[test]
+fn a_record_over_the_value_limit_or_with_too_many_entries_writes_nothing() {
+    let c = users(Database::in_memory());
+    c.insert(&user(1, "ada@x", "green")).unwrap();
+    let before = c.verify().unwrap();
+    let mut big = user(1, "ada@x", "green");
+    big.bio = "x".repeat(tuplekv_engine::limits::VALUE_SIZE_MAX + 1);
+    assert!(matches!(
+        c.upsert(&big),
+        Err(Error::Store(tuplekv_engine::Error::ValueTooLarge { .. }))
+    ));
+    let mut many = user(1, "ada@x", "green");
+    many.tags = (0..tuplekv_engine::limits::MUTATIONS_MAX)
+        .map(|i| format!("tag{i}"))
+        .collect();
+    assert!(matches!(c.upsert(&many), Err(Error::Store(_))));
+    assert_eq!(c.get(&key![1]).unwrap().unwrap(), user(1, "ada@x", "green"));
+    assert_eq!(c.verify().unwrap(), before);
+}
+
+#[test]
+fn unknown_indexes_are_named_in_the_error() {
+    let c = users(Database::in_memory());
+    let err = c
+        .list_by("colour", &key!["green"], ListOptions::default())
+        .unwrap_err();
+    assert_eq!(err.to_string(), "collection `users` has no index `colour`");
+    assert!(matches!(
+        c.get_by("color", &key!["green"]),
+        Err(Error::UnknownIndex { .. })
+    ));
+    let dup = Collection::builder("users", |u: &User| key![u.id])
+        .index("a", |u| Some(key![u.color.clone()]))
+        .index("a", |u| Some(key![u.city.clone()]))
+        .open(Database::in_memory());
+    assert!(matches!(dup, Err(Error::Definition(_))));
+}
+
+#[test]
+fn an_index_added_to_existing_records_is_built_online_and_reports_duplicates() {
+    let db = Database::in_memory();
+    let plain = Collection::builder("users", |u: &User| key![u.id])
+        .open(db.clone())
+        .unwrap();
+    for id in 0..50u64 {
+        // Ids 10 and 20 share a city-wide "email" to make a duplicate for the unique index.
+        let email = if id == 20 {
+            "10@x".to_owned()
+        } else {
+            format!("{id}@x")
+        };
+        plain
+            .insert(&user(
+                id,
+                &email,
+                if id.is_multiple_of(2) {
+                    "green"
+                } else {
+                    "blue"
+                },
+            ))
+            .unwrap();
+    }
+    let c = users(db.clone());
+    assert!(matches!(
+        c.list_by("color", &key!["green"], ListOptions::default()),
+        Err(Error::IndexNotReady { .. })
+    ));
+    // Writes during the build are indexed at once.
+    c.insert(&user(100, "100@x", "green")).unwrap();
+    let mut reports = Vec::new();
+    let report = c.backfill(7, |p| reports.push(p.clone())).unwrap();
+    assert!(!reports.is_empty());
+    assert!(
+        reports
+            .windows(2)
+            .all(|w| w[0].index != w[1].index || w[0].records < w[1].records)
+    );
+    assert_eq!(report.duplicates.len(), 1, "{report:?}");
+    let dup = &report.duplicates[0];
+    assert_eq!((dup.index.as_str(), &dup.value), ("email", &key!["10@x"]));
+    assert!(report.completed.contains(&"color".to_owned()));
+    assert!(!report.completed.contains(&"email".to_owned()));
+    // The complete indexes answer; the one with a duplicate still refuses.
+    assert_eq!(c.count("color", &key!["green"]).unwrap(), 26);
+    assert!(matches!(
+        c.get_by("email", &key!["3@x"]),
+        Err(Error::IndexNotReady { .. })
+    ));
+    // Resolve the duplicate, run again: the unique index goes live.
+    c.upsert(&user(20, "20@x", "green")).unwrap();
+    let report = c.backfill(7, |_| {}).unwrap();
+    assert_eq!(report.completed, ["email"]);
+    assert_eq!(
+        c.get_by("email", &key!["20@x"]).unwrap().unwrap().0,
+        key![20]
+    );
+    assert!(c.verify().unwrap().is_clean(), "{:?}", c.verify().unwrap());
+}
+
+#[test]
+fn verify_finds_and_repair_fixes_missing_dangling_and_wrong_entries() {
+    let db = Database::in_memory();
+    let c = users(db.clone());
+    for id in 0..5u64 {
+        c.insert(&user(id, &format!("{id}@x"), "green")).unwrap();
+    }
+    assert!(c.verify().unwrap().is_clean());
+    let entry = |k: tuplekv_engine::Key| tuplekv_engine::codec::encode_key(&k);
+    // Missing: delete user 1's color entry behind the collection's back.
+    db.delete(&key!["users", "i", "color", "green", 1]).unwrap();
+    // Dangling: an entry for a user that does not exist.
+    db.set(&key!["users", "i", "color", "pink", 99], vec![0u8])
+        .unwrap();
+    // Wrong: user 2's email entry points at user 3.
+    let mut to_three = vec![0u8];
+    to_three.extend(entry(key![3]));
+    db.set(&key!["users", "u", "email", "2@x"], to_three)
+        .unwrap();
+    let report = c.verify().unwrap();
+    let mut problems: Vec<Problem> = report.findings.iter().map(|f| f.problem.clone()).collect();
+    problems.sort_by_key(|p| format!("{p:?}"));
+    assert_eq!(
+        problems,
+        [Problem::Dangling, Problem::Missing, Problem::Wrong],
+        "{report:?}"
+    );
+    let fixed = c.repair().unwrap();
+    assert_eq!(fixed.findings.len(), 3);
+    assert!(c.verify().unwrap().is_clean(), "{:?}", c.verify().unwrap());
+    assert_eq!(c.get_by("email", &key!["2@x"]).unwrap().unwrap().0, key![2]);
+    assert_eq!(c.count("color", &key!["green"]).unwrap(), 5);
+}
