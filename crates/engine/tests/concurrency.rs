@@ -310,3 +310,97 @@ fn expired_entries_are_invisible_at_once_and_reclaimed() {
     db.reclaim_now();
     assert_eq!(db.stats().keys, 0);
 }
+
+/// One operation of the recorded history: when it was invoked and when it returned (ticks of
+/// one global counter), and the versionstamp it wrote or read.
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    start: u64,
+    end: u64,
+    write: bool,
+    key: u64,
+    stamp: Versionstamp,
+}
+
+/// Records a history of sets and gets from several threads on a few keys and checks it is
+/// linearizable. Each write returns its versionstamp and each read returns the stamp of the
+/// write it saw, so the write order is known and the check is direct: a write that finished
+/// before another started has the smaller stamp; a read sees a write that finished before it
+/// started, or a later one, never an older one; a read never sees a write that started after
+/// it finished; and a read sees a stamp some write of that key actually returned.
+#[test]
+fn a_recorded_history_of_sets_and_gets_is_linearizable() {
+    use std::sync::atomic::AtomicU64;
+    let seed: u64 = std::env::var("TUPLEKV_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let db = Database::in_memory();
+    let clock = AtomicU64::new(0);
+    let keys = 3u64;
+    for k in 0..keys {
+        db.set(&key!["reg", k], b"init").unwrap();
+    }
+    let history: Vec<Event> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (db, clock) = (db.clone(), &clock);
+                s.spawn(move || {
+                    let mut rng = fastrand::Rng::with_seed(seed * 100 + t);
+                    let mut events = Vec::new();
+                    for _ in 0..400 * stress() {
+                        let k = rng.u64(0..keys);
+                        let write = rng.bool();
+                        let start = clock.fetch_add(1, Ordering::SeqCst);
+                        let stamp = if write {
+                            db.set(&key!["reg", k], vec![t as u8]).unwrap()
+                        } else {
+                            db.get(&key!["reg", k]).unwrap().unwrap().versionstamp
+                        };
+                        let end = clock.fetch_add(1, Ordering::SeqCst);
+                        events.push(Event {
+                            start,
+                            end,
+                            write,
+                            key: k,
+                            stamp,
+                        });
+                    }
+                    events
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let writes: Vec<&Event> = history.iter().filter(|e| e.write).collect();
+    let initial = Versionstamp::from_version(keys);
+    for a in &writes {
+        for b in &writes {
+            if a.end < b.start {
+                assert!(
+                    a.stamp < b.stamp,
+                    "real-time order broken: {a:?} then {b:?}"
+                );
+            }
+        }
+    }
+    for r in history.iter().filter(|e| !e.write) {
+        let known =
+            r.stamp <= initial || writes.iter().any(|w| w.key == r.key && w.stamp == r.stamp);
+        assert!(known, "read of a stamp no write returned: {r:?}");
+        for w in writes.iter().filter(|w| w.key == r.key) {
+            if w.end < r.start {
+                assert!(r.stamp >= w.stamp, "stale read: {r:?} after {w:?}");
+            }
+            if r.end < w.start {
+                assert!(
+                    r.stamp < w.stamp,
+                    "read from the future: {r:?} before {w:?}"
+                );
+            }
+        }
+    }
+}

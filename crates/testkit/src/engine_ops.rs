@@ -81,6 +81,17 @@ pub enum Op {
         /// End key index.
         end: u8,
     },
+    /// A list of the prefix `["k"]` from a start key, or up to an end key.
+    Bounded {
+        /// Key index of the bound.
+        bound: u8,
+        /// `true`: the bound is the start (inclusive); `false`: the end (exclusive).
+        is_start: bool,
+        /// Limit, at least 1.
+        limit: u8,
+        /// Direction.
+        reverse: bool,
+    },
     /// List the prefix `["k"]` page by page through cursors.
     Paginate {
         /// Page size, at least 1.
@@ -134,6 +145,9 @@ pub fn op() -> impl Strategy<Value = Op> {
         2 => (1u8..8, any::<bool>()).prop_map(|(limit, reverse)| Op::List { limit, reverse }),
         1 => (k(), k()).prop_map(|(start, end)| Op::Range { start, end }),
         1 => (1u8..4, any::<bool>()).prop_map(|(page, reverse)| Op::Paginate { page, reverse }),
+        1 => (k(), any::<bool>(), 1u8..8, any::<bool>()).prop_map(|(bound, is_start, limit, reverse)| {
+            Op::Bounded { bound, is_start, limit, reverse }
+        }),
         1 => Just(Op::Snapshot),
         1 => any::<u8>().prop_map(Op::ReadSnapshot),
         1 => (k(), k()).prop_map(|(read, write)| Op::Transaction { read, write }),
@@ -181,6 +195,12 @@ pub fn ops_from_bytes(data: &[u8]) -> Vec<Op> {
             4 => Op::Get(arg),
             5 => Op::GetMany((0..arg % 5).map(|_| next().unwrap_or(0)).collect()),
             6 => Op::List {
+                limit: arg % 8 + 1,
+                reverse: arg & 0x80 != 0,
+            },
+            7 if arg & 0x40 != 0 => Op::Bounded {
+                bound: next().unwrap_or(0),
+                is_start: arg & 0x20 != 0,
                 limit: arg % 8 + 1,
                 reverse: arg & 0x80 != 0,
             },
@@ -346,6 +366,52 @@ pub fn run_ops(ops: &[Op]) -> Result<(), String> {
                         }
                     }
                     Err(e) => return Err(fail(e.to_string())),
+                }
+            }
+            Op::Bounded {
+                bound,
+                is_start,
+                limit,
+                reverse,
+            } => {
+                let prefix = key!["k"];
+                let b = op_key(*bound);
+                let selector = if *is_start {
+                    Selector::prefix_start(&prefix, &b)
+                } else {
+                    Selector::prefix_end(&prefix, &b)
+                };
+                let options = ListOptions {
+                    limit: Some(usize::from(*limit)),
+                    reverse: *reverse,
+                    ..ListOptions::default()
+                };
+                let under = b.starts_with(&prefix) && b.len() > prefix.len();
+                match db.list(&selector, options) {
+                    Err(_) if !under => {} // Deno: the bound must be under the prefix
+                    Err(e) => return Err(fail(e.to_string())),
+                    Ok(_) if !under => {
+                        return Err(fail("bound outside the prefix accepted".into()));
+                    }
+                    Ok(it) => {
+                        let got = rows(
+                            it.collect::<Result<Vec<_>, _>>()
+                                .map_err(|e| fail(e.to_string()))?,
+                        );
+                        let all = Selector::prefix(&prefix)
+                            .byte_range()
+                            .map_err(|e| fail(e.to_string()))?;
+                        let bb = encode_key(&b);
+                        let (start, end) = if *is_start {
+                            (bb, all.end)
+                        } else {
+                            (all.start, bb)
+                        };
+                        let want = model.scan(&start, &end, *reverse, usize::from(*limit));
+                        if got != want {
+                            return Err(fail(format!("engine {got:?}, model {want:?}")));
+                        }
+                    }
                 }
             }
             Op::Paginate { page, reverse } => {
