@@ -13,6 +13,9 @@ use denokv_proto::{
 use denokv_sqlite::{Sqlite, SqliteConfig, SqliteNotifier};
 use rand::SeedableRng;
 
+/// A value and the versionstamp that wrote it.
+pub type Versioned = (Vec<u8>, [u8; 10]);
+
 /// A `denokv_sqlite` database and a runtime to drive it from the current thread.
 pub struct DenoSqlite {
     db: Sqlite,
@@ -116,6 +119,34 @@ impl DenoSqlite {
             .collect())
     }
 
+    /// Reads one key with its versionstamp.
+    pub fn get_entry(&self, key: &[u8]) -> Result<Option<Versioned>, String> {
+        let mut end = key.to_vec();
+        end.push(0);
+        let limit = NonZeroU32::MIN;
+        let out = self
+            .rt
+            .block_on(self.db.snapshot_read(
+                vec![ReadRange {
+                    start: key.to_vec(),
+                    end,
+                    limit,
+                    reverse: false,
+                }],
+                SnapshotReadOptions {
+                    consistency: Consistency::Strong,
+                },
+            ))
+            .map_err(|e| e.to_string())?;
+        Ok(out.into_iter().flat_map(|r| r.entries).next().map(|e| {
+            let value = match e.value {
+                KvValue::Bytes(b) | KvValue::V8(b) => b,
+                KvValue::U64(n) => n.to_le_bytes().to_vec(),
+            };
+            (value, e.versionstamp)
+        }))
+    }
+
     /// Reads one key.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
         let mut end = key.to_vec();
@@ -143,6 +174,23 @@ pub fn sum(key: Vec<u8>, n: u64) -> Mutation {
             max_v8: vec![],
             clamp: false,
         },
+        expire_at: None,
+    }
+}
+
+/// A check that `key` still has `versionstamp`.
+pub fn unchanged(key: Vec<u8>, versionstamp: [u8; 10]) -> Check {
+    Check {
+        key,
+        versionstamp: Some(versionstamp),
+    }
+}
+
+/// A `delete` mutation.
+pub fn delete(key: Vec<u8>) -> Mutation {
+    Mutation {
+        key,
+        kind: MutationKind::Delete,
         expire_at: None,
     }
 }
