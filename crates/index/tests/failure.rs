@@ -1,0 +1,235 @@
+//! Failure injection: a write whose commit fails (a conflict on every attempt, a limit error
+//! from the store, a concurrent writer changing the record between its read and its commit)
+//! leaves records and index entries exactly as they were, byte for byte.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+
+use serde::{Deserialize, Serialize};
+use tuplekv_engine::{
+    AtomicWrite, ByteRange, CommitResult, Conflict, Database, ReadView, Snapshot, Store,
+    Versionstamp, key,
+};
+use tuplekv_index::{Collection, Error};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct User {
+    id: u64,
+    email: String,
+    color: String,
+}
+
+fn user(id: u64, email: &str, color: &str) -> User {
+    User {
+        id,
+        email: email.into(),
+        color: color.into(),
+    }
+}
+
+const PASS: u8 = 0;
+const CONFLICT: u8 = 1;
+const LIMIT: u8 = 2;
+
+/// The in-memory engine with a switch that makes commits fail, and a count of the commits it
+/// was asked for.
+#[derive(Clone)]
+struct Faulty {
+    db: Database,
+    mode: Arc<AtomicU8>,
+    commits: Arc<AtomicU32>,
+}
+
+impl Store for Faulty {
+    type Snapshot = Snapshot;
+
+    fn snapshot(&self) -> Snapshot {
+        self.db.snapshot()
+    }
+
+    fn snapshot_versionstamp(snapshot: &Snapshot) -> Versionstamp {
+        snapshot.versionstamp()
+    }
+
+    fn commit(&self, write: AtomicWrite) -> Result<CommitResult, tuplekv_engine::Error> {
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        match self.mode.load(Ordering::SeqCst) {
+            CONFLICT => Ok(CommitResult::Conflict(Conflict {
+                failed_checks: Vec::new(),
+                range_changed: true,
+            })),
+            LIMIT => Err(tuplekv_engine::Error::ValueTooLarge { size: 70_000 }),
+            _ => Store::commit(&self.db, write),
+        }
+    }
+}
+
+/// Every key and value in the store, raw.
+fn dump(db: &Database) -> Vec<(Vec<u8>, tuplekv_engine::Value)> {
+    let all = ByteRange {
+        start: vec![],
+        end: vec![0xff; 4],
+    };
+    db.snapshot()
+        .scan(&all, false, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.key.to_vec(), e.value))
+        .collect()
+}
+
+fn open<S: Store>(store: S, attempts: u32) -> Collection<User, S> {
+    Collection::builder("users", |u: &User| key![u.id])
+        .unique("email", |u| Some(key![u.email.clone()]))
+        .index("color", |u| Some(key![u.color.clone()]))
+        .max_attempts(attempts)
+        .open(store)
+        .unwrap()
+}
+
+fn faulty_with_two_users() -> (Faulty, Collection<User, Faulty>) {
+    let store = Faulty {
+        db: Database::in_memory(),
+        mode: Arc::new(AtomicU8::new(PASS)),
+        commits: Arc::new(AtomicU32::new(0)),
+    };
+    let c = open(store.clone(), 4);
+    c.insert(&user(1, "ada@x", "green")).unwrap();
+    c.insert(&user(2, "bob@x", "blue")).unwrap();
+    (store, c)
+}
+
+/// Every kind of write, each changing both indexes.
+fn every_write(c: &Collection<User, Faulty>) -> Vec<Result<(), Error>> {
+    vec![
+        c.insert(&user(3, "cy@x", "green")),
+        c.upsert(&user(1, "ada@new", "red")).map(|_| ()),
+        c.update(&key![2], |mut u| {
+            u.email = "bob@new".into();
+            u.color = "red".into();
+            u
+        })
+        .map(|_| ()),
+        c.delete(&key![1]).map(|_| ()),
+    ]
+}
+
+#[test]
+fn writes_that_conflict_on_every_attempt_give_up_after_the_bound_and_change_nothing() {
+    let (store, c) = faulty_with_two_users();
+    let before = dump(&store.db);
+    store.mode.store(CONFLICT, Ordering::SeqCst);
+    let commits_before = store.commits.load(Ordering::SeqCst);
+    for res in every_write(&c) {
+        assert!(
+            matches!(
+                res,
+                Err(Error::Store(tuplekv_engine::Error::TransactionConflict {
+                    attempts: 4
+                }))
+            ),
+            "{res:?}"
+        );
+    }
+    // Four writes, each tried exactly the bound.
+    assert_eq!(store.commits.load(Ordering::SeqCst) - commits_before, 16);
+    assert_eq!(dump(&store.db), before);
+    store.mode.store(PASS, Ordering::SeqCst);
+    assert!(c.verify().unwrap().is_clean());
+}
+
+#[test]
+fn writes_whose_commit_fails_with_a_store_error_change_nothing() {
+    let (store, c) = faulty_with_two_users();
+    let before = dump(&store.db);
+    store.mode.store(LIMIT, Ordering::SeqCst);
+    for res in every_write(&c) {
+        assert!(
+            matches!(
+                res,
+                Err(Error::Store(tuplekv_engine::Error::ValueTooLarge {
+                    size: 70_000
+                }))
+            ),
+            "{res:?}"
+        );
+    }
+    assert_eq!(dump(&store.db), before);
+    store.mode.store(PASS, Ordering::SeqCst);
+    assert!(c.verify().unwrap().is_clean());
+    // The same writes go through once the store recovers.
+    assert!(every_write(&c).into_iter().all(|r| r.is_ok()));
+    assert!(c.verify().unwrap().is_clean());
+    assert_eq!(
+        c.get_by("email", &key!["bob@new"]).unwrap().unwrap().0,
+        key![2]
+    );
+}
+
+#[test]
+fn an_update_raced_by_another_writer_on_every_attempt_leaves_only_the_other_writes() {
+    let db = Database::in_memory();
+    let c = open(db.clone(), 3);
+    let other = open(db.clone(), 3);
+    c.insert(&user(1, "ada@x", "green")).unwrap();
+    let attempts = AtomicU32::new(0);
+    // Between the update's read and its commit, another writer changes the same record (and
+    // so moves its index entries): every attempt's commit fails half way through the update.
+    let res = c.update(&key![1], |mut u| {
+        let n = attempts.fetch_add(1, Ordering::SeqCst);
+        other
+            .upsert(&user(1, &format!("ada{n}@x"), "blue"))
+            .unwrap();
+        u.email = "mine@x".into();
+        u.color = "red".into();
+        u
+    });
+    assert!(
+        matches!(
+            res,
+            Err(Error::Store(tuplekv_engine::Error::TransactionConflict {
+                attempts: 3
+            }))
+        ),
+        "{res:?}"
+    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    // Exactly the other writer's last record, with exactly its entries.
+    assert_eq!(c.get(&key![1]).unwrap().unwrap(), user(1, "ada2@x", "blue"));
+    assert!(c.verify().unwrap().is_clean(), "{:?}", c.verify().unwrap());
+    assert_eq!(c.get_by("email", &key!["mine@x"]).unwrap(), None);
+    assert_eq!(c.count("color", &key!["red"]).unwrap(), 0);
+    assert_eq!(c.count("color", &key!["blue"]).unwrap(), 1);
+    let unique: Vec<_> = ["ada@x", "ada0@x", "ada1@x", "ada2@x"]
+        .iter()
+        .map(|e| c.get_by("email", &key![*e]).unwrap().map(|(pk, _)| pk))
+        .collect();
+    assert_eq!(unique, [None, None, None, Some(key![1])]);
+}
+
+#[test]
+fn a_unique_violation_inside_an_update_rolls_back_the_whole_update() {
+    let db = Database::in_memory();
+    let c = open(db.clone(), 4);
+    c.insert(&user(1, "ada@x", "green")).unwrap();
+    c.insert(&user(2, "bob@x", "blue")).unwrap();
+    let before = dump(&db);
+    // The update changes the colour (fine) and the email (taken): neither happens.
+    let err = c
+        .update(&key![2], |mut u| {
+            u.color = "red".into();
+            u.email = "ada@x".into();
+            u
+        })
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::UniqueViolation {
+            index: "email".into(),
+            value: key!["ada@x"],
+            existing_primary_key: key![1],
+        }
+    );
+    assert_eq!(dump(&db), before);
+}
