@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tuplekv_codec::{Key, KeyPart, Selector, decode_key, encode_key};
+use tuplekv_codec::{
+    Key, KeyPart, Selector, decode_key, encode_key, encode_key_into, encode_part_into,
+};
 use tuplekv_engine::{
     Entry, ListCursor, ListIter, ListOptions, MutationKind, ReadView, Store, Transaction,
     TransactionOptions, Value,
@@ -220,14 +222,21 @@ where
         &self.store
     }
 
+    /// The encoded key `[collection, head..., tail parts...]`. A tuple's encoding is the
+    /// concatenation of its parts' encodings, so the parts are appended as bytes without
+    /// building (and cloning into) an intermediate `Key`: every tail is a valid `Key` already.
     pub(crate) fn key(&self, head: &[&str], tail: &[&Key]) -> Result<Vec<u8>, Error> {
-        let mut parts: Vec<KeyPart> = Vec::with_capacity(head.len() + 4);
-        parts.push(KeyPart::from(self.def.name.as_str()));
-        parts.extend(head.iter().map(|h| KeyPart::from(*h)));
-        for k in tail {
-            parts.extend(k.parts().iter().cloned());
+        let mut out = Vec::with_capacity(64);
+        for part in std::iter::once(self.def.name.as_str()).chain(head.iter().copied()) {
+            encode_part_into(&KeyPart::from(part), &mut out).map_err(|e| Error::Codec {
+                primary_key: Key::empty(),
+                message: e.to_string(),
+            })?;
         }
-        Ok(encode_key(&key_of(parts)?))
+        for k in tail {
+            encode_key_into(k, &mut out);
+        }
+        Ok(out)
     }
 
     pub(crate) fn record_key(&self, pk: &Key) -> Result<Vec<u8>, Error> {

@@ -31,29 +31,80 @@
 //! # Ok::<(), Error>(())
 //! ```
 //!
+//! # Key layout
+//! | key | value |
+//! |---|---|
+//! | `[coll, "id", pk...]` | the record, postcard bytes |
+//! | `[coll, "u", index, value...]` | unique entry: `0x00` + encoded pk (pointer), or `0x01` + pk length (u32 LE) + encoded pk + record bytes (covering) |
+//! | `[coll, "i", index, value..., pk...]` | non-unique entry, same value format |
+//! | `[coll, "meta", "index", index]` | `"building"` or `"ready"` |
+//!
+//! A value is a [`Key`](tuplekv_codec::Key), so a compound index is a value of several parts
+//! and [`Collection::list_by`] with fewer parts lists by the leading fields; a multi-entry
+//! index has one entry per distinct value; an optional index returns `None` (no entry).
+//!
 //! # Why it cannot drift
-//! Every write is one serializable transaction ([`tuplekv_engine::Store::transaction_with`]):
-//! it reads the record and every unique entry it is about to own, then commits the record with
-//! all entry sets and deletes. Reads are validated at commit, so a concurrent writer of the
-//! same record or the same unique value makes one of the two retry (up to a bound, then
-//! [`Error::Store`] with the conflict), and the retry sees the other's result. A failed write
-//! (a unique violation, a record over the value limit, too many entries for one commit)
-//! writes nothing. We use a transaction rather than hand-built versionstamp checks because the
-//! absence of a unique value must be checked too, and a transaction checks exactly what it
-//! read, without a second code path to keep right.
+//! Every write (`insert`, `upsert`, `update`, `delete`) is **one serializable transaction**
+//! ([`tuplekv_engine::Store::transaction_with`]): it reads the record and every unique entry
+//! its new version will own, computes the old entries from the record it read and the new ones
+//! from the new record, and commits the record together with every entry delete and set.
+//! Each read becomes a commit condition ("this key has not changed since my snapshot"), so:
+//! - two writers of the same record: the second one's record read is stale, it retries and
+//!   computes its deletes from the first one's result; no entry is left behind;
+//! - two records taking the same unique value: the second one's read of the (absent) entry is
+//!   stale, it retries, sees the holder and fails with [`Error::UniqueViolation`];
+//! - non-unique entries end with the primary key, so different records never share one.
+//!
+//! Conflicts retry with backoff up to a bound (`TRANSACTION_ATTEMPTS_MAX`, 16, or
+//! [`CollectionBuilder::max_attempts`]); past it the write fails with
+//! `Error::Store(TransactionConflict { attempts })` and has written nothing.
+//!
+//! We use a transaction rather than a hand-built `atomic()` with versionstamp checks (the
+//! guide's pattern) because the checks a write needs are exactly its reads, including the
+//! *absence* of unique entries and of the record, and a transaction derives them from what was
+//! read, with no second list of checks to keep in step with the code. The commit carries the
+//! same conditions a hand-built atomic would (one per key read) plus the mutations, and the
+//! engine applies it all or nothing.
+//!
+//! # Reads
+//! Queries read one snapshot: a pointer entry and the record it names are read from the same
+//! state, so a query never returns a record that no longer has the value it was found by. A
+//! covering entry answers from its own copy (one read per result instead of two; every write
+//! rewrites the copy). Pages use the engine's list options (`limit`, `reverse`, `cursor`), and
+//! a [`Page`] carries Deno's cursor for the next one.
 //!
 //! # Values
-//! Records are serialised with [postcard](https://docs.rs/postcard): compact (varints, no
-//! field names), serde-driven, with a stable, specified wire format. Stored as
-//! `Value::Bytes`, so the engine's 64 KiB value limit applies to the encoded record.
+//! Records are serialised with [postcard](https://docs.rs/postcard) and stored as
+//! `Value::Bytes`. Postcard is compact (varint integers, no field names, no per-field tags),
+//! serde-driven, and its 1.x wire format is specified and frozen, so stored records do not
+//! change meaning under a dependency upgrade. The cost: it is not self-describing, so adding,
+//! removing or reordering fields of `T` needs a migration (read with the old type, write the
+//! new), as with any schema-less binary format. `bincode` was the alternative with the same
+//! size; its 1.x and 2.x formats and APIs differ, which is what we wanted to avoid.
+//! MessagePack (`rmp-serde`) is self-describing, at the price of a type marker per value
+//! (and field names in its map mode).
+//!
+//! # Limits
+//! The engine's limits apply to each commit and are reported as [`Error::Store`] with the
+//! engine's typed error, with nothing written:
+//! - the encoded record, and each covering entry (record + primary key + 5 bytes), must fit
+//!   `VALUE_SIZE_MAX` (64 KiB): a too-large record is `ValueTooLarge`;
+//! - an index key (`[coll, "i", index, value..., pk...]`) must fit `KEY_SIZE_MAX_WRITE`
+//!   (2048 bytes): a too-long value is `KeyTooLargeForWrite`;
+//! - the record and all its entry changes (deletes of old entries included) are one commit,
+//!   so at most `MUTATIONS_MAX` (1000) of them: a multi-entry index with thousands of values
+//!   per record is refused rather than half written.
 //!
 //! # Adding an index later
 //! An index declared on a collection that already has records starts *building*: writes
 //! maintain it at once, queries on it return [`Error::IndexNotReady`], and
-//! [`Collection::backfill`] indexes the existing records in bounded batches with progress
-//! reporting while writes continue. Duplicates found while building a unique index are
-//! reported and keep it from going live. [`Collection::verify`] reports every missing,
-//! dangling or wrong entry; [`Collection::repair`] fixes them.
+//! [`Collection::backfill`] indexes the existing records in bounded batches (each one
+//! transaction that re-reads its records, so a record changed meanwhile is indexed as it is at
+//! commit) with progress reporting while writes continue. Duplicates found while building a
+//! unique index are reported in [`BackfillReport::duplicates`] and keep it from going live
+//! until resolved. [`Collection::verify`] reports every missing, dangling or wrong entry from
+//! one snapshot; [`Collection::repair`] fixes them in transactions that re-read the records,
+//! so it never undoes a concurrent write.
 
 mod collection;
 mod error;
