@@ -450,7 +450,7 @@ where
     /// concurrent write conflicts. Returns the new record.
     ///
     /// # Errors
-    /// [`Error::NotFound`], [`Error::Definition`] if `f` changes the primary key, and as
+    /// [`Error::NotFound`], [`Error::PrimaryKeyChanged`] if `f` changes the primary key, and as
     /// [`Collection::insert`].
     pub fn update(&self, pk: &Key, mut f: impl FnMut(T) -> T) -> Result<T, Error>
     where
@@ -465,9 +465,10 @@ where
             let new = f(old.clone());
             let new_pk = (self.def.primary_key)(&new);
             if new_pk != *pk {
-                return Err(Error::Definition(format!(
-                    "update changed the primary key from {pk} to {new_pk}"
-                )));
+                return Err(Error::PrimaryKeyChanged {
+                    from: pk.clone(),
+                    to: new_pk,
+                });
             }
             self.put_in(tx, pk, Some(&old), Some(&new))?;
             Ok(new)

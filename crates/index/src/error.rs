@@ -29,6 +29,14 @@ pub enum Error {
         /// The primary key.
         primary_key: Key,
     },
+    /// An `update` closure changed the record's primary key (delete and insert instead).
+    #[error("update changed the primary key from {from} to {to}")]
+    PrimaryKeyChanged {
+        /// The key the update was for.
+        from: Key,
+        /// The key the closure's record has.
+        to: Key,
+    },
     /// A query named an index the collection does not declare.
     #[error("collection `{collection}` has no index `{index}`")]
     UnknownIndex {

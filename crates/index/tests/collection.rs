@@ -185,13 +185,17 @@ fn upsert_update_and_delete_move_and_remove_entries() {
         [1]
     );
     assert_eq!(c.count("color", &key!["blue"]).unwrap(), 0);
-    assert!(matches!(
+    assert_eq!(
         c.update(&key![1], |mut u| {
             u.id = 9;
             u
         }),
-        Err(Error::Definition(_))
-    ));
+        Err(Error::PrimaryKeyChanged {
+            from: key![1],
+            to: key![9]
+        })
+    );
+    assert_eq!(c.get(&key![9]).unwrap(), None);
     assert!(matches!(
         c.update(&key![7], |u| u),
         Err(Error::NotFound { .. })
@@ -221,6 +225,34 @@ fn a_record_over_the_value_limit_or_with_too_many_entries_writes_nothing() {
     assert!(matches!(c.upsert(&many), Err(Error::Store(_))));
     assert_eq!(c.get(&key![1]).unwrap().unwrap(), user(1, "ada@x", "green"));
     assert_eq!(c.verify().unwrap(), before);
+}
+
+#[test]
+fn a_record_of_exactly_the_value_limit_is_stored_and_one_byte_more_is_refused() {
+    let c = users(Database::in_memory());
+    // User 1 has no nickname, so no covering entry: the record itself meets the limit.
+    let sized = |extra: usize| {
+        let mut u = user(1, "ada@x", "green");
+        let base = postcard::to_stdvec(&u).unwrap().len();
+        // The bio's length prefix grows from 1 to 3 bytes once it passes 127.
+        u.bio = "x".repeat(tuplekv_engine::limits::VALUE_SIZE_MAX - base - 2 + extra);
+        assert_eq!(
+            postcard::to_stdvec(&u).unwrap().len(),
+            tuplekv_engine::limits::VALUE_SIZE_MAX + extra
+        );
+        u
+    };
+    assert_eq!(
+        c.insert(&sized(1)),
+        Err(Error::Store(tuplekv_engine::Error::ValueTooLarge {
+            size: tuplekv_engine::limits::VALUE_SIZE_MAX + 1
+        }))
+    );
+    assert_eq!(c.get(&key![1]).unwrap(), None);
+    assert_eq!(c.count("color", &key!["green"]).unwrap(), 0);
+    c.insert(&sized(0)).unwrap();
+    assert_eq!(c.get(&key![1]).unwrap().unwrap(), sized(0));
+    assert!(c.verify().unwrap().is_clean());
 }
 
 #[test]
