@@ -449,6 +449,22 @@ where
     /// Read-modify-write: replaces the record at `pk` by `f(record)`; `f` may run again if a
     /// concurrent write conflicts. Returns the new record.
     ///
+    /// # Examples
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, key};
+    /// # use tuplekv_index::Collection;
+    /// #[derive(Clone, Serialize, Deserialize)]
+    /// struct Counter { name: String, hits: u64 }
+    ///
+    /// let counters = Collection::builder("counters", |c: &Counter| key![c.name.clone()])
+    ///     .open(Database::in_memory())?;
+    /// counters.insert(&Counter { name: "home".into(), hits: 0 })?;
+    /// let after = counters.update(&key!["home"], |mut c| { c.hits += 1; c })?;
+    /// assert_eq!(after.hits, 1);
+    /// # Ok::<(), tuplekv_index::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::NotFound`], [`Error::PrimaryKeyChanged`] if `f` changes the primary key, and as
     /// [`Collection::insert`].
@@ -603,6 +619,29 @@ where
     /// The records whose `index` value starts with `prefix` (all of the value for an exact
     /// match; the leading fields of a compound index; [`Key::empty`] for everything), in index
     /// order, with Deno's list options (`limit`, `reverse`, `cursor`).
+    ///
+    /// # Examples
+    /// A compound index listed by its leading field, two records per page:
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, ListOptions, key};
+    /// # use tuplekv_index::Collection;
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Person { id: u32, city: String, age: u32 }
+    ///
+    /// let people = Collection::builder("people", |p: &Person| key![p.id])
+    ///     .index("city_age", |p| Some(key![p.city.clone(), p.age]))
+    ///     .open(Database::in_memory())?;
+    /// for (id, city, age) in [(1, "Oslo", 40), (2, "Lima", 30), (3, "Oslo", 20), (4, "Oslo", 30)] {
+    ///     people.insert(&Person { id, city: city.into(), age })?;
+    /// }
+    /// let first = people.list_by("city_age", &key!["Oslo"], ListOptions { limit: Some(2), ..Default::default() })?;
+    /// let ages: Vec<u32> = first.items.iter().map(|(_, p)| p.age).collect();
+    /// assert_eq!(ages, [20, 30]); // ordered by the next field of the index
+    /// let rest = people.list_by("city_age", &key!["Oslo"], ListOptions { cursor: first.cursor, ..Default::default() })?;
+    /// assert_eq!(rest.items.len(), 1);
+    /// # Ok::<(), tuplekv_index::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::UnknownIndex`], [`Error::IndexNotReady`], bad options, or a store error.

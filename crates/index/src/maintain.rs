@@ -133,6 +133,28 @@ where
     /// record changed concurrently is indexed as it is at commit. When an index is complete
     /// and has no duplicates it becomes ready for queries.
     ///
+    /// # Examples
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, key};
+    /// # use tuplekv_index::{BACKFILL_BATCH_DEFAULT, Collection, Error};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct User { id: u32, email: String }
+    ///
+    /// let db = Database::in_memory();
+    /// let v1 = Collection::builder("users", |u: &User| key![u.id]).open(db.clone())?;
+    /// v1.insert(&User { id: 1, email: "ada@x".into() })?;
+    /// // Version 2 of the application adds an index to the existing records.
+    /// let v2 = Collection::builder("users", |u: &User| key![u.id])
+    ///     .unique("email", |u| Some(key![u.email.clone()]))
+    ///     .open(db)?;
+    /// assert!(matches!(v2.get_by("email", &key!["ada@x"]), Err(Error::IndexNotReady { .. })));
+    /// let report = v2.backfill(BACKFILL_BATCH_DEFAULT, |p| println!("{}: {} records", p.index, p.records))?;
+    /// assert_eq!(report.completed, ["email"]);
+    /// assert!(v2.get_by("email", &key!["ada@x"])?.is_some());
+    /// # Ok::<(), Error>(())
+    /// ```
+    ///
     /// # Errors
     /// A store error or a conflict past the retry bound; the work done so far stays (it is
     /// correct), and running backfill again continues.
@@ -336,6 +358,28 @@ where
     /// dangling ones, in transactions that re-read the owning records, so concurrent writes
     /// are never undone. Duplicates are reported, not fixed (a person has to choose).
     /// Returns the report of what was found (and fixed).
+    ///
+    /// # Examples
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, key};
+    /// # use tuplekv_index::{Collection, Problem};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct User { id: u32, color: String }
+    ///
+    /// let db = Database::in_memory();
+    /// let users = Collection::builder("users", |u: &User| key![u.id])
+    ///     .index("color", |u| Some(key![u.color.clone()]))
+    ///     .open(db.clone())?;
+    /// users.insert(&User { id: 1, color: "green".into() })?;
+    /// // Someone deletes the index entry behind the collection's back.
+    /// db.delete(&key!["users", "i", "color", "green", 1])?;
+    /// let found = users.verify()?;
+    /// assert_eq!(found.findings[0].problem, Problem::Missing);
+    /// users.repair()?;
+    /// assert!(users.verify()?.is_clean());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// A store error or a conflict past the retry bound; running it again continues.
