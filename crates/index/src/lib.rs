@@ -105,6 +105,11 @@
 //! until resolved. [`Collection::verify`] reports every missing, dangling or wrong entry from
 //! one snapshot; [`Collection::repair`] fixes them in transactions that re-read the records,
 //! so it never undoes a concurrent write.
+//!
+//! The index definitions live in code, not in the store: every handle that writes the
+//! collection (every process, every version of the application still running) must declare
+//! the new index before `backfill` starts, or its writes will not maintain it. `verify` finds
+//! what such a writer left behind and `repair` fixes it.
 
 mod collection;
 mod error;
