@@ -124,7 +124,7 @@ fn check_raw_layout(db: &Database) {
 }
 
 proptest! {
-    #![proptest_config(proptest_config(24, "concurrent.txt"))]
+    #![proptest_config(proptest_config(100, "concurrent.txt"))]
 
     #[test]
     fn concurrent_writers_never_leave_an_index_out_of_step(
