@@ -6,6 +6,8 @@
 //! in-memory store: a unique email index written in the user's own commit, a conflicting
 //! insert rejected with the checks that failed, a non-unique favourite-colour index, a
 //! snapshot, a transaction and a counter.
+//! Part 2b does the same with typed collections (`tuplekv::index`), whose index entries are
+//! written in the record's commit by construction.
 //! Part 3 is the background story's code generator: four threads acting as four app servers,
 //! each with its own handles, issue `INFO`/`WARN` codes (fast mode) and `ERR` codes (gapless
 //! mode, each committed with the record that uses it) at once, and not one code repeats.
@@ -16,6 +18,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use tuplekv::index::{Collection, Error as IndexError};
 use tuplekv::sequence::{Mode, Record, SequenceOptions, Sequences};
 use tuplekv::{
     CommitResult, Database, Key, KeyPart, ListOptions, Options, ReadView, Selector, Value,
@@ -25,6 +28,7 @@ use tuplekv::{
 fn main() -> Result<()> {
     key_space_tour()?;
     users_application()?;
+    users_collection()?;
     let db = Database::in_memory();
     concurrent_codes(&db, 4, 2_000)?;
     restart_from_disk()
@@ -216,6 +220,54 @@ fn users_application() -> Result<()> {
         .collect();
     println!("  points after a transfer of 4: {points:?}");
     println!("  last commit: {}", db.current_versionstamp());
+    Ok(())
+}
+
+/// A user of the typed collection in part 2b.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct User {
+    id: u64,
+    name: String,
+    email: String,
+    color: String,
+}
+
+/// Part 2b: the same application with `tuplekv::index`, which writes the index entries in the
+/// record's own commit by construction.
+fn users_collection() -> Result<()> {
+    println!("\n== 2b. the same with typed collections (tuplekv::index)\n");
+    let users = Collection::builder("users", |u: &User| key![u.id])
+        .unique("email", |u| Some(key![u.email.clone()]))
+        .index("color", |u| Some(key![u.color.clone()]))
+        .open(Database::in_memory())?;
+    let user = |id, name: &str, email: &str, color: &str| User {
+        id,
+        name: name.into(),
+        email: email.into(),
+        color: color.into(),
+    };
+    users.insert(&user(1, "Ada", "ada@example.com", "green"))?;
+    users.insert(&user(2, "Grace", "grace@example.org", "blue"))?;
+    users.insert(&user(3, "Linus", "linus@example.net", "green"))?;
+    match users.insert(&user(4, "Imposter", "ada@example.com", "red")) {
+        Err(e @ IndexError::UniqueViolation { .. }) => println!("  insert user 4: rejected: {e}"),
+        other => anyhow::bail!("a duplicate email was accepted: {other:?}"),
+    }
+    let green: Vec<String> = users
+        .list_by("color", &key!["green"], ListOptions::default())?
+        .items
+        .into_iter()
+        .map(|(_, u)| u.name)
+        .collect();
+    println!("  users who like green: {green:?}");
+    let report = users.verify()?;
+    println!(
+        "  verify: {} records, {} index entries, clean: {}",
+        report.records,
+        report.entries,
+        report.is_clean()
+    );
+    anyhow::ensure!(report.is_clean(), "an index drifted");
     Ok(())
 }
 
