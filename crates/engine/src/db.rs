@@ -771,14 +771,23 @@ impl Inner {
         }
         for rc in &range_checks {
             let since = rc.since.version();
-            let bounds = (Bound::Included(&rc.start[..]), Bound::Excluded(&rc.end[..]));
-            let changed = self.map.range::<[u8], _>(bounds).any(|slot| {
+            let newer = |slot: Slot<'_>| {
                 slot.value()
                     .load()
                     .versions
                     .first()
                     .is_some_and(|v| v.version > since)
-            });
+            };
+            // A transaction's point read is the range [key, key ++ 00): one lookup, no scan.
+            let point = rc.end.len() == rc.start.len() + 1
+                && rc.end.ends_with(&[0])
+                && rc.end.starts_with(&rc.start);
+            let changed = if point {
+                self.map.get(&rc.start[..]).is_some_and(newer)
+            } else {
+                let bounds = (Bound::Included(&rc.start[..]), Bound::Excluded(&rc.end[..]));
+                self.map.range::<[u8], _>(bounds).any(newer)
+            };
             if changed {
                 conflict.range_changed = true;
                 break;
@@ -1035,7 +1044,7 @@ impl Drop for Snapshot {
                 registry.counts.remove(&self.version);
                 drop(registry);
                 // Versions kept for this snapshot may now be reclaimable.
-                self.inner.reclaimer.wake();
+                self.inner.reclaimer.wake_if_leftover();
             }
         }
     }

@@ -9,7 +9,7 @@
 //! invisible to reads from their deadline on whether or not they have been reclaimed.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -21,12 +21,13 @@ use crate::key_bytes::KeyBytes;
 
 /// Keys pruned per hold of the commit lock.
 const BATCH: usize = 256;
+/// How long the thread lets marks accumulate before a pass.
+const BATCH_WINDOW: Duration = Duration::from_millis(5);
 /// Longest sleep between passes.
 const IDLE_WAKE: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct State {
-    garbage: HashSet<KeyBytes>,
     expiry: BinaryHeap<Reverse<(u64, KeyBytes)>>,
     shutdown: bool,
 }
@@ -35,8 +36,16 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
-    /// Set when a key is marked since the last pass, so commits wake the thread only once.
+    /// Keys to prune, in marking order, possibly repeated (a pass sorts and dedups them).
+    /// Apart from the state so marking never waits for the thread's bookkeeping.
+    garbage: Mutex<Vec<KeyBytes>>,
+    /// Set when a key is marked since the last pass.
     marked: AtomicBool,
+    /// Set by the marking that found `marked` clear: the next commit wakes the thread, once.
+    wake_requested: AtomicBool,
+    /// Set when a pass left keys it could not prune yet (an open snapshot needed them), so a
+    /// closing snapshot knows whether waking the thread is worth it.
+    leftover: AtomicBool,
     /// Held for a whole pass, so `reclaim_now` waits for a background pass that has taken
     /// keys out of the queue before it runs its own.
     pass: Mutex<()>,
@@ -76,6 +85,14 @@ impl Reclaimer {
                         if state.shutdown {
                             return;
                         }
+                        // Let marks accumulate briefly, so a busy writer pays for one pass per
+                        // window instead of one per commit.
+                        if shared.marked.load(Ordering::Acquire) {
+                            shared.wake.wait_for(&mut state, BATCH_WINDOW);
+                            if state.shutdown {
+                                return;
+                            }
+                        }
                     }
                     shared.marked.store(false, Ordering::Release);
                     let Some(inner) = weak.upgrade() else { return };
@@ -86,8 +103,10 @@ impl Reclaimer {
 
     /// Queues `key` for pruning.
     pub(crate) fn mark(&self, key: KeyBytes) {
-        self.shared.state.lock().garbage.insert(key);
-        self.shared.marked.store(true, Ordering::Release);
+        self.shared.garbage.lock().push(key);
+        if !self.shared.marked.swap(true, Ordering::AcqRel) {
+            self.shared.wake_requested.store(true, Ordering::Release);
+        }
     }
 
     /// Queues `key` for pruning at `deadline` (Unix ms).
@@ -103,19 +122,24 @@ impl Reclaimer {
         }
     }
 
-    /// Wakes the thread if keys were marked since its last pass.
+    /// Wakes the thread if a key was marked since its last pass and nobody has woken it for
+    /// that yet (at most one wake-up per pass, whatever the commit rate).
     pub(crate) fn wake_if_pending(&self) {
-        if self.shared.marked.load(Ordering::Acquire) {
+        if self.shared.wake_requested.load(Ordering::Acquire)
+            && self.shared.wake_requested.swap(false, Ordering::AcqRel)
+        {
             let _state = self.shared.state.lock();
             self.shared.wake.notify_one();
         }
     }
 
-    /// Wakes the thread unconditionally (the oldest snapshot closed).
-    pub(crate) fn wake(&self) {
-        let _state = self.shared.state.lock();
-        self.shared.marked.store(true, Ordering::Release);
-        self.shared.wake.notify_one();
+    /// Wakes the thread if its last pass left keys an open snapshot needed (a snapshot closed).
+    pub(crate) fn wake_if_leftover(&self) {
+        if self.shared.leftover.swap(false, Ordering::AcqRel) {
+            let _state = self.shared.state.lock();
+            self.shared.marked.store(true, Ordering::Release);
+            self.shared.wake.notify_one();
+        }
     }
 
     fn shutdown(&self) {
@@ -138,8 +162,9 @@ impl Inner {
         let _one_pass_at_a_time = self.reclaimer.shared.pass.lock();
         let now = now_ms();
         let keys: Vec<KeyBytes> = {
+            let mut keys: Vec<KeyBytes> =
+                std::mem::take(&mut *self.reclaimer.shared.garbage.lock());
             let mut state = self.reclaimer.shared.state.lock();
-            let mut keys: Vec<KeyBytes> = state.garbage.drain().collect();
             while let Some(Reverse((deadline, _))) = state.expiry.peek() {
                 if *deadline > now && !all {
                     break;
@@ -154,6 +179,8 @@ impl Inner {
                     keys.push(key);
                 }
             }
+            keys.sort_unstable_by(|a, b| a.as_slice().cmp(b.as_slice()));
+            keys.dedup_by(|a, b| a.as_slice() == b.as_slice());
             keys
         };
         let mut leftover = Vec::new();
@@ -167,7 +194,11 @@ impl Inner {
             }
         }
         if !leftover.is_empty() {
-            self.reclaimer.shared.state.lock().garbage.extend(leftover);
+            self.reclaimer.shared.garbage.lock().extend(leftover);
+            self.reclaimer
+                .shared
+                .leftover
+                .store(true, Ordering::Release);
         }
     }
 
