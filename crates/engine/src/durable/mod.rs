@@ -40,6 +40,7 @@ pub(crate) mod record;
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -142,6 +143,18 @@ struct Segment {
     older: Vec<(u64, PathBuf)>,
 }
 
+/// How many times a flusher yields, at most, waiting for announced commits to queue.
+const GATHER_ROUNDS_MAX: u32 = 64;
+
+/// Decrements the count of announced commits when dropped (also on an early error return).
+struct Arrived<'a>(&'a AtomicUsize);
+
+impl Drop for Arrived<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Where a committer waiting for durability finds its outcome.
 type Slot = Arc<Mutex<Option<Result<(), Error>>>>;
 
@@ -177,6 +190,8 @@ pub(crate) struct Wal {
     segment: Mutex<Segment>,
     pending: Mutex<Pending>,
     flushed: Condvar,
+    /// Commits that have announced themselves but not yet queued their frame.
+    arriving: AtomicUsize,
     background: Mutex<Background>,
     background_wake: Condvar,
     checkpoint_lock: Mutex<()>,
@@ -234,6 +249,10 @@ impl Wal {
     /// durable and published it, or has failed it and rolled it back.
     pub(crate) fn commit(&self, inner: &Inner, write: AtomicWrite) -> Result<CommitResult, Error> {
         let slot: Slot = Arc::new(Mutex::new(None));
+        // Announce the commit before queueing on the commit lock, so a flusher knows more
+        // frames are on their way (see `await_durable`).
+        self.arriving.fetch_add(1, Ordering::AcqRel);
+        let arrived = Arrived(&self.arriving);
         let result = {
             let mut last = inner.commit.lock();
             let mut pending = self.pending.lock();
@@ -241,6 +260,7 @@ impl Wal {
             if result.is_committed() {
                 pending.waiters.push((*last, Arc::clone(&slot)));
             }
+            drop(arrived);
             result
         };
         if !result.is_committed() {
@@ -259,6 +279,22 @@ impl Wal {
                 return outcome;
             }
             if !pending.flushing && !pending.waiters.is_empty() {
+                // Commits announced but not yet queued are microseconds away: wait for them
+                // (briefly, bounded) so one sync covers them too. This is what makes a batch
+                // hold every active committer rather than those already queued.
+                let mut waited = 0;
+                while self.arriving.load(Ordering::Acquire) > 0 && waited < GATHER_ROUNDS_MAX {
+                    drop(pending);
+                    std::thread::yield_now();
+                    waited += 1;
+                    pending = self.pending.lock();
+                    if pending.flushing {
+                        break;
+                    }
+                }
+                if pending.flushing {
+                    continue;
+                }
                 pending.flushing = true;
                 let batch = Batch {
                     sink: std::mem::take(&mut pending.sink),
@@ -892,6 +928,7 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
         }),
         pending: Mutex::new(Pending::default()),
         flushed: Condvar::new(),
+        arriving: AtomicUsize::new(0),
         background: Mutex::new(Background::default()),
         background_wake: Condvar::new(),
         checkpoint_lock: Mutex::new(()),
