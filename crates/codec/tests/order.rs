@@ -93,3 +93,51 @@ fn escaped_nul_after_empty_bytes_is_a_byte_prefix_but_not_a_tuple_prefix() {
     assert!(!b.starts_with(&a));
     assert!(validate_key(&eb[ea.len()..]).is_err());
 }
+
+/// NaNs with different payloads are one key: equal, hashed alike, encoded alike, and the sign
+/// still separates them. `-0.0` and `0.0` are two keys, as in Deno.
+#[test]
+fn nans_with_different_payloads_are_equal_keys_and_signed_zeros_are_not() {
+    use tuplekv_codec::key;
+    let quiet = key![f64::NAN];
+    let payload = key![f64::from_bits(0x7ff8_0000_0000_0001)];
+    let signalling = key![f64::from_bits(0x7ff0_0000_0000_0001)];
+    for other in [&payload, &signalling] {
+        assert_eq!(&quiet, other);
+        assert_eq!(quiet.cmp(other), Ordering::Equal);
+        assert_eq!(hash_of(&quiet), hash_of(other));
+        assert_eq!(encode_key(&quiet), encode_key(other));
+    }
+    let neg = key![-f64::NAN];
+    let neg_payload = key![f64::from_bits(0xfff8_0000_0000_0001)];
+    assert_eq!(neg, neg_payload);
+    assert_eq!(hash_of(&neg), hash_of(&neg_payload));
+    assert_eq!(encode_key(&neg), encode_key(&neg_payload));
+    assert!(neg < quiet, "the sign of a NaN is kept");
+
+    let (zero, neg_zero) = (key![0.0], key![-0.0]);
+    assert_ne!(zero, neg_zero);
+    assert!(neg_zero < zero);
+    assert!(encode_key(&neg_zero) < encode_key(&zero));
+}
+
+/// Bigints with a 255-byte magnitude (the most one length byte can say) round-trip in both
+/// signs, and every truncation of their encoding is an error, not a panic.
+#[test]
+fn bigints_at_the_magnitude_limit_round_trip_and_truncations_are_errors() {
+    use num_bigint::BigInt;
+    use tuplekv_codec::{BIGINT_MAGNITUDE_MAX_BYTES, KeyPart};
+    let max: BigInt = (BigInt::from(1u8) << (8 * BIGINT_MAGNITUDE_MAX_BYTES)) - 1u8;
+    for value in [max.clone(), -max] {
+        let k = Key::new(vec![KeyPart::BigInt(value)]).unwrap();
+        let bytes = encode_key(&k);
+        assert_eq!(bytes.len(), 2 + BIGINT_MAGNITUDE_MAX_BYTES);
+        assert_eq!(decode_key(&bytes), Ok(k.clone()));
+        for cut in 0..bytes.len() {
+            assert!(decode_key(&bytes[..cut]).is_err() || cut == 0, "cut at {cut}");
+        }
+        let mut long = bytes.clone();
+        long.push(0x00);
+        assert!(decode_key(&long).is_err(), "a trailing byte is not a part");
+    }
+}
