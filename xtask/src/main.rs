@@ -1,7 +1,7 @@
 //! Project automation, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
 //!
-//! Commands: `ci` (formatting, lints, tests, docs), `fuzz` (cargo-fuzz targets on stable Rust)
-//! and `bench` (criterion groups). `cargo xtask --help` lists their options. Only std and
+//! Commands: `ci` (formatting, lints, tests, docs), `fuzz` (cargo-fuzz targets on stable Rust),
+//! `bench` (criterion groups) and `soak` (long property, crash and loom runs). `cargo xtask --help` lists their options. Only std and
 //! anyhow are used; arguments are parsed by hand in [`parse`].
 
 mod bench;
@@ -9,12 +9,14 @@ mod ci;
 mod cmd;
 mod fuzz;
 mod report;
+mod soak;
 
 use std::process::ExitCode;
 
 use bench::BenchArgs;
 use ci::CiArgs;
 use fuzz::{FuzzArgs, Selection};
+use soak::SoakArgs;
 
 /// Overview printed by `cargo xtask --help`.
 const HELP: &str = "\
@@ -29,6 +31,8 @@ COMMANDS:
     fuzz --all [--seconds N]      run every fuzz target, N seconds each
     fuzz --list                   print the fuzz targets
     bench [--quick] [GROUP...]    run criterion bench groups (default: all of them)
+    soak [--cases N] [--skip-loom]
+                                  long runs: many property cases, crash and stress rounds, loom
     help [COMMAND]                print this help, or a command's
 
 Run `cargo xtask <COMMAND> --help` for details.";
@@ -80,6 +84,21 @@ of this run only.
 OPTIONS:
     --quick    criterion's `--quick` with short warm-up/measurement (a smoke run of ~2 minutes)";
 
+/// Help for `cargo xtask soak`.
+const SOAK_HELP: &str = "\
+cargo xtask soak [--cases N] [--skip-loom]
+
+The long runs CI cannot afford, stopping at the first failure:
+    TUPLEKV_PROPTEST_CASES=N TUPLEKV_CRASH_ITERATIONS=200 TUPLEKV_STRESS=10 \\
+        SEQUENCE_HAMMER_PER_THREAD=20000 cargo test --workspace --release
+    RUSTFLAGS='--cfg loom' CARGO_TARGET_DIR=target/loom \\
+        cargo test -p tuplekv-sequence --test loom --release
+A failing property case is saved under the crate's proptest-regressions/ (commit it).
+
+OPTIONS:
+    --cases N      cases per property test (default 5000)
+    --skip-loom    leave out the loom model checks";
+
 /// A parsed command line.
 #[derive(Debug, PartialEq, Eq)]
 enum Task {
@@ -91,6 +110,8 @@ enum Task {
     Fuzz(FuzzArgs),
     /// `cargo xtask bench`.
     Bench(BenchArgs),
+    /// `cargo xtask soak`.
+    Soak(SoakArgs),
 }
 
 /// A command line that does not parse; the message says why.
@@ -117,6 +138,7 @@ fn parse(args: &[String]) -> Result<Task, UsageError> {
         "ci" => parse_ci(rest),
         "fuzz" => parse_fuzz(rest),
         "bench" => parse_bench(rest),
+        "soak" => parse_soak(rest),
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -127,6 +149,7 @@ fn help_for(topic: &str) -> Result<&'static str, UsageError> {
         "ci" => Ok(CI_HELP),
         "fuzz" => Ok(FUZZ_HELP),
         "bench" => Ok(BENCH_HELP),
+        "soak" => Ok(SOAK_HELP),
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -215,6 +238,31 @@ fn parse_bench(args: &[String]) -> Result<Task, UsageError> {
     Ok(Task::Bench(bench))
 }
 
+/// Parses the options of `soak`.
+fn parse_soak(args: &[String]) -> Result<Task, UsageError> {
+    let mut soak = SoakArgs::default();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            a if is_help(a) => return Ok(Task::Help(SOAK_HELP)),
+            "--skip-loom" => soak.skip_loom = true,
+            "--cases" => {
+                let value = args.next().map(String::as_str).unwrap_or_default();
+                soak.cases = match value.parse::<u32>() {
+                    Ok(n) if n > 0 => n,
+                    _ => {
+                        return usage(format!(
+                            "`--cases` needs a whole number of at least 1, not `{value}`"
+                        ));
+                    }
+                };
+            }
+            other => return usage(format!("`soak` does not take `{other}`")),
+        }
+    }
+    Ok(Task::Soak(soak))
+}
+
 /// Parses the command line and runs the task. Exit codes: 0 on success, 1 when the task
 /// fails, 2 for a command line that does not parse.
 fn main() -> ExitCode {
@@ -234,6 +282,7 @@ fn main() -> ExitCode {
         Task::Ci(args) => ci::run(args),
         Task::Fuzz(args) => fuzz::run(args),
         Task::Bench(args) => bench::run(args),
+        Task::Soak(args) => soak::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -310,6 +359,27 @@ mod tests {
             }))
         );
         assert!(parse_str("bench --slow").is_err());
+    }
+
+    #[test]
+    fn soak() {
+        assert_eq!(parse_str("soak"), Ok(Task::Soak(SoakArgs::default())));
+        assert_eq!(
+            parse_str("soak --cases 100 --skip-loom"),
+            Ok(Task::Soak(SoakArgs {
+                cases: 100,
+                skip_loom: true,
+            }))
+        );
+        assert_eq!(parse_str("help soak"), Ok(Task::Help(SOAK_HELP)));
+        for bad in [
+            "soak --cases",
+            "soak --cases 0",
+            "soak --cases x",
+            "soak --fast",
+        ] {
+            assert!(parse_str(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
