@@ -107,8 +107,7 @@ fn durability(c: &mut Criterion) {
             g.bench_function(BenchmarkId::new("denokv_sqlite_file", &param), |b| {
                 b.iter_custom(|iters| {
                     let r = run.fetch_add(1, Ordering::Relaxed);
-                    let handles: Vec<DenoSqlite> =
-                        (0..threads).filter_map(|_| deno.handle().ok()).collect();
+                    let handles = deno.handles(threads as usize);
                     committers(threads, iters, |t, n| {
                         let (ka, kb) = keys(r, n);
                         let ok =

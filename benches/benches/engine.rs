@@ -18,10 +18,10 @@ use parking_lot::RwLock;
 use tuplekv_benches::denokv::{self, DenoSqlite};
 use tuplekv_benches::skip;
 use tuplekv_benches::workloads::{
-    ENGINE_KEYS, key_indexes, prefix_end, user_keys_encoded, user_value,
+    ENGINE_KEYS, key_indexes, prefix_end, user_key, user_keys_encoded, user_value,
 };
-use tuplekv_codec::{ByteRange, encode_key, key};
-use tuplekv_engine::{Database, ReadView, Value};
+use tuplekv_codec::{Selector, encode_key, key};
+use tuplekv_engine::{Database, ListOptions, ReadView, Value};
 
 /// The "write it yourself" peer: an ordered map of key -> (value, version).
 type Locked = RwLock<(BTreeMap<Vec<u8>, (Vec<u8>, u64)>, u64)>;
@@ -100,22 +100,21 @@ fn get(c: &mut Criterion, w: &World) {
     let mut g = c.benchmark_group("engine/get");
     for threads in [1usize, 2] {
         g.throughput(Throughput::Elements(threads as u64));
-        let id = |name: &str| BenchmarkId::new(name, format!("{threads} thread(s)"));
-        g.bench_function(id("tuplekv"), |b| {
+        g.bench_function(id("tuplekv", threads), |b| {
             b.iter_custom(|n| {
                 parallel(threads, n, |t, i| {
                     black_box(w.ours.get_raw(pick(t, i)).ok().flatten());
                 })
             })
         });
-        g.bench_function(id("btreemap_rwlock"), |b| {
+        g.bench_function(id("btreemap_rwlock", threads), |b| {
             b.iter_custom(|n| {
                 parallel(threads, n, |t, i| {
                     black_box(w.btree.read().0.get(pick(t, i)).map(|(v, _)| v.clone()));
                 })
             })
         });
-        g.bench_function(id("crossbeam_skipmap"), |b| {
+        g.bench_function(id("crossbeam_skipmap", threads), |b| {
             b.iter_custom(|n| {
                 parallel(threads, n, |t, i| {
                     black_box(w.skip.get(pick(t, i)).map(|e| e.value().clone()));
@@ -123,10 +122,9 @@ fn get(c: &mut Criterion, w: &World) {
             })
         });
         if let Some(deno) = &w.deno {
-            g.bench_function(id("denokv_sqlite"), |b| {
+            g.bench_function(id("denokv_sqlite", threads), |b| {
                 b.iter_custom(|n| {
-                    let handles: Vec<DenoSqlite> =
-                        (0..threads).filter_map(|_| deno.handle().ok()).collect();
+                    let handles = deno.handles(threads);
                     parallel(threads, n, |t, i| {
                         black_box(handles[t].get(pick(t, i)).ok());
                     })
@@ -137,9 +135,14 @@ fn get(c: &mut Criterion, w: &World) {
     g.finish();
 }
 
+/// The `BenchmarkId` of `name` run on `threads` threads.
+fn id(name: &str, threads: usize) -> BenchmarkId {
+    BenchmarkId::new(name, format!("{threads} thread(s)"))
+}
+
+/// Throughput is counted in operations over all threads, so ratios compare aggregate rates.
 fn commit(c: &mut Criterion, w: &World) {
     let mut g = c.benchmark_group("engine/commit_2check_2set");
-    g.throughput(Throughput::Elements(1));
     let value = user_value(1);
     // Fresh keys every time, so the absence checks pass.
     let fresh = AtomicU64::new(0);
@@ -150,143 +153,183 @@ fn commit(c: &mut Criterion, w: &World) {
             encode_key(&key!["acct", n, "b"]),
         )
     };
-    g.bench_function("tuplekv", |b| {
-        b.iter(|| {
-            let (ka, kb) = pair();
-            let res = w
-                .ours
-                .atomic()
-                .check_raw(&ka, None)
-                .check_raw(&kb, None)
-                .set_raw(&ka, value.clone())
-                .set_raw(&kb, value.clone())
-                .commit();
-            assert!(matches!(res, Ok(r) if r.is_committed()));
-        })
-    });
-    g.bench_function("btreemap_rwlock", |b| {
-        b.iter(|| {
-            let (ka, kb) = pair();
-            let mut guard = w.btree.write();
-            let (map, version) = &mut *guard;
-            if !map.contains_key(&ka) && !map.contains_key(&kb) {
-                *version += 1;
-                map.insert(ka, (value.clone(), *version));
-                map.insert(kb, (value.clone(), *version));
-            }
-        })
-    });
-    g.bench_function("crossbeam_skipmap", |b| {
-        b.iter(|| {
-            let (ka, kb) = pair();
-            // Not atomic across the two keys: less work than a commit.
-            if !w.skip.contains_key(&ka) && !w.skip.contains_key(&kb) {
-                w.skip.insert(ka, value.clone());
-                w.skip.insert(kb, value.clone());
-            }
-        })
-    });
-    if let Some(deno) = &w.deno {
-        g.bench_function("denokv_sqlite", |b| {
-            b.iter(|| {
-                let (ka, kb) = pair();
-                let ok = deno.commit(denokv::two_checks_two_sets(ka, kb, value.clone()));
-                assert_eq!(ok, Ok(true));
+    for threads in [1usize, 2] {
+        g.throughput(Throughput::Elements(threads as u64));
+        g.bench_function(id("tuplekv", threads), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |_, _| {
+                    let (ka, kb) = pair();
+                    let res = w
+                        .ours
+                        .atomic()
+                        .check_raw(&ka, None)
+                        .check_raw(&kb, None)
+                        .set_raw(&ka, value.clone())
+                        .set_raw(&kb, value.clone())
+                        .commit();
+                    assert!(matches!(res, Ok(r) if r.is_committed()));
+                })
             })
         });
+        g.bench_function(id("btreemap_rwlock", threads), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |_, _| {
+                    let (ka, kb) = pair();
+                    let mut guard = w.btree.write();
+                    let (map, version) = &mut *guard;
+                    if !map.contains_key(&ka) && !map.contains_key(&kb) {
+                        *version += 1;
+                        map.insert(ka, (value.clone(), *version));
+                        map.insert(kb, (value.clone(), *version));
+                    }
+                })
+            })
+        });
+        g.bench_function(id("crossbeam_skipmap", threads), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |_, _| {
+                    let (ka, kb) = pair();
+                    // Not atomic across the two keys: less work than a commit.
+                    if !w.skip.contains_key(&ka) && !w.skip.contains_key(&kb) {
+                        w.skip.insert(ka, value.clone());
+                        w.skip.insert(kb, value.clone());
+                    }
+                })
+            })
+        });
+        if let Some(deno) = &w.deno {
+            g.bench_function(id("denokv_sqlite", threads), |b| {
+                b.iter_custom(|n| {
+                    let handles = deno.handles(threads);
+                    parallel(threads, n, |t, _| {
+                        let (ka, kb) = pair();
+                        let ok =
+                            handles[t].commit(denokv::two_checks_two_sets(ka, kb, value.clone()));
+                        assert_eq!(ok, Ok(true));
+                    })
+                })
+            });
+        }
     }
     g.finish();
 }
 
+/// 100 entries from a random start under the prefix `["users", "by_id"]`, through each
+/// implementation's public listing path (ours: `Database::list` with a prefix+start selector).
 fn list(c: &mut Criterion, w: &World) {
     let picks = key_indexes(ENGINE_KEYS - 100, 1 << 12, 7);
-    let end = prefix_end(&key!["users", "by_id"]);
+    let prefix = key!["users", "by_id"];
+    let selectors: Vec<Selector> = picks
+        .iter()
+        .map(|&i| Selector::prefix_start(&prefix, &user_key(i as u64)))
+        .collect();
+    let end = prefix_end(&prefix);
+    let pick = |t: usize, i: u64| (i as usize + t * 1021) & 0xfff;
     let mut g = c.benchmark_group("engine/list_100");
-    g.throughput(Throughput::Elements(100));
-    let mut i = 0usize;
-    let mut next = || {
-        i = (i + 1) & 0xfff;
-        &w.keys[picks[i]]
+    let options = ListOptions {
+        limit: Some(100),
+        ..ListOptions::default()
     };
-    g.bench_function("tuplekv", |b| {
-        b.iter(|| {
-            let range = ByteRange {
-                start: next().clone(),
-                end: end.clone(),
-            };
-            let entries = w.ours.snapshot().scan(&range, false, 100);
-            assert_eq!(entries.map(|e| e.len()).ok(), Some(100));
-        })
-    });
-    g.bench_function("btreemap_rwlock", |b| {
-        b.iter(|| {
-            let start = next().clone();
-            let guard = w.btree.read();
-            let out: Vec<(Vec<u8>, Vec<u8>)> = guard
-                .0
-                .range(start..end.clone())
-                .take(100)
-                .map(|(k, (v, _))| (k.clone(), v.clone()))
-                .collect();
-            assert_eq!(out.len(), 100);
-        })
-    });
-    g.bench_function("crossbeam_skipmap", |b| {
-        b.iter(|| {
-            let start = next().clone();
-            let out: Vec<(Vec<u8>, Vec<u8>)> = w
-                .skip
-                .range(start..end.clone())
-                .take(100)
-                .map(|e| (e.key().clone(), e.value().clone()))
-                .collect();
-            assert_eq!(out.len(), 100);
-        })
-    });
-    if let Some(deno) = &w.deno {
-        g.bench_function("denokv_sqlite", |b| {
-            b.iter(|| {
-                let start = next().clone();
-                assert_eq!(deno.range(&start, &end, 100).map(|v| v.len()), Ok(100));
+    for threads in [1usize, 2] {
+        g.throughput(Throughput::Elements(100 * threads as u64));
+        g.bench_function(id("tuplekv", threads), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |t, i| {
+                    let entries: Result<Vec<_>, _> = w
+                        .ours
+                        .list(&selectors[pick(t, i)], options.clone())
+                        .and_then(Iterator::collect);
+                    assert_eq!(entries.map(|e| e.len()).ok(), Some(100));
+                })
             })
         });
+        g.bench_function(id("btreemap_rwlock", threads), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |t, i| {
+                    let start = &w.keys[picks[pick(t, i)]];
+                    let guard = w.btree.read();
+                    let out: Vec<(Vec<u8>, Vec<u8>)> = guard
+                        .0
+                        .range(start.clone()..end.clone())
+                        .take(100)
+                        .map(|(k, (v, _))| (k.clone(), v.clone()))
+                        .collect();
+                    assert_eq!(out.len(), 100);
+                })
+            })
+        });
+        g.bench_function(id("crossbeam_skipmap", threads), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |t, i| {
+                    let start = &w.keys[picks[pick(t, i)]];
+                    let out: Vec<(Vec<u8>, Vec<u8>)> = w
+                        .skip
+                        .range(start.clone()..end.clone())
+                        .take(100)
+                        .map(|e| (e.key().clone(), e.value().clone()))
+                        .collect();
+                    assert_eq!(out.len(), 100);
+                })
+            })
+        });
+        if let Some(deno) = &w.deno {
+            g.bench_function(id("denokv_sqlite", threads), |b| {
+                b.iter_custom(|n| {
+                    let handles = deno.handles(threads);
+                    parallel(threads, n, |t, i| {
+                        let start = &w.keys[picks[pick(t, i)]];
+                        assert_eq!(handles[t].range(start, &end, 100).map(|v| v.len()), Ok(100));
+                    })
+                })
+            });
+        }
     }
     g.finish();
 }
 
+/// `sum` on one hot counter: every thread increments the same key.
 fn sum(c: &mut Criterion, w: &World) {
     let hot = encode_key(&key!["counters", "hot"]);
     let mut g = c.benchmark_group("engine/sum_hot");
-    g.throughput(Throughput::Elements(1));
-    g.bench_function("tuplekv", |b| {
-        b.iter(|| {
-            let res = w.ours.atomic().sum_raw(&hot, 1).commit();
-            assert!(matches!(res, Ok(r) if r.is_committed()));
-        })
-    });
-    g.bench_function("btreemap_rwlock", |b| {
-        b.iter(|| {
-            let mut guard = w.btree.write();
-            let (map, version) = &mut *guard;
-            *version += 1;
-            let v = *version;
-            let slot = map.entry(hot.clone()).or_insert_with(|| (vec![0; 8], v));
-            let n = u64::from_le_bytes(slot.0[..8].try_into().unwrap_or([0; 8]));
-            slot.0 = n.wrapping_add(1).to_le_bytes().to_vec();
-            slot.1 = v;
-        })
-    });
-    if let Some(deno) = &w.deno {
-        g.bench_function("denokv_sqlite", |b| {
-            b.iter(|| {
-                let write = denokv_proto::AtomicWrite {
-                    checks: vec![],
-                    mutations: vec![denokv::sum(hot.clone(), 1)],
-                    enqueues: vec![],
-                };
-                assert_eq!(deno.commit(write), Ok(true));
+    for threads in [1usize, 2] {
+        g.throughput(Throughput::Elements(threads as u64));
+        g.bench_function(id("tuplekv", threads), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |_, _| {
+                    let res = w.ours.atomic().sum_raw(&hot, 1).commit();
+                    assert!(matches!(res, Ok(r) if r.is_committed()));
+                })
             })
         });
+        g.bench_function(id("btreemap_rwlock", threads), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |_, _| {
+                    let mut guard = w.btree.write();
+                    let (map, version) = &mut *guard;
+                    *version += 1;
+                    let v = *version;
+                    let slot = map.entry(hot.clone()).or_insert_with(|| (vec![0; 8], v));
+                    let n = u64::from_le_bytes(slot.0[..8].try_into().unwrap_or([0; 8]));
+                    slot.0 = n.wrapping_add(1).to_le_bytes().to_vec();
+                    slot.1 = v;
+                })
+            })
+        });
+        if let Some(deno) = &w.deno {
+            g.bench_function(id("denokv_sqlite", threads), |b| {
+                b.iter_custom(|n| {
+                    let handles = deno.handles(threads);
+                    parallel(threads, n, |t, _| {
+                        let write = denokv_proto::AtomicWrite {
+                            checks: vec![],
+                            mutations: vec![denokv::sum(hot.clone(), 1)],
+                            enqueues: vec![],
+                        };
+                        assert_eq!(handles[t].commit(write), Ok(true));
+                    })
+                })
+            });
+        }
     }
     g.finish();
     assert!(matches!(

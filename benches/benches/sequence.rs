@@ -137,8 +137,13 @@ fn gapless(c: &mut Criterion) {
         if redis_probe.is_ok() {
             g.bench_function(BenchmarkId::new("redis_incr", &param), |b| {
                 b.iter_custom(|n| {
+                    // One connection per requester; failing loudly beats measuring fewer
+                    // clients than the benchmark's name says.
                     let conns: Vec<Mutex<Redis>> = (0..threads)
-                        .filter_map(|_| Redis::from_env().ok().map(Mutex::new))
+                        .map(|_| match Redis::from_env() {
+                            Ok(conn) => Mutex::new(conn),
+                            Err(e) => panic!("redis connection: {e}"),
+                        })
                         .collect();
                     split(threads, n, |t| {
                         let mut conn = conns[t].lock().unwrap_or_else(|e| e.into_inner());
@@ -153,8 +158,7 @@ fn gapless(c: &mut Criterion) {
             let counter = encode_key(&key!["counter", "ERR"]);
             g.bench_function(BenchmarkId::new("denokv_sqlite", &param), |b| {
                 b.iter_custom(|n| {
-                    let handles: Vec<DenoSqlite> =
-                        (0..threads).filter_map(|_| deno.handle().ok()).collect();
+                    let handles = deno.handles(threads as usize);
                     split(threads, n, |t| {
                         let d = &handles[t];
                         loop {
@@ -178,8 +182,12 @@ fn gapless(c: &mut Criterion) {
                                 ],
                                 enqueues: vec![],
                             };
-                            if d.commit(write) == Ok(true) {
-                                break;
+                            // Ok(false) is a lost check race: read again. An error is a
+                            // broken peer, not contention, and must not spin forever.
+                            match d.commit(write) {
+                                Ok(true) => break,
+                                Ok(false) => {}
+                                Err(e) => panic!("denokv_sqlite commit failed: {e}"),
                             }
                         }
                     })

@@ -70,6 +70,20 @@ impl DenoSqlite {
         })
     }
 
+    /// One handle per bench thread.
+    ///
+    /// # Panics
+    /// If a handle cannot be made: a silent fallback would measure fewer threads than the
+    /// benchmark's name says.
+    pub fn handles(&self, threads: usize) -> Vec<DenoSqlite> {
+        (0..threads)
+            .map(|_| match self.handle() {
+                Ok(h) => h,
+                Err(e) => panic!("denokv_sqlite handle: {e}"),
+            })
+            .collect()
+    }
+
     /// Commits `write`; `Ok(true)` if it committed, `Ok(false)` if a check failed.
     pub fn commit(&self, write: AtomicWrite) -> Result<bool, String> {
         self.rt

@@ -374,9 +374,24 @@ where
             }
         }
         for p in &old_plan {
-            if !new_plan.iter().any(|n| n.key == p.key) {
-                tx.mutate_raw(&p.key, MutationKind::Delete);
+            if new_plan.iter().any(|n| n.key == p.key) {
+                continue;
             }
+            // A non-unique entry ends with this record's primary key, so it is this record's.
+            // A unique entry may be held by another record: while a unique index is being
+            // built, a record not yet backfilled has no entry, so another record can take its
+            // value; deleting that holder's entry here would let a third record take the value
+            // too. Delete only what points at this record (the read is a commit condition).
+            if self.def.indexes[p.index].unique {
+                let Some(existing) = tx.get_raw(&p.key)? else {
+                    continue;
+                };
+                let (holder, _) = Self::parse_entry(&existing.value)?;
+                if holder != *pk {
+                    continue;
+                }
+            }
+            tx.mutate_raw(&p.key, MutationKind::Delete);
         }
         for p in &new_plan {
             tx.mutate_raw(

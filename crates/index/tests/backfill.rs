@@ -153,3 +153,52 @@ fn indexes_built_while_writers_run_end_consistent_with_the_records() {
         );
     }
 }
+
+/// An update during a build must not delete a unique entry another record holds. Record 10
+/// has `y@x` but no entry yet (the build has not reached it); record 1 takes `y@x` (nothing
+/// stops it); then record 10 moves from `y@x` to `w@x`. The update used to delete every old
+/// unique key, record 1's entry included, so the build went live without it and a third
+/// record could take `y@x`.
+#[test]
+fn an_update_during_a_build_keeps_the_unique_entry_another_record_holds() {
+    let db = Database::in_memory();
+    let plain = Collection::builder("users", |u: &User| key![u.id])
+        .open(db.clone())
+        .unwrap();
+    let user = |id: u64, email: &str| User {
+        id,
+        email: email.into(),
+        color: 0,
+        tags: vec![],
+    };
+    plain.insert(&user(5, "a@x")).unwrap();
+    plain.insert(&user(10, "y@x")).unwrap();
+    let c = indexed(db);
+    let report = c
+        .backfill(1, |p| {
+            // After the first batch of the email index: record 5 is indexed, record 10 not.
+            if p.index == "email" && p.records == 1 {
+                c.insert(&user(1, "y@x")).unwrap();
+                c.update(&key![10], |mut u| {
+                    u.email = "w@x".into();
+                    u
+                })
+                .unwrap();
+            }
+        })
+        .unwrap();
+    assert!(report.duplicates.is_empty(), "{report:?}");
+    assert!(report.completed.contains(&"email".to_owned()));
+    let verify = c.verify().unwrap();
+    assert!(verify.is_clean(), "{verify:?}");
+    assert_eq!(c.get_by("email", &key!["y@x"]).unwrap().unwrap().0, key![1]);
+    assert_eq!(c.get_by("email", &key!["w@x"]).unwrap().unwrap().0, key![10]);
+    assert_eq!(
+        c.insert(&user(2, "y@x")),
+        Err(Error::UniqueViolation {
+            index: "email".into(),
+            value: key!["y@x"],
+            existing_primary_key: key![1],
+        })
+    );
+}

@@ -324,8 +324,17 @@ fn an_index_added_to_existing_records_is_built_online_and_reports_duplicates() {
         c.get_by("email", &key!["3@x"]),
         Err(Error::IndexNotReady { .. })
     ));
-    // Resolve the duplicate, run again: the unique index goes live.
+    // Resolve the duplicate, run again: the unique index goes live. Record 20 gives up
+    // `10@x`, whose entry record 10 holds: the entry stays with its holder.
     c.upsert(&user(20, "20@x", "green")).unwrap();
+    let mut to_ten = vec![0u8];
+    to_ten.extend(tuplekv_engine::codec::encode_key(&key![10]));
+    assert_eq!(
+        db.get(&key!["users", "u", "email", "10@x"])
+            .unwrap()
+            .map(|e| e.value),
+        Some(tuplekv_engine::Value::from(to_ten))
+    );
     let report = c.backfill(7, |_| {}).unwrap();
     assert_eq!(report.completed, ["email"]);
     assert_eq!(

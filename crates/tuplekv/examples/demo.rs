@@ -13,9 +13,14 @@
 //! mode, each committed with the record that uses it) at once, and not one code repeats.
 //! Part 4 restarts from disk: the same generator on a durable database, closed and reopened,
 //! continues above every number it handed out before.
+//!
+//! `cargo run -p tuplekv --example demo -- 50000` issues 50000 codes per server in part 3
+//! instead of 2000 (a long run prints its progress every second).
 
 use std::collections::HashSet;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use tuplekv::index::{Collection, Error as IndexError};
@@ -25,12 +30,23 @@ use tuplekv::{
     decode_key, encode_key, key,
 };
 
+/// Codes each server issues in part 3 unless the command line says otherwise.
+const CODES_PER_SERVER_DEFAULT: u64 = 2_000;
+
 fn main() -> Result<()> {
+    let per_server = match std::env::args().nth(1) {
+        None => CODES_PER_SERVER_DEFAULT,
+        Some(arg) => arg
+            .parse()
+            .ok()
+            .filter(|&n| n > 0)
+            .with_context(|| format!("usage: demo [CODES_PER_SERVER > 0], not `{arg}`"))?,
+    };
     key_space_tour()?;
     users_application()?;
     users_collection()?;
     let db = Database::in_memory();
-    concurrent_codes(&db, 4, 2_000)?;
+    concurrent_codes(&db, 4, per_server)?;
     restart_from_disk()
 }
 
@@ -289,7 +305,20 @@ fn define_sequences(seqs: &Sequences<Database>) -> Result<()> {
 /// would have), issuing `per_server` codes spread over INFO, WARN and ERR. Returns every code.
 fn issue_codes(db: &Database, servers: u64, per_server: u64) -> Result<Vec<String>> {
     define_sequences(&Sequences::new(db.clone()))?;
+    let issued = AtomicU64::new(0);
+    let (done, finished) = mpsc::channel::<()>();
     let results: Vec<Result<Vec<String>>> = std::thread::scope(|s| {
+        // Progress once a second for long runs; a short run ends before the first line.
+        let issued = &issued;
+        s.spawn(move || {
+            let total = servers * per_server;
+            while let Err(mpsc::RecvTimeoutError::Timeout) =
+                finished.recv_timeout(Duration::from_secs(1))
+            {
+                let n = issued.load(Ordering::Relaxed);
+                println!("  ... {n} of {total} codes issued");
+            }
+        });
         let handles: Vec<_> = (0..servers)
             .map(|server| {
                 let db = db.clone();
@@ -314,18 +343,21 @@ fn issue_codes(db: &Database, servers: u64, per_server: u64) -> Result<Vec<Strin
                                 .code(),
                         };
                         codes.push(code);
+                        issued.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(codes)
                 })
             })
             .collect();
-        handles
+        let results = handles
             .into_iter()
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(anyhow::anyhow!("a server panicked")))
             })
-            .collect()
+            .collect();
+        drop(done);
+        results
     });
     let mut all = Vec::new();
     for codes in results {
