@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tuplekv_codec::{
-    Key, KeyPart, Selector, decode_key, encode_key, encode_key_into, encode_part_into,
+    ByteRange, Key, KeyPart, Selector, SelectorError, decode_key, encode_key, encode_key_into,
+    encode_part_into,
 };
 use tuplekv_engine::{
     Entry, ListCursor, ListIter, ListOptions, MutationKind, ReadView, Store, Transaction,
@@ -159,7 +160,8 @@ pub(crate) struct Planned {
 pub struct Page<T> {
     /// Records with their primary keys, in index order.
     pub items: Vec<(Key, T)>,
-    /// Where the next page starts (Deno's cursor format), or `None` after the last page.
+    /// Where the next page starts, or `None` after the last page. Pass it back to the same
+    /// query; it is never empty (see the crate's *Reads* section).
     pub cursor: Option<String>,
 }
 
@@ -255,8 +257,7 @@ where
 
     /// The key prefix of one index's entries, followed by `value`'s parts.
     pub(crate) fn index_prefix(&self, idx: &IndexSpec<T>, value: &Key) -> Result<Key, Error> {
-        let kind = if idx.unique { "u" } else { "i" };
-        decode_key(&self.key(&[kind, &idx.name], &[value])?).map_err(codec_err)
+        decode_key(&self.key(&[kind_of(idx), &idx.name], &[value])?).map_err(codec_err)
     }
 
     pub(crate) fn encode(&self, pk: &Key, record: &T) -> Result<Vec<u8>, Error> {
@@ -599,36 +600,81 @@ where
         }
     }
 
-    fn page(&self, selector: &Selector, options: ListOptions) -> Result<Page<T>, Error> {
+    /// One page of the index entries in `range` (of the `kind` keyspace, `"u"` or `"i"`),
+    /// resolved to records.
+    ///
+    /// The cursor is Deno's format (URL-safe base64 of the last key after a prefix), taken
+    /// relative to `[collection, kind]` rather than to the query's range. Relative to the
+    /// range, an exact unique value's entry *is* the common prefix, so its cursor would be
+    /// `""`, which means "from the start", and a paging loop would never end. Every entry key
+    /// is strictly longer than `[collection, kind]`, so this cursor is never empty.
+    fn page(&self, kind: &str, range: ByteRange, options: ListOptions) -> Result<Page<T>, Error> {
+        let base = Selector::Prefix(self.key(&[kind], &[])?);
+        let range = match options.cursor.as_deref() {
+            None | Some("") => range,
+            Some(cursor) => {
+                let after = base.resume(cursor, options.reverse).map_err(selector_err)?;
+                let resumed = if options.reverse {
+                    ByteRange {
+                        start: range.start.clone(),
+                        end: after.end,
+                    }
+                } else {
+                    ByteRange {
+                        start: after.start,
+                        end: range.end.clone(),
+                    }
+                };
+                if resumed.start < range.start
+                    || resumed.end > range.end
+                    || resumed.start > resumed.end
+                {
+                    return Err(selector_err(SelectorError::CursorOutOfBounds));
+                }
+                resumed
+            }
+        };
         let view = self.store.snapshot();
         let limit = options.limit;
-        let mut iter = ListIter::new(view.clone(), selector.clone(), options)?;
+        let selector = Selector::Range {
+            start: range.start,
+            end: range.end,
+        };
+        let options = ListOptions {
+            cursor: None,
+            ..options
+        };
         let mut items = Vec::new();
         let mut seen = 0usize;
-        for entry in iter.by_ref() {
+        let mut last = None;
+        for entry in ListIter::new(view.clone(), selector, options)? {
+            let entry = entry?;
             seen += 1;
-            if let Some(item) = self.resolve(&view, &entry?)? {
+            if let Some(item) = self.resolve(&view, &entry)? {
                 items.push(item);
             }
+            last = Some(entry.key);
         }
-        let cursor = match iter.cursor() {
-            ListCursor::After(c) if limit.is_some_and(|l| seen >= l) => Some(c),
+        let cursor = match last {
+            Some(key) if limit.is_some_and(|l| seen >= l) => {
+                Some(base.cursor_for(&key).map_err(selector_err)?)
+            }
             _ => None,
         };
         Ok(Page { items, cursor })
     }
 
-    /// The selector of the entries of `idx` whose value starts with `prefix`.
-    fn selector_for(&self, idx: &IndexSpec<T>, prefix: &Key) -> Result<Selector, Error> {
+    /// The byte range of the entries of `idx` whose value starts with `prefix`.
+    fn range_for(&self, idx: &IndexSpec<T>, prefix: &Key) -> Result<ByteRange, Error> {
         let exact = encode_key(&self.index_prefix(idx, prefix)?);
-        Ok(if idx.unique && !prefix.is_empty() {
+        if idx.unique && !prefix.is_empty() {
             // A unique entry's key ends with its value: the exact value is a key itself.
             let mut end = exact.clone();
             end.push(0xff);
-            Selector::Range { start: exact, end }
+            Ok(ByteRange { start: exact, end })
         } else {
-            Selector::Prefix(exact)
-        })
+            Selector::Prefix(exact).byte_range().map_err(selector_err)
+        }
     }
 
     /// The records whose `index` value starts with `prefix` (all of the value for an exact
@@ -667,8 +713,8 @@ where
         options: ListOptions,
     ) -> Result<Page<T>, Error> {
         let idx = self.queryable(index)?;
-        let selector = self.selector_for(idx, prefix)?;
-        self.page(&selector, options)
+        let range = self.range_for(idx, prefix)?;
+        self.page(kind_of(idx), range, options)
     }
 
     /// The records whose `index` value lies in `[start, end)`.
@@ -683,11 +729,13 @@ where
         options: ListOptions,
     ) -> Result<Page<T>, Error> {
         let idx = self.queryable(index)?;
-        let selector = Selector::range(
+        let range = Selector::range(
             &self.index_prefix(idx, start)?,
             &self.index_prefix(idx, end)?,
-        );
-        self.page(&selector, options)
+        )
+        .byte_range()
+        .map_err(selector_err)?;
+        self.page(kind_of(idx), range, options)
     }
 
     /// How many entries of `index` start with `prefix` (records, for a single-valued index).
@@ -696,10 +744,7 @@ where
     /// As [`Collection::list_by`].
     pub fn count(&self, index: &str, prefix: &Key) -> Result<usize, Error> {
         let idx = self.queryable(index)?;
-        let range = self
-            .selector_for(idx, prefix)?
-            .byte_range()
-            .map_err(|e| Error::Store(e.into()))?;
+        let range = self.range_for(idx, prefix)?;
         Ok(self.store.snapshot().scan(&range, false, usize::MAX)?.len())
     }
 
@@ -726,6 +771,15 @@ where
         };
         Ok(Page { items, cursor })
     }
+}
+
+/// The keyspace of an index's entries: `"u"` (unique) or `"i"`.
+fn kind_of<T>(idx: &IndexSpec<T>) -> &'static str {
+    if idx.unique { "u" } else { "i" }
+}
+
+fn selector_err(e: SelectorError) -> Error {
+    Error::Store(e.into())
 }
 
 pub(crate) fn codec_err(e: tuplekv_codec::DecodeError) -> Error {

@@ -71,7 +71,9 @@
 //! state, so a query never returns a record that no longer has the value it was found by. A
 //! covering entry answers from its own copy (one read per result instead of two; every write
 //! rewrites the copy). Pages use the engine's list options (`limit`, `reverse`, `cursor`), and
-//! a [`Page`] carries Deno's cursor for the next one.
+//! a [`Page`] carries the cursor for the next one: Deno's format, taken relative to the
+//! collection's unique (`[coll, "u"]`) or non-unique (`[coll, "i"]`) keyspace rather than to
+//! the query, so it is never `""` (Deno's "from the start"), even for an exact unique value.
 //!
 //! # Values
 //! Records are serialised with [postcard](https://docs.rs/postcard) and stored as

@@ -131,6 +131,93 @@ fn pagination_by_cursor_and_reverse_cover_every_entry_once() {
     assert_eq!(seen, (0..10).rev().collect::<Vec<u64>>());
 }
 
+/// Pages through a query one entry at a time and returns the ids seen; asserts that the loop
+/// ends (one page per match, plus at most one empty one) and that the pages, together, equal
+/// the query unpaged.
+fn check_paging_one_at_a_time(
+    query: impl Fn(ListOptions) -> Result<tuplekv_index::Page<User>, Error>,
+    reverse: bool,
+) {
+    let all = ids(&query(ListOptions {
+        reverse,
+        ..ListOptions::default()
+    })
+    .unwrap());
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    for _ in 0..=all.len() + 1 {
+        let page = query(ListOptions {
+            limit: Some(1),
+            reverse,
+            cursor: cursor.clone(),
+            ..ListOptions::default()
+        })
+        .unwrap();
+        seen.extend(ids(&page));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            assert_eq!(seen, all, "reverse: {reverse}");
+            return;
+        }
+    }
+    panic!("paging did not end after {} pages: {seen:?}", all.len() + 2);
+}
+
+/// An exact unique value is a key itself, so a cursor relative to the query's range was `""`
+/// ("from the start") and paging it with `limit: Some(1)` never ended.
+#[test]
+fn paging_one_entry_at_a_time_ends_and_returns_every_match_once() {
+    let c = users(Database::in_memory());
+    for id in 0..6u64 {
+        let color = if id < 4 { "green" } else { "blue" };
+        c.insert(&user(id, &format!("{id}@x"), color)).unwrap();
+    }
+    for reverse in [false, true] {
+        // Unique: an exact value with a match, one without, a range, everything.
+        check_paging_one_at_a_time(|o| c.list_by("email", &key!["3@x"], o), reverse);
+        check_paging_one_at_a_time(|o| c.list_by("email", &key!["9@x"], o), reverse);
+        check_paging_one_at_a_time(
+            |o| c.list_range("email", &key!["1@x"], &key!["4@x"], o),
+            reverse,
+        );
+        check_paging_one_at_a_time(|o| c.list_by("email", &key![], o), reverse);
+        // Covering unique, exact.
+        check_paging_one_at_a_time(|o| c.list_by("nickname", &key!["nick2"], o), reverse);
+        // Non-unique: exact values, a compound prefix, a range.
+        check_paging_one_at_a_time(|o| c.list_by("color", &key!["green"], o), reverse);
+        check_paging_one_at_a_time(|o| c.list_by("color", &key!["blue"], o), reverse);
+        check_paging_one_at_a_time(|o| c.list_by("city_age", &key!["Oslo", 20u32], o), reverse);
+        check_paging_one_at_a_time(
+            |o| c.list_range("color", &key!["a"], &key!["h"], o),
+            reverse,
+        );
+    }
+    // A cursor from another query's keyspace is refused, not silently restarted.
+    let page = c
+        .list_by(
+            "color",
+            &key!["green"],
+            ListOptions {
+                limit: Some(1),
+                ..ListOptions::default()
+            },
+        )
+        .unwrap();
+    assert!(matches!(
+        c.list_by(
+            "color",
+            &key!["blue"],
+            ListOptions {
+                cursor: page.cursor,
+                ..ListOptions::default()
+            }
+        ),
+        Err(Error::Store(tuplekv_engine::Error::Selector(
+            tuplekv_engine::codec::SelectorError::CursorOutOfBounds
+        )))
+    ));
+}
+
 #[test]
 fn a_unique_violation_names_the_index_value_and_holder_and_writes_nothing() {
     let c = users(Database::in_memory());
