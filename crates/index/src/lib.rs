@@ -102,11 +102,14 @@
 //! maintain it at once, queries on it return [`Error::IndexNotReady`], and
 //! [`Collection::backfill`] indexes the existing records in bounded batches (each one
 //! transaction that re-reads its records, so a record changed meanwhile is indexed as it is at
-//! commit) with progress reporting while writes continue. Duplicates found while building a
+//! commit, and that closes before its writes would pass the engine's commit limits) with
+//! progress reporting while writes continue. Duplicates found while building a
 //! unique index are reported in [`BackfillReport::duplicates`] and keep it from going live
 //! until resolved. [`Collection::verify`] reports every missing, dangling or wrong entry from
 //! one snapshot; [`Collection::repair`] fixes them in transactions that re-read the records,
-//! so it never undoes a concurrent write.
+//! so it never undoes a concurrent write. Entries of a unique value several records want are
+//! reported as [`Duplicate`]s naming the record the entry points at, and left alone: which
+//! record keeps the value is for a person to decide.
 //!
 //! The index definitions live in code, not in the store: every handle that writes the
 //! collection (every process, every version of the application still running) must declare

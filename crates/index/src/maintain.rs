@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tuplekv_codec::{ByteRange, Key, Selector, decode_key};
-use tuplekv_engine::{ListOptions, MutationKind, ReadView, Store, Value};
+use tuplekv_engine::limits::{MUTATIONS_MAX, TOTAL_KEY_SIZE_MAX, TOTAL_MUTATION_SIZE_MAX};
+use tuplekv_engine::{ListOptions, MutationKind, ReadView, Store, Transaction, Value};
 
-use crate::collection::{Collection, Planned, STATE_READY, codec_err, value_bytes};
+use crate::collection::{Collection, IndexSpec, Planned, STATE_READY, codec_err, value_bytes};
 use crate::error::Error;
 
 /// Progress of a backfill, reported after each batch.
@@ -30,9 +31,10 @@ pub struct Duplicate {
     pub index: String,
     /// The value.
     pub value: Key,
-    /// The record that holds the entry.
-    pub holder: Key,
-    /// The record that could not get it.
+    /// The record the stored entry points at (`None` when there is no entry). It may be
+    /// neither of the records that want the value, if the entry is stale.
+    pub holder: Option<Key>,
+    /// A record that wants the value but does not hold the entry.
     pub other: Key,
 }
 
@@ -81,7 +83,9 @@ pub struct VerifyReport {
     pub entries: u64,
     /// Every missing, dangling or wrong entry.
     pub findings: Vec<Finding>,
-    /// Unique values wanted by more than one record (not fixable by `repair`).
+    /// Unique values wanted by more than one record. Their entries are not in `findings`
+    /// and `repair` leaves them as they are: which record keeps the value is for a person to
+    /// decide (change or delete the others, then run `repair` or `backfill`).
     pub duplicates: Vec<Duplicate>,
 }
 
@@ -92,18 +96,78 @@ impl VerifyReport {
     }
 }
 
-/// What the indexes should hold: entry key -> planned entry, the unique values wanted twice,
-/// and entry key -> the record that should own it.
-type Expected = (
-    BTreeMap<Vec<u8>, Planned>,
-    Vec<Duplicate>,
-    BTreeMap<Vec<u8>, Key>,
-);
+/// What the indexes should hold for one snapshot's records: entry key -> planned entry for
+/// the keys one record wants, entry key -> (planned entry, every record that wants it) for
+/// the unique keys several records want, and entry key -> the record that should own it.
+struct Expected {
+    entries: BTreeMap<Vec<u8>, Planned>,
+    contested: BTreeMap<Vec<u8>, (Planned, Vec<Key>)>,
+    owners: BTreeMap<Vec<u8>, Key>,
+}
 
-/// Records read per backfill transaction.
+/// What `repair` should leave at a key, judged inside its transaction.
+enum Want {
+    /// This entry.
+    Entry(Vec<u8>),
+    /// No entry: no record wants the key.
+    Nothing,
+    /// Several records want the key (a duplicate that appeared since `verify`): leave it.
+    Contested,
+}
+
+/// Most records a backfill transaction reads. A transaction also closes early, before its
+/// writes would pass the engine's commit limits (`MUTATIONS_MAX`, `TOTAL_MUTATION_SIZE_MAX`,
+/// `TOTAL_KEY_SIZE_MAX`), so a multi-entry index with many values per record or a covering
+/// index of large records is built in more, smaller transactions.
 pub const BACKFILL_BATCH_DEFAULT: usize = 200;
-/// Entries fixed per repair transaction (well under the engine's mutation limit).
-const REPAIR_BATCH: usize = 200;
+
+/// Where a backfill transaction starts: a record of the listed page, and how many of that
+/// record's planned entries are done already.
+#[derive(Debug, Clone, Copy, Default)]
+struct Resume {
+    record: usize,
+    entry: usize,
+}
+
+/// What one commit carries so far, counted as the engine counts it against its limits (see
+/// `tuplekv_engine::limits`): a set counts its key twice plus its value, a delete its key, and
+/// the keys of sets add up separately.
+#[derive(Debug, Default)]
+struct CommitBudget {
+    mutations: usize,
+    size: usize,
+    set_keys: usize,
+}
+
+impl CommitBudget {
+    /// Counts a set of a `key`-byte key to a `value`-byte value if it fits; the first
+    /// mutation always fits (if it alone is over a limit, the commit reports which).
+    fn admit_set(&mut self, key: usize, value: usize) -> bool {
+        self.admit(1, 2 * key + value, key)
+    }
+
+    /// Counts a delete of a `key`-byte key if it fits.
+    fn admit_delete(&mut self, key: usize) -> bool {
+        self.admit(1, key, 0)
+    }
+
+    fn admit(&mut self, mutations: usize, size: usize, set_keys: usize) -> bool {
+        let next = CommitBudget {
+            mutations: self.mutations + mutations,
+            size: self.size + size,
+            set_keys: self.set_keys + set_keys,
+        };
+        let fits = next.mutations <= MUTATIONS_MAX
+            && next.size <= TOTAL_MUTATION_SIZE_MAX
+            && next.set_keys <= TOTAL_KEY_SIZE_MAX;
+        if fits || self.mutations == 0 {
+            *self = next;
+            true
+        } else {
+            false
+        }
+    }
+}
 
 impl<T, S> Collection<T, S>
 where
@@ -200,46 +264,21 @@ where
                 if pks.is_empty() {
                     break;
                 }
-                let (written, dups) = self.store.transaction_with(&self.def.retry, |tx| {
-                    let mut written = 0u64;
-                    let mut dups = Vec::new();
-                    for pk in &pks {
-                        let Some(e) = tx.get_raw(&self.record_key(pk)?)? else {
-                            continue; // deleted meanwhile
-                        };
-                        let bytes = value_bytes(&e.value)?.to_vec();
-                        let record = self.decode(pk, &bytes)?;
-                        for p in self.plan(pk, &record, &bytes, Some(i))? {
-                            if idx.unique
-                                && let Some(existing) = tx.get_raw(&p.key)?
-                            {
-                                let (holder, _) = Self::parse_entry(&existing.value)?;
-                                if holder != *pk {
-                                    dups.push(Duplicate {
-                                        index: idx.name.clone(),
-                                        value: p.value.clone(),
-                                        holder,
-                                        other: pk.clone(),
-                                    });
-                                    continue;
-                                }
-                            }
-                            tx.mutate_raw(
-                                &p.key,
-                                MutationKind::Set {
-                                    value: Value::from(p.entry),
-                                    expire_in: None,
-                                },
-                            );
-                            written += 1;
-                        }
-                    }
-                    Ok::<_, Error>((written, dups))
-                })?;
-                done.records += pks.len() as u64;
-                done.entries += written;
-                duplicates.extend(dups);
-                progress(&done);
+                // One or more transactions per page: each closes before its writes would
+                // pass the engine's commit limits (a record's entries may even be split).
+                let mut at = Resume::default();
+                while at.record < pks.len() {
+                    let from = at;
+                    let (written, dups, reached) =
+                        self.store.transaction_with(&self.def.retry, |tx| {
+                            self.backfill_step(tx, i, idx, &pks, from)
+                        })?;
+                    done.records += (reached.record - from.record) as u64;
+                    done.entries += written;
+                    duplicates.extend(dups);
+                    progress(&done);
+                    at = reached;
+                }
                 let last_page = pks.len() < batch;
                 cursor = match iter.cursor() {
                     tuplekv_engine::ListCursor::After(c) if !last_page => Some(c),
@@ -264,28 +303,101 @@ where
         Ok(report)
     }
 
-    /// What the indexes should hold (entry key -> (index, entry)) for the records of one
-    /// snapshot, and the unique values wanted twice.
+    /// One backfill transaction for index `i`: indexes `pks` from `from` on, re-reading each
+    /// record, until they are done or the next entry would not fit the commit. Returns the
+    /// entries written, the duplicates found and where the next transaction starts.
+    fn backfill_step(
+        &self,
+        tx: &mut Transaction<'_, S>,
+        i: usize,
+        idx: &IndexSpec<T>,
+        pks: &[Key],
+        from: Resume,
+    ) -> Result<(u64, Vec<Duplicate>, Resume), Error> {
+        let mut budget = CommitBudget::default();
+        let mut written = 0u64;
+        let mut dups = Vec::new();
+        let mut at = from;
+        while let Some(pk) = pks.get(at.record) {
+            let next_record = Resume {
+                record: at.record + 1,
+                entry: 0,
+            };
+            let Some(e) = tx.get_raw(&self.record_key(pk)?)? else {
+                at = next_record; // deleted meanwhile
+                continue;
+            };
+            let bytes = value_bytes(&e.value)?.to_vec();
+            let record = self.decode(pk, &bytes)?;
+            // Resuming inside a record: if it changed since the last transaction, the writer
+            // that changed it wrote all its new entries, so skipping some is harmless.
+            for p in self
+                .plan(pk, &record, &bytes, Some(i))?
+                .into_iter()
+                .skip(at.entry)
+            {
+                if idx.unique
+                    && let Some(existing) = tx.get_raw(&p.key)?
+                {
+                    let (holder, _) = Self::parse_entry(&existing.value)?;
+                    if holder != *pk {
+                        dups.push(Duplicate {
+                            index: idx.name.clone(),
+                            value: p.value.clone(),
+                            holder: Some(holder),
+                            other: pk.clone(),
+                        });
+                        at.entry += 1;
+                        continue;
+                    }
+                }
+                if !budget.admit_set(p.key.len(), p.entry.len()) {
+                    return Ok((written, dups, at));
+                }
+                tx.mutate_raw(
+                    &p.key,
+                    MutationKind::Set {
+                        value: Value::from(p.entry),
+                        expire_in: None,
+                    },
+                );
+                written += 1;
+                at.entry += 1;
+            }
+            at = next_record;
+        }
+        Ok((written, dups, at))
+    }
+
+    /// What the indexes should hold for the records of one snapshot.
     fn expected(&self, records: &[(Key, Vec<u8>, T)]) -> Result<Expected, Error> {
-        let mut expected: BTreeMap<Vec<u8>, Planned> = BTreeMap::new();
-        let mut owners: BTreeMap<Vec<u8>, Key> = BTreeMap::new();
-        let mut duplicates = Vec::new();
+        let mut wanted: BTreeMap<Vec<u8>, (Planned, Vec<Key>)> = BTreeMap::new();
         for (pk, bytes, record) in records {
             for p in self.plan(pk, record, bytes, None)? {
-                if let Some(holder) = owners.get(&p.key) {
-                    duplicates.push(Duplicate {
-                        index: self.def.indexes[p.index].name.clone(),
-                        value: p.value.clone(),
-                        holder: holder.clone(),
-                        other: pk.clone(),
-                    });
-                    continue;
-                }
-                owners.insert(p.key.clone(), pk.clone());
-                expected.insert(p.key.clone(), p);
+                wanted
+                    .entry(p.key.clone())
+                    .or_insert_with(|| (p, Vec::new()))
+                    .1
+                    .push(pk.clone());
             }
         }
-        Ok((expected, duplicates, owners))
+        let mut out = Expected {
+            entries: BTreeMap::new(),
+            contested: BTreeMap::new(),
+            owners: BTreeMap::new(),
+        };
+        for (key, (p, wanters)) in wanted {
+            match wanters.as_slice() {
+                [owner] => {
+                    out.owners.insert(key.clone(), owner.clone());
+                    out.entries.insert(key, p);
+                }
+                _ => {
+                    out.contested.insert(key, (p, wanters));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Checks every index entry against the records, from one snapshot: entries a record
@@ -302,10 +414,13 @@ where
     fn verify_with_owners(&self) -> Result<(VerifyReport, BTreeMap<Vec<u8>, Key>), Error> {
         let view = self.store.snapshot();
         let records = self.all_records(&view)?;
-        let (expected, duplicates, owners) = self.expected(&records)?;
+        let Expected {
+            entries: expected,
+            contested,
+            owners,
+        } = self.expected(&records)?;
         let mut report = VerifyReport {
             records: records.len() as u64,
-            duplicates,
             ..VerifyReport::default()
         };
         let mut actual: BTreeMap<Vec<u8>, Value> = BTreeMap::new();
@@ -342,9 +457,33 @@ where
                 });
             }
         }
-        for key in actual.keys().filter(|k| !expected.contains_key(*k)) {
+        // A contested key is reported with the record its entry really points at, and left
+        // out of the findings, so `repair` does not pick a winner.
+        for (key, (p, wanters)) in &contested {
+            let holder = actual
+                .get(key)
+                .and_then(|v| Self::parse_entry(v).ok())
+                .map(|(pk, _)| pk);
+            let index = self
+                .def
+                .indexes
+                .get(p.index)
+                .map(|idx| idx.name.clone())
+                .unwrap_or_default();
+            for other in wanters.iter().filter(|w| holder.as_ref() != Some(*w)) {
+                report.duplicates.push(Duplicate {
+                    index: index.clone(),
+                    value: p.value.clone(),
+                    holder: holder.clone(),
+                    other: other.clone(),
+                });
+            }
+        }
+        let unaccounted = actual
+            .keys()
+            .filter(|k| !expected.contains_key(*k) && !contested.contains_key(*k));
+        for key in unaccounted {
             let (index, k) = index_of(key)?;
-            // An entry held by the other record of a reported duplicate is not dangling.
             report.findings.push(Finding {
                 index,
                 key: k,
@@ -386,33 +525,50 @@ where
     pub fn repair(&self) -> Result<VerifyReport, Error> {
         let (report, owners) = self.verify_with_owners()?;
         let keys: Vec<Vec<u8>> = report.findings.iter().map(|f| f.key.encode()).collect();
-        for chunk in keys.chunks(REPAIR_BATCH) {
-            self.store.transaction_with(&self.def.retry, |tx| {
-                for key in chunk {
+        let mut from = 0;
+        while from < keys.len() {
+            // Each transaction fixes keys from `from` on until the next fix would not fit the
+            // commit (covering entries can be large).
+            from = self.store.transaction_with(&self.def.retry, |tx| {
+                let mut budget = CommitBudget::default();
+                let mut at = from;
+                while let Some(key) = keys.get(at) {
                     // Recompute, inside the transaction, what this entry should be, from the
                     // record verify expected to own it and the one it points at.
                     let current = tx.get_raw(key)?;
                     let mut candidates: Vec<Key> = owners.get(key).cloned().into_iter().collect();
                     if let Some(e) = &current
                         && let Ok((pk, _)) = Self::parse_entry(&e.value)
+                        && !candidates.contains(&pk)
                     {
                         candidates.push(pk);
                     }
-                    let want = self.wanted_entry(tx, key, &candidates)?;
-                    match (want, current) {
-                        (Some(entry), Some(cur)) if cur.value == Value::from(entry.clone()) => {}
-                        (Some(entry), _) => tx.mutate_raw(
-                            key,
-                            MutationKind::Set {
-                                value: Value::from(entry),
-                                expire_in: None,
-                            },
-                        ),
-                        (None, Some(_)) => tx.mutate_raw(key, MutationKind::Delete),
-                        (None, None) => {}
+                    match (self.wanted_entry(tx, key, &candidates)?, current) {
+                        (Want::Contested, _) | (Want::Nothing, None) => {}
+                        (Want::Entry(entry), Some(cur))
+                            if cur.value.as_bytes() == Some(entry.as_slice()) => {}
+                        (Want::Entry(entry), _) => {
+                            if !budget.admit_set(key.len(), entry.len()) {
+                                break;
+                            }
+                            tx.mutate_raw(
+                                key,
+                                MutationKind::Set {
+                                    value: Value::from(entry),
+                                    expire_in: None,
+                                },
+                            );
+                        }
+                        (Want::Nothing, Some(_)) => {
+                            if !budget.admit_delete(key.len()) {
+                                break;
+                            }
+                            tx.mutate_raw(key, MutationKind::Delete);
+                        }
                     }
+                    at += 1;
                 }
-                Ok::<_, Error>(())
+                Ok::<_, Error>(at)
             })?;
         }
         Ok(report)
@@ -421,10 +577,11 @@ where
     /// What the entry at `key` should hold now, judged from the records that could own it.
     fn wanted_entry(
         &self,
-        tx: &mut tuplekv_engine::Transaction<'_, S>,
+        tx: &mut Transaction<'_, S>,
         key: &[u8],
         candidates: &[Key],
-    ) -> Result<Option<Vec<u8>>, Error> {
+    ) -> Result<Want, Error> {
+        let mut want = Want::Nothing;
         for pk in candidates {
             let Some(e) = tx.get_raw(&self.record_key(pk)?)? else {
                 continue;
@@ -436,9 +593,12 @@ where
                 .into_iter()
                 .find(|p| p.key == key)
             {
-                return Ok(Some(p.entry));
+                if matches!(want, Want::Entry(_)) {
+                    return Ok(Want::Contested);
+                }
+                want = Want::Entry(p.entry);
             }
         }
-        Ok(None)
+        Ok(want)
     }
 }

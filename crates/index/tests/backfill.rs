@@ -8,8 +8,9 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
+use tuplekv_engine::limits::{MUTATIONS_MAX, TOTAL_MUTATION_SIZE_MAX};
 use tuplekv_engine::{Database, ListOptions, key};
-use tuplekv_index::{Collection, Error};
+use tuplekv_index::{BACKFILL_BATCH_DEFAULT, Collection, Error, Progress};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct User {
@@ -192,7 +193,10 @@ fn an_update_during_a_build_keeps_the_unique_entry_another_record_holds() {
     let verify = c.verify().unwrap();
     assert!(verify.is_clean(), "{verify:?}");
     assert_eq!(c.get_by("email", &key!["y@x"]).unwrap().unwrap().0, key![1]);
-    assert_eq!(c.get_by("email", &key!["w@x"]).unwrap().unwrap().0, key![10]);
+    assert_eq!(
+        c.get_by("email", &key!["w@x"]).unwrap().unwrap().0,
+        key![10]
+    );
     assert_eq!(
         c.insert(&user(2, "y@x")),
         Err(Error::UniqueViolation {
@@ -201,4 +205,122 @@ fn an_update_during_a_build_keeps_the_unique_entry_another_record_holds() {
             existing_primary_key: key![1],
         })
     );
+}
+
+/// A document for the commit-limit tests: many tags, a large body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Doc {
+    id: u32,
+    tags: Vec<u32>,
+    body: String,
+}
+
+/// Stores `docs` without indexes, declares `tags` (multi-entry) and `size` (covering), runs
+/// one backfill with the default batch and returns the indexed collection and the progress.
+fn build_over(docs: &[Doc]) -> (Collection<Doc, Database>, Vec<Progress>) {
+    let db = Database::in_memory();
+    let plain = Collection::builder("docs", |d: &Doc| key![d.id])
+        .open(db.clone())
+        .unwrap();
+    for d in docs {
+        plain.insert(d).unwrap();
+    }
+    let c = Collection::builder("docs", |d: &Doc| key![d.id])
+        .multi("tags", |d| d.tags.iter().map(|t| key![*t]).collect())
+        .index("size", |d| Some(key![d.body.len() as u64]))
+        .covering()
+        .open(db)
+        .unwrap();
+    let mut progress = Vec::new();
+    let report = c
+        .backfill(BACKFILL_BATCH_DEFAULT, |p| progress.push(p.clone()))
+        .unwrap();
+    assert_eq!(report.completed, ["tags", "size"], "{report:?}");
+    let verify = c.verify().unwrap();
+    assert!(verify.is_clean(), "{verify:?}");
+    (c, progress)
+}
+
+/// How many entries each backfill transaction of `index` wrote.
+fn entries_per_step(progress: &[Progress], index: &str) -> Vec<u64> {
+    let mut last = 0;
+    progress
+        .iter()
+        .filter(|p| p.index == index)
+        .map(|p| {
+            let step = p.entries - last;
+            last = p.entries;
+            step
+        })
+        .collect()
+}
+
+/// Batches were bounded by record count only: 200 records of 50 tags is 10,000 entries in one
+/// commit, over `MUTATIONS_MAX`, and the same batch failed on every run.
+#[test]
+fn a_multi_entry_index_with_many_values_per_record_is_built_within_the_mutation_limit() {
+    let docs: Vec<Doc> = (0..60)
+        .map(|id| Doc {
+            id,
+            tags: (0..50).map(|t| id * 1000 + t).collect(),
+            body: String::new(),
+        })
+        .collect();
+    let (c, progress) = build_over(&docs);
+    let steps = entries_per_step(&progress, "tags");
+    assert_eq!(steps.iter().sum::<u64>(), 3000);
+    assert!(
+        steps.iter().all(|&s| s <= MUTATIONS_MAX as u64),
+        "{steps:?}"
+    );
+    assert_eq!(steps.len(), 3, "{steps:?}");
+    assert_eq!(c.count("tags", &key![59_049u32]).unwrap(), 1);
+}
+
+/// One record with more entries than a commit may carry is indexed across several commits.
+#[test]
+fn a_record_with_more_entries_than_one_commit_holds_is_indexed_in_parts() {
+    let many = Doc {
+        id: 1,
+        tags: (0..2500).collect(),
+        body: String::new(),
+    };
+    let (c, progress) = build_over(&[many]);
+    assert_eq!(entries_per_step(&progress, "tags"), [1000, 1000, 500]);
+    // Records count once the whole record is indexed.
+    let records: Vec<u64> = progress
+        .iter()
+        .filter(|p| p.index == "tags")
+        .map(|p| p.records)
+        .collect();
+    assert_eq!(records, [0, 0, 1]);
+    assert_eq!(c.count("tags", &key![2499u32]).unwrap(), 1);
+}
+
+/// A covering entry copies the record: 200 records of 20 KB in one commit is 4 MB, over
+/// `TOTAL_MUTATION_SIZE_MAX` (800 KiB), and the same batch failed on every run.
+#[test]
+fn a_covering_index_of_large_records_is_built_within_the_commit_size_limit() {
+    let docs: Vec<Doc> = (0..100)
+        .map(|id| Doc {
+            id,
+            tags: vec![],
+            body: "x".repeat(20_000 + id as usize),
+        })
+        .collect();
+    let (c, progress) = build_over(&docs);
+    let steps = entries_per_step(&progress, "size");
+    assert_eq!(steps.iter().sum::<u64>(), 100);
+    // About 40 copies of 20 KB fit in 800 KiB.
+    assert!(steps.len() >= 3, "{steps:?}");
+    assert!(
+        steps
+            .iter()
+            .all(|&s| s * 20_000 <= TOTAL_MUTATION_SIZE_MAX as u64),
+        "{steps:?}"
+    );
+    let page = c
+        .list_by("size", &key![20_099u64], ListOptions::default())
+        .unwrap();
+    assert_eq!(page.items[0].1, docs[99]);
 }

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use tuplekv_engine::{Database, ListOptions, key};
-use tuplekv_index::{Collection, Error, Problem};
+use tuplekv_index::{Collection, Duplicate, Error, Problem};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct User {
@@ -463,4 +463,53 @@ fn verify_finds_and_repair_fixes_missing_dangling_and_wrong_entries() {
     assert!(c.verify().unwrap().is_clean(), "{:?}", c.verify().unwrap());
     assert_eq!(c.get_by("email", &key!["2@x"]).unwrap().unwrap().0, key![2]);
     assert_eq!(c.count("color", &key!["green"]).unwrap(), 5);
+}
+
+/// `repair` used to decide duplicates: verify expected the lowest primary key to own a
+/// contested unique entry, reported the entry as wrong when another record held it, and repair
+/// gave it to the lowest key. It also named that key as the holder, whatever the entry said.
+#[test]
+fn repair_leaves_duplicates_alone_and_names_the_record_the_entry_points_at() {
+    let db = Database::in_memory();
+    let c = users(db.clone());
+    c.insert(&user(1, "a@x", "green")).unwrap();
+    c.insert(&user(2, "b@x", "green")).unwrap();
+    // Behind the indexes' back, record 1 takes record 2's email.
+    let plain = Collection::builder("users", |u: &User| key![u.id])
+        .open(db.clone())
+        .unwrap();
+    plain.upsert(&user(1, "b@x", "green")).unwrap();
+    let report = c.verify().unwrap();
+    let duplicate = Duplicate {
+        index: "email".into(),
+        value: key!["b@x"],
+        holder: Some(key![2]),
+        other: key![1],
+    };
+    assert_eq!(
+        report.duplicates,
+        std::slice::from_ref(&duplicate),
+        "{report:?}"
+    );
+    // Only record 1's old entry is a finding; the contested one is not.
+    assert_eq!(report.findings.len(), 1, "{report:?}");
+    assert_eq!(report.findings[0].key, key!["users", "u", "email", "a@x"]);
+    assert_eq!(report.findings[0].problem, Problem::Dangling);
+    c.repair().unwrap();
+    let after = c.verify().unwrap();
+    assert!(after.findings.is_empty(), "{after:?}");
+    assert_eq!(after.duplicates, [duplicate]);
+    assert_eq!(c.get_by("email", &key!["b@x"]).unwrap().unwrap().0, key![2]);
+    // With no entry at all, the duplicate has no holder and repair writes none.
+    db.delete(&key!["users", "u", "email", "b@x"]).unwrap();
+    c.repair().unwrap();
+    let none = c.verify().unwrap();
+    assert!(none.findings.is_empty(), "{none:?}");
+    let others: Vec<(Option<tuplekv_engine::Key>, tuplekv_engine::Key)> = none
+        .duplicates
+        .iter()
+        .map(|d| (d.holder.clone(), d.other.clone()))
+        .collect();
+    assert_eq!(others, [(None, key![1]), (None, key![2])]);
+    assert_eq!(c.get_by("email", &key!["b@x"]).unwrap(), None);
 }
