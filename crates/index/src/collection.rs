@@ -43,6 +43,9 @@ pub(crate) struct Def<T> {
 /// indexes, then [`CollectionBuilder::open`] on a store.
 pub struct CollectionBuilder<T> {
     def: Def<T>,
+    /// The first misuse of the builder, reported by `open` (the builder methods chain, so
+    /// they cannot return errors themselves).
+    mistake: Option<String>,
 }
 
 /// An index entry's value: a pointer to the record, or a copy of it.
@@ -82,10 +85,21 @@ impl<T> CollectionBuilder<T> {
     }
 
     /// Makes the index declared last *covering*: its entries hold a copy of the record, so a
-    /// query reads one key per result instead of two, at the price of larger writes.
+    /// query reads one key per result instead of two, at the price of larger writes. It must
+    /// follow the index it applies to.
+    ///
+    /// # Errors
+    /// Called before any index is declared, it makes [`CollectionBuilder::open`] fail with
+    /// [`Error::Definition`] rather than silently cover nothing.
     pub fn covering(mut self) -> Self {
-        if let Some(last) = self.def.indexes.last_mut() {
-            last.covering = true;
+        match self.def.indexes.last_mut() {
+            Some(last) => last.covering = true,
+            None => {
+                self.mistake.get_or_insert_with(|| {
+                    "covering() must follow the index it applies to, and no index is declared yet"
+                        .to_owned()
+                });
+            }
         }
         self
     }
@@ -101,17 +115,21 @@ impl<T> CollectionBuilder<T> {
     /// [`Error::IndexNotReady`] until [`Collection::backfill`] has indexed the existing records.
     ///
     /// # Errors
-    /// [`Error::Definition`] for an empty or repeated name, or a store error.
+    /// [`Error::Definition`] for an empty or repeated name or a misplaced
+    /// [`CollectionBuilder::covering`], or a store error.
     pub fn open<S: Store>(self, store: S) -> Result<Collection<T, S>, Error>
     where
         T: Serialize + DeserializeOwned,
     {
+        if let Some(mistake) = self.mistake {
+            return Err(Error::Definition(mistake));
+        }
         let def = self.def;
         if def.name.is_empty() {
             return Err(Error::Definition("the collection name is empty".into()));
         }
         for (i, idx) in def.indexes.iter().enumerate() {
-            if idx.name.is_empty() || def.indexes[..i].iter().any(|o| o.name == idx.name) {
+            if idx.name.is_empty() || def.indexes.iter().take(i).any(|o| o.name == idx.name) {
                 return Err(Error::Definition(format!(
                     "index name `{}` is empty or repeated",
                     idx.name
@@ -205,6 +223,7 @@ impl<T> Collection<T, tuplekv_engine::Database> {
                 indexes: Vec::new(),
                 retry: TransactionOptions::default(),
             },
+            mistake: None,
         }
     }
 }
@@ -331,10 +350,21 @@ where
         };
         match b.split_first() {
             Some((&POINTER, pk)) => Ok((decode_key(pk).map_err(codec_err)?, None)),
-            Some((&COVERING, rest)) if rest.len() >= 4 => {
-                let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-                let pk = rest.get(4..4 + len).ok_or_else(|| bad("truncated"))?;
-                Ok((decode_key(pk).map_err(codec_err)?, rest.get(4 + len..)))
+            Some((&COVERING, rest)) => {
+                let (len, rest) = rest.split_first_chunk::<4>().ok_or_else(|| {
+                    bad(&format!(
+                        "covering entry is {} bytes, shorter than its 5-byte header",
+                        b.len()
+                    ))
+                })?;
+                let len = usize::try_from(u32::from_le_bytes(*len)).unwrap_or(usize::MAX);
+                let (pk, record) = rest.split_at_checked(len).ok_or_else(|| {
+                    bad(&format!(
+                        "covering entry names a {len}-byte primary key but has {} bytes left",
+                        rest.len()
+                    ))
+                })?;
+                Ok((decode_key(pk).map_err(codec_err)?, Some(record)))
             }
             _ => Err(bad("unknown format")),
         }
@@ -760,8 +790,7 @@ where
         let mut items = Vec::new();
         for entry in iter.by_ref() {
             let entry = entry?;
-            let key = decode_key(&entry.key).map_err(codec_err)?;
-            let pk = key_of(key.parts()[2..].to_vec())?;
+            let pk = pk_of_record_key(&entry.key)?;
             let record = self.decode(&pk, value_bytes(&entry.value)?)?;
             items.push((pk, record));
         }
@@ -780,6 +809,19 @@ fn kind_of<T>(idx: &IndexSpec<T>) -> &'static str {
 
 fn selector_err(e: SelectorError) -> Error {
     Error::Store(e.into())
+}
+
+/// The primary key in a record's key `[collection, "id", pk...]`.
+pub(crate) fn pk_of_record_key(key: &[u8]) -> Result<Key, Error> {
+    let key = decode_key(key).map_err(codec_err)?;
+    let pk = key.parts().get(2..).ok_or_else(|| Error::Codec {
+        primary_key: Key::empty(),
+        message: format!(
+            "record key {key} has {} parts, not [collection, \"id\", primary key...]",
+            key.parts().len()
+        ),
+    })?;
+    key_of(pk.to_vec())
 }
 
 pub(crate) fn codec_err(e: tuplekv_codec::DecodeError) -> Error {

@@ -53,7 +53,8 @@ pub enum Error {
         /// The index.
         index: String,
     },
-    /// The collection's definition is invalid (a duplicate index name, an empty name).
+    /// The collection's definition is invalid (a duplicate index name, an empty name, a
+    /// `covering()` with no index before it).
     #[error("invalid collection definition: {0}")]
     Definition(String),
     /// A record could not be serialised, or a stored record could not be read back.

@@ -10,7 +10,9 @@ use tuplekv_codec::{ByteRange, Key, Selector, decode_key};
 use tuplekv_engine::limits::{MUTATIONS_MAX, TOTAL_KEY_SIZE_MAX, TOTAL_MUTATION_SIZE_MAX};
 use tuplekv_engine::{ListOptions, MutationKind, ReadView, Store, Transaction, Value};
 
-use crate::collection::{Collection, IndexSpec, Planned, STATE_READY, codec_err, value_bytes};
+use crate::collection::{
+    Collection, IndexSpec, Planned, STATE_READY, codec_err, pk_of_record_key, value_bytes,
+};
 use crate::error::Error;
 
 /// Progress of a backfill, reported after each batch.
@@ -179,11 +181,7 @@ where
         let range = self.records_range()?;
         let mut out = Vec::new();
         for e in view.scan(&range, false, usize::MAX)? {
-            let key = decode_key(&e.key).map_err(codec_err)?;
-            let pk = Key::new(key.parts()[2..].to_vec()).map_err(|err| Error::Codec {
-                primary_key: Key::empty(),
-                message: err.to_string(),
-            })?;
+            let pk = pk_of_record_key(&e.key)?;
             let bytes = value_bytes(&e.value)?.to_vec();
             let record = self.decode(&pk, &bytes)?;
             out.push((pk, bytes, record));
@@ -253,13 +251,7 @@ where
                 )?;
                 let mut pks = Vec::new();
                 for e in iter.by_ref() {
-                    let key = decode_key(&e?.key).map_err(codec_err)?;
-                    pks.push(
-                        Key::new(key.parts()[2..].to_vec()).map_err(|err| Error::Codec {
-                            primary_key: Key::empty(),
-                            message: err.to_string(),
-                        })?,
-                    );
+                    pks.push(pk_of_record_key(&e?.key)?);
                 }
                 if pks.is_empty() {
                     break;

@@ -305,13 +305,27 @@ fn a_record_over_the_value_limit_or_with_too_many_entries_writes_nothing() {
         c.upsert(&big),
         Err(Error::Store(tuplekv_engine::Error::ValueTooLarge { .. }))
     ));
-    let mut many = user(1, "ada@x", "green");
-    many.tags = (0..tuplekv_engine::limits::MUTATIONS_MAX)
-        .map(|i| format!("tag{i}"))
-        .collect();
-    assert!(matches!(c.upsert(&many), Err(Error::Store(_))));
+    // Replacing user 1's tags (t1, all) by n new ones is one commit of 2 deletes, 3 + n
+    // entry sets (email, color, city_age, the tags) and the record: 1001 for 995 tags.
+    let with_tags = |n: usize| {
+        let mut many = user(1, "ada@x", "green");
+        many.tags = (0..n).map(|i| format!("tag{i}")).collect();
+        many
+    };
+    let max = tuplekv_engine::limits::MUTATIONS_MAX;
+    assert_eq!(
+        c.upsert(&with_tags(max - 5)),
+        Err(Error::Store(tuplekv_engine::Error::TooManyMutations {
+            count: max + 1
+        }))
+    );
     assert_eq!(c.get(&key![1]).unwrap().unwrap(), user(1, "ada@x", "green"));
     assert_eq!(c.verify().unwrap(), before);
+    // Exactly the limit commits.
+    c.upsert(&with_tags(max - 6)).unwrap();
+    assert_eq!(c.count("tags", &key!["all"]).unwrap(), 0);
+    assert_eq!(c.count("tags", &key!["tag993"]).unwrap(), 1);
+    assert!(c.verify().unwrap().is_clean());
 }
 
 #[test]
@@ -358,6 +372,38 @@ fn unknown_indexes_are_named_in_the_error() {
         .index("a", |u| Some(key![u.city.clone()]))
         .open(Database::in_memory());
     assert!(matches!(dup, Err(Error::Definition(_))));
+    // covering() with no index before it would cover nothing: refused, not ignored.
+    let nothing = Collection::builder("users", |u: &User| key![u.id])
+        .covering()
+        .index("a", |u| Some(key![u.color.clone()]))
+        .open(Database::in_memory());
+    let Err(Error::Definition(message)) = nothing else {
+        panic!("covering() before any index was accepted");
+    };
+    assert!(message.contains("covering() must follow"), "{message}");
+}
+
+/// Decoding a covering entry indexed its bytes directly behind a length guard; a damaged
+/// entry is now a codec error that gives the sizes.
+#[test]
+fn a_damaged_covering_entry_is_a_codec_error_with_its_sizes() {
+    let db = Database::in_memory();
+    let c = users(db.clone());
+    c.insert(&user(2, "b@x", "green")).unwrap();
+    let at = key!["users", "u", "nickname", "nick2"];
+    for (bytes, says) in [
+        (vec![1u8, 9, 0], "3 bytes, shorter than its 5-byte header"),
+        (
+            vec![1u8, 200, 0, 0, 0, 0x15],
+            "200-byte primary key but has 1 bytes left",
+        ),
+    ] {
+        db.set(&at, bytes).unwrap();
+        match c.get_by("nickname", &key!["nick2"]) {
+            Err(Error::Codec { message, .. }) => assert!(message.contains(says), "{message}"),
+            other => panic!("{other:?}"),
+        }
+    }
 }
 
 #[test]
