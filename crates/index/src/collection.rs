@@ -54,7 +54,7 @@ const COVERING: u8 = 1;
 
 /// Index states, stored under `[collection, "meta", "index", name]`.
 pub(crate) const STATE_READY: &[u8] = b"ready";
-const STATE_BUILDING: &[u8] = b"building";
+pub(crate) const STATE_BUILDING: &[u8] = b"building";
 
 impl<T> CollectionBuilder<T> {
     fn push(mut self, name: &str, unique: bool, extract: Extract<T>) -> Self {
@@ -113,6 +113,8 @@ impl<T> CollectionBuilder<T> {
     /// Opens the collection on `store`. An index declared on a collection that already has
     /// records starts *building*: writes maintain it at once, queries on it return
     /// [`Error::IndexNotReady`] until [`Collection::backfill`] has indexed the existing records.
+    /// An index that was declared before, removed and declared again keeps the state it had:
+    /// see [`Collection::drop_index`], which a removed index needs.
     ///
     /// # Errors
     /// [`Error::Definition`] for an empty or repeated name or a misplaced

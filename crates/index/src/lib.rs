@@ -115,6 +115,13 @@
 //! collection (every process, every version of the application still running) must declare
 //! the new index before `backfill` starts, or its writes will not maintain it. `verify` finds
 //! what such a writer left behind and `repair` fixes it.
+//!
+//! # Removing an index
+//! Removing an index from the definition leaves its entries and its *ready* state behind, and
+//! writes stop maintaining them. Call [`Collection::drop_index`] (from a handle that no longer
+//! declares it) to delete both; an index declared again after that starts *building*. An index
+//! declared again without having been dropped would answer from stale entries: drop it first
+//! (on a handle that declares it, `drop_index` rebuilds it: building until `backfill`).
 
 mod collection;
 mod error;

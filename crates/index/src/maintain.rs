@@ -3,6 +3,7 @@
 //! [`Collection::repair`]).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -11,7 +12,8 @@ use tuplekv_engine::limits::{MUTATIONS_MAX, TOTAL_KEY_SIZE_MAX, TOTAL_MUTATION_S
 use tuplekv_engine::{ListOptions, MutationKind, ReadView, Store, Transaction, Value};
 
 use crate::collection::{
-    Collection, IndexSpec, Planned, STATE_READY, codec_err, pk_of_record_key, value_bytes,
+    Collection, IndexSpec, Planned, STATE_BUILDING, STATE_READY, codec_err, pk_of_record_key,
+    value_bytes,
 };
 use crate::error::Error;
 
@@ -359,6 +361,101 @@ where
             at = next_record;
         }
         Ok((written, dups, at))
+    }
+
+    /// Deletes every entry of `index` and its stored state.
+    ///
+    /// The index definitions live in code: removing an index from a collection's definition
+    /// leaves its entries and its *ready* state in the store, and writes from then on no longer
+    /// maintain them, so they go stale. Declaring the index again would find it ready and
+    /// answer from those stale entries. So when an index is removed, call `drop_index` from a
+    /// handle that no longer declares it (its writes are the ones that stop maintaining it);
+    /// declaring it again later then starts it *building*, and [`Collection::backfill`] makes
+    /// it ready. An index that was removed without `drop_index` must be dropped before it is
+    /// declared again, or [`Collection::verify`] will find its stale entries.
+    ///
+    /// On a handle that declares `index`, it rebuilds the index: the index is *building*
+    /// (queries return [`Error::IndexNotReady`]) from before the first entry is deleted until
+    /// `backfill` has run. Writes keep maintaining it meanwhile; a unique value taken twice
+    /// while its entry was gone is reported by `backfill` as a duplicate. Other handles that
+    /// saw the index ready keep answering from it until they are opened again.
+    ///
+    /// Returns the number of entries deleted.
+    ///
+    /// # Examples
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, key};
+    /// # use tuplekv_index::{BACKFILL_BATCH_DEFAULT, Collection, Error};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct User { id: u32, email: String }
+    ///
+    /// let db = Database::in_memory();
+    /// let with_email = |db| Collection::builder("users", |u: &User| key![u.id])
+    ///     .unique("email", |u| Some(key![u.email.clone()]))
+    ///     .open(db);
+    /// with_email(db.clone())?.insert(&User { id: 1, email: "ada@x".into() })?;
+    /// // The next version removes the index, and drops it.
+    /// let without = Collection::builder("users", |u: &User| key![u.id]).open(db.clone())?;
+    /// assert_eq!(without.drop_index("email")?, 1);
+    /// without.upsert(&User { id: 1, email: "ada@new".into() })?;
+    /// // Declared again, it is built afresh.
+    /// let again = with_email(db)?;
+    /// assert!(matches!(again.get_by("email", &key!["ada@new"]), Err(Error::IndexNotReady { .. })));
+    /// again.backfill(BACKFILL_BATCH_DEFAULT, |_| {})?;
+    /// assert!(again.get_by("email", &key!["ada@new"])?.is_some());
+    /// assert!(again.get_by("email", &key!["ada@x"])?.is_none());
+    /// # Ok::<(), Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Definition`] for an empty name, or a store error; running it again continues.
+    pub fn drop_index(&self, index: &str) -> Result<u64, Error> {
+        if index.is_empty() {
+            return Err(Error::Definition("the index name is empty".into()));
+        }
+        let state = self.state_key(index)?;
+        let declared = self.def.indexes.iter().find(|i| i.name == index);
+        if let Some(idx) = declared {
+            let res = self
+                .store
+                .atomic()
+                .set_raw(&state, STATE_BUILDING)
+                .commit()?;
+            debug_assert!(res.is_committed());
+            idx.ready.store(false, Ordering::Release);
+        }
+        let mut deleted = 0u64;
+        // The index's name decides its keys, not its kind: an undeclared index may have been
+        // unique or not.
+        for kind in ["u", "i"] {
+            let prefix = decode_key(&self.key(&[kind, index], &[])?).map_err(codec_err)?;
+            let range = Selector::prefix(&prefix)
+                .byte_range()
+                .map_err(|e| Error::Store(e.into()))?;
+            loop {
+                let keys = self.store.snapshot().scan(&range, false, MUTATIONS_MAX)?;
+                if keys.is_empty() {
+                    break;
+                }
+                let mut budget = CommitBudget::default();
+                let mut write = self.store.atomic();
+                for e in &keys {
+                    if !budget.admit_delete(e.key.len()) {
+                        break;
+                    }
+                    write = write.delete_raw(&e.key);
+                    deleted += 1;
+                }
+                let res = write.commit()?;
+                debug_assert!(res.is_committed());
+            }
+        }
+        if declared.is_none() {
+            let res = self.store.atomic().delete_raw(&state).commit()?;
+            debug_assert!(res.is_committed());
+        }
+        Ok(deleted)
     }
 
     /// What the indexes should hold for the records of one snapshot.

@@ -559,3 +559,59 @@ fn repair_leaves_duplicates_alone_and_names_the_record_the_entry_points_at() {
     assert_eq!(others, [(None, key![1]), (None, key![2])]);
     assert_eq!(c.get_by("email", &key!["b@x"]).unwrap(), None);
 }
+
+/// An index removed from the definition and declared again was found *ready* and answered from
+/// entries that writes without it had left stale. `drop_index` deletes them and its state.
+#[test]
+fn a_removed_index_is_dropped_and_built_afresh_when_declared_again() {
+    let db = Database::in_memory();
+    let v2 = users(db.clone());
+    c_insert_three(&v2);
+    // Version 3 no longer declares any index and changes records.
+    let v3 = Collection::builder("users", |u: &User| key![u.id])
+        .open(db.clone())
+        .unwrap();
+    v3.upsert(&user(1, "a@new", "red")).unwrap();
+    v3.delete(&key![2]).unwrap();
+    // Declared again without a drop, the index is stale (verify says so).
+    assert!(!users(db.clone()).verify().unwrap().is_clean());
+    // Dropped by the handle that no longer declares them: every entry of every index.
+    let dropped: u64 = ["email", "color", "city_age", "tags", "nickname"]
+        .iter()
+        .map(|i| v3.drop_index(i).unwrap())
+        .sum();
+    // 3 records x (email, color, city_age, 2 tags) + 1 nickname (user 2).
+    assert_eq!(dropped, 16);
+    assert_eq!(v3.drop_index("email").unwrap(), 0);
+    let v4 = users(db.clone());
+    assert_eq!(
+        v4.get_by("email", &key!["a@x"]),
+        Err(Error::IndexNotReady {
+            index: "email".into()
+        })
+    );
+    let report = v4.backfill(2, |_| {}).unwrap();
+    assert_eq!(report.completed.len(), 5, "{report:?}");
+    assert_eq!(v4.get_by("email", &key!["a@x"]).unwrap(), None);
+    assert_eq!(
+        v4.get_by("email", &key!["a@new"]).unwrap().unwrap().0,
+        key![1]
+    );
+    assert_eq!(v4.count("color", &key!["green"]).unwrap(), 1);
+    assert!(v4.verify().unwrap().is_clean());
+    // On a handle that declares it, drop_index rebuilds: building until backfill.
+    assert_eq!(v4.drop_index("color").unwrap(), 2);
+    assert!(matches!(
+        v4.count("color", &key!["red"]),
+        Err(Error::IndexNotReady { .. })
+    ));
+    assert_eq!(v4.backfill(2, |_| {}).unwrap().completed, ["color"]);
+    assert_eq!(v4.count("color", &key!["red"]).unwrap(), 1);
+    assert!(v4.verify().unwrap().is_clean());
+}
+
+fn c_insert_three(c: &Collection<User, Database>) {
+    for (id, email, color) in [(1, "a@x", "green"), (2, "b@x", "blue"), (3, "c@x", "green")] {
+        c.insert(&user(id, email, color)).unwrap();
+    }
+}
