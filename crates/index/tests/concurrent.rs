@@ -1,7 +1,9 @@
 //! Property test: random inserts, upserts, updates and deletes with colliding values, from
 //! several threads at once. Afterwards a raw scan of the engine must show every record with
 //! exactly its index entries, no dangling entry, unique values held once, and queries equal to
-//! a naive filter of the records. Cases: `TUPLEKV_PROPTEST_CASES`.
+//! a naive filter of the records. That filter is built from the records read back, so it cannot
+//! see a write that was dropped or wrongly applied: `tests/model.rs` checks each operation's
+//! outcome against a reference model, single-threaded. Cases: `TUPLEKV_PROPTEST_CASES`.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::collections::{BTreeMap, BTreeSet};
