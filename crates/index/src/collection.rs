@@ -188,7 +188,7 @@ pub struct Page<T> {
 /// A typed collection of records with secondary indexes, over any [`Store`].
 ///
 /// Every write is one serializable transaction that reads the record and every unique entry
-/// it will own, then commits the record and all its index changes together, retrying on
+/// it will own or give up, then commits the record and all its index changes together, retrying on
 /// conflict up to a bound: two concurrent writers can never leave an entry behind, point one
 /// at a stale record, or both take a unique value.
 pub struct Collection<T, S: Store> {

@@ -46,8 +46,10 @@
 //! # Why it cannot drift
 //! Every write (`insert`, `upsert`, `update`, `delete`) is **one serializable transaction**
 //! ([`tuplekv_engine::Store::transaction_with`]): it reads the record and every unique entry
-//! its new version will own, computes the old entries from the record it read and the new ones
-//! from the new record, and commits the record together with every entry delete and set.
+//! its new version will own or its old one gives up, computes the old entries from the record
+//! it read and the new ones from the new record, and commits the record together with every
+//! entry delete and set. An old unique entry is deleted only if it points at this record: while
+//! an index is being built, another record may hold it.
 //! Each read becomes a commit condition ("this key has not changed since my snapshot"), so:
 //! - two writers of the same record: the second one's record read is stale, it retries and
 //!   computes its deletes from the first one's result; no entry is left behind;

@@ -191,8 +191,9 @@ where
         Ok(out)
     }
 
-    /// Builds every index that is still *building* from the existing records, `batch` records
-    /// per transaction, calling `progress` after each. Writes continue meanwhile (they already
+    /// Builds every index that is still *building* from the existing records, at most `batch`
+    /// records per transaction (fewer when their entries would pass the engine's commit
+    /// limits), calling `progress` after each. Writes continue meanwhile (they already
     /// maintain the index); each batch re-reads its records inside its transaction, so a
     /// record changed concurrently is indexed as it is at commit. When an index is complete
     /// and has no duplicates it becomes ready for queries.
