@@ -130,7 +130,8 @@ impl Retention {
 pub struct Options {
     /// Whether a background thread reclaims expired values, tombstones and versions that
     /// snapshots no longer need (default: yes). Without it, memory is still reclaimed when a key
-    /// is written again, and by [`Database::reclaim_now`].
+    /// is written again, and by [`Database::reclaim_now`]; the bookkeeping of what to reclaim
+    /// stays bounded meanwhile (see [`Stats::reclaim_queue`]).
     pub background_reclaim: bool,
     /// How commits reach the disk, for [`Database::open`] (default [`Durability::Sync`]).
     /// Ignored in memory.
@@ -470,13 +471,29 @@ impl Database {
         self.inner.reclaim_all();
     }
 
-    /// Statistics about memory use: keys in the map and versions held.
+    /// Statistics about memory use: keys in the map, versions held, and the reclamation
+    /// bookkeeping.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tuplekv_engine::{Database, key};
+    ///
+    /// let db = Database::in_memory();
+    /// for i in 0..1000u64 {
+    ///     db.atomic().set_with_expiry(&key!["session"], i, Duration::from_secs(86_400)).commit()?;
+    /// }
+    /// let stats = db.stats();
+    /// assert_eq!(stats.keys, 1);
+    /// assert!(stats.expiry_queue < 100, "one pending deadline per key, not per write");
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
     pub fn stats(&self) -> Stats {
         let mut stats = Stats::default();
         for entry in self.inner.map.iter() {
             stats.keys += 1;
             stats.versions += entry.value().load().versions.len();
         }
+        (stats.reclaim_queue, stats.expiry_queue) = self.inner.reclaimer.queue_sizes();
         stats
     }
 }
@@ -488,6 +505,12 @@ pub struct Stats {
     pub keys: usize,
     /// Versions held across all keys.
     pub versions: usize,
+    /// Keys queued for reclamation (at most a few thousand, whatever the write rate: past
+    /// that, reclamation sweeps every key instead).
+    pub reclaim_queue: usize,
+    /// Entries of the expiry schedule: at most one live entry per key that has a deadline,
+    /// plus a bounded number of stale ones left by overwrites.
+    pub expiry_queue: usize,
 }
 
 fn committed(result: CommitResult) -> Result<Versionstamp, Error> {
@@ -879,6 +902,11 @@ impl Inner {
             return;
         };
         let old = slot.value().load();
+        if expiry.is_none() && old.versions.first().is_some_and(|v| v.expires_at.is_some()) {
+            // The key's deadline no longer applies; keep the expiry bookkeeping to one entry
+            // per key that still has one.
+            self.reclaimer.cancel_expiry(&key);
+        }
         let retention = retention.get_or_insert_with(|| self.retention());
         let mut versions: SmallVec<[Version; 1]> = SmallVec::with_capacity(2);
         versions.push(new);

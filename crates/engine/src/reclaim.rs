@@ -7,9 +7,17 @@
 //! next expiry deadline, and at least once a second, and prunes the marked keys in small
 //! batches under the commit lock, so it never holds writers up for long. Expired values are
 //! invisible to reads from their deadline on whether or not they have been reclaimed.
+//!
+//! The bookkeeping is bounded whatever the write rate: the expiry heap holds one live entry per
+//! key (the key's latest deadline; an overwrite leaves the old entry stale, and the heap is
+//! rebuilt from the live entries once stale ones outnumber them), and the queue of marked keys
+//! holds at most [`QUEUE_MAX`] keys. Past that, marking stops and the next pass sweeps every
+//! key instead, which is also what happens without a background thread when nothing drains
+//! the queue until [`Database::reclaim_now`](crate::Database::reclaim_now).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -25,20 +33,46 @@ const BATCH: usize = 256;
 const BATCH_WINDOW: Duration = Duration::from_millis(5);
 /// Longest sleep between passes.
 const IDLE_WAKE: Duration = Duration::from_secs(1);
+/// Most keys the queue of marked keys holds. Past it, marking stops and the next pass sweeps
+/// the whole map instead.
+pub(crate) const QUEUE_MAX: usize = 8192;
+/// Stale heap entries tolerated beyond the live ones before the heap is rebuilt.
+const EXPIRY_SLACK: usize = 64;
 
 #[derive(Default)]
 struct State {
+    /// Deadlines by time; an entry whose deadline is not its key's entry in `deadlines` is
+    /// stale (the key was written again) and is skipped.
     expiry: BinaryHeap<Reverse<(u64, KeyBytes)>>,
+    /// Each key's latest deadline: at most one live heap entry per key.
+    deadlines: HashMap<KeyBytes, u64>,
     shutdown: bool,
+}
+
+impl State {
+    /// Rebuilds the heap from the live deadlines once stale entries outnumber them, so a key
+    /// written over and over with an expiry holds O(1) entries, not one per write.
+    fn compact(&mut self) {
+        if self.expiry.len() > 2 * self.deadlines.len() + EXPIRY_SLACK {
+            self.expiry = self
+                .deadlines
+                .iter()
+                .map(|(k, d)| Reverse((*d, k.clone())))
+                .collect();
+        }
+    }
 }
 
 #[derive(Default)]
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
-    /// Keys to prune, in marking order, possibly repeated (a pass sorts and dedups them).
-    /// Apart from the state so marking never waits for the thread's bookkeeping.
+    /// Keys to prune, in marking order, possibly repeated (a pass sorts and dedups them), at
+    /// most [`QUEUE_MAX`]. Apart from the state so marking never waits for the thread's
+    /// bookkeeping.
     garbage: Mutex<Vec<KeyBytes>>,
+    /// Set when the queue overflowed: marking has stopped and the next pass sweeps every key.
+    sweep: AtomicBool,
     /// Set when a key is marked since the last pass.
     marked: AtomicBool,
     /// Set by the marking that found `marked` clear: the next commit wakes the thread, once.
@@ -101,25 +135,50 @@ impl Reclaimer {
             });
     }
 
-    /// Queues `key` for pruning.
+    /// Queues `key` for pruning. A key marked twice in a row is queued once; a full queue is
+    /// deduplicated, and if that does not halve it, dropped in favour of a sweep.
     pub(crate) fn mark(&self, key: KeyBytes) {
-        self.shared.garbage.lock().push(key);
+        if !self.shared.sweep.load(Ordering::Acquire) {
+            let mut garbage = self.shared.garbage.lock();
+            if garbage.last() != Some(&key) {
+                enqueue(&self.shared, &mut garbage, std::iter::once(key));
+            }
+        }
         if !self.shared.marked.swap(true, Ordering::AcqRel) {
             self.shared.wake_requested.store(true, Ordering::Release);
         }
     }
 
-    /// Queues `key` for pruning at `deadline` (Unix ms).
+    /// Queues `key` for pruning at `deadline` (Unix ms), replacing its earlier deadline.
     pub(crate) fn schedule_expiry(&self, deadline: u64, key: KeyBytes) {
         let mut state = self.shared.state.lock();
+        if state.deadlines.insert(key.clone(), deadline) == Some(deadline) {
+            return; // its heap entry is already there
+        }
         let earliest = state
             .expiry
             .peek()
             .is_none_or(|Reverse((d, _))| deadline < *d);
         state.expiry.push(Reverse((deadline, key)));
+        state.compact();
         if earliest {
             self.shared.wake.notify_one();
         }
+    }
+
+    /// Forgets `key`'s deadline: it was written again without one (or deleted). Its heap
+    /// entry goes stale; the versions it leaves behind are marked as usual.
+    pub(crate) fn cancel_expiry(&self, key: &KeyBytes) {
+        let mut state = self.shared.state.lock();
+        if state.deadlines.remove(key).is_some() {
+            state.compact();
+        }
+    }
+
+    /// Sizes of the bookkeeping: (keys queued for pruning, expiry heap entries).
+    pub(crate) fn queue_sizes(&self) -> (usize, usize) {
+        let queued = self.shared.garbage.lock().len();
+        (queued, self.shared.state.lock().expiry.len())
     }
 
     /// Wakes the thread if a key was marked since its last pass and nobody has woken it for
@@ -154,51 +213,90 @@ impl Drop for Inner {
     }
 }
 
+/// Appends `keys` to the queue, keeping it at most [`QUEUE_MAX`]: a full queue is sorted and
+/// deduplicated, and if it is still over half full, it is dropped and a sweep requested.
+fn enqueue(shared: &Shared, queue: &mut Vec<KeyBytes>, keys: impl IntoIterator<Item = KeyBytes>) {
+    for key in keys {
+        if queue.len() >= QUEUE_MAX {
+            queue.sort_unstable();
+            queue.dedup();
+            if queue.len() > QUEUE_MAX / 2 {
+                queue.clear();
+                queue.shrink_to(QUEUE_MAX);
+                shared.sweep.store(true, Ordering::Release);
+                return;
+            }
+        }
+        queue.push(key);
+    }
+}
+
 impl Inner {
-    /// Prunes every marked key and every key whose expiry is due. With `all`, also keys whose
-    /// deadline has not come (used by tests and `Database::reclaim_now`, which still only
-    /// drop what is dead).
+    /// Prunes every marked key and every key whose expiry is due, or with `all` (or after
+    /// the queue overflowed) every key in the map (`Database::reclaim_now`). Either way only
+    /// what no reader needs is dropped.
     pub(crate) fn reclaim_pass(&self, all: bool) {
-        let _one_pass_at_a_time = self.reclaimer.shared.pass.lock();
+        let shared = &self.reclaimer.shared;
+        let _one_pass_at_a_time = shared.pass.lock();
         let now = now_ms();
-        let keys: Vec<KeyBytes> = {
-            let mut keys: Vec<KeyBytes> =
-                std::mem::take(&mut *self.reclaimer.shared.garbage.lock());
-            let mut state = self.reclaimer.shared.state.lock();
+        let sweep = shared.sweep.swap(false, Ordering::AcqRel) || all;
+        let mut keys: Vec<KeyBytes> = std::mem::take(&mut *shared.garbage.lock());
+        {
+            let mut state = shared.state.lock();
             while let Some(Reverse((deadline, _))) = state.expiry.peek() {
-                if *deadline > now && !all {
+                if *deadline > now {
                     break;
                 }
-                if let Some(Reverse((deadline, key))) = state.expiry.pop() {
-                    if deadline > now {
-                        // Not due: keep it scheduled.
-                        keys.push(key.clone());
-                        state.expiry.push(Reverse((deadline, key)));
-                        break;
-                    }
+                if let Some(Reverse((deadline, key))) = state.expiry.pop()
+                    && state.deadlines.get(&key) == Some(&deadline)
+                {
+                    state.deadlines.remove(&key);
                     keys.push(key);
                 }
             }
-            keys.sort_unstable_by(|a, b| a.as_slice().cmp(b.as_slice()));
-            keys.dedup_by(|a, b| a.as_slice() == b.as_slice());
-            keys
-        };
+        }
         let mut leftover = Vec::new();
-        for batch in keys.chunks(BATCH) {
-            let _commit = self.commit.lock();
-            let retention = self.retention();
-            for key in batch {
-                if self.prune(key, &retention, now) {
-                    leftover.push(key.clone());
-                }
+        if sweep {
+            // Every key is visited, so the queue and the due deadlines need no separate pass.
+            let mut after: Option<KeyBytes> = None;
+            loop {
+                let lower = after
+                    .as_ref()
+                    .map_or(Bound::Unbounded, Bound::Excluded);
+                let batch: Vec<KeyBytes> = self
+                    .map
+                    .range::<KeyBytes, _>((lower, Bound::Unbounded))
+                    .take(BATCH)
+                    .map(|e| e.key().clone())
+                    .collect();
+                let Some(last) = batch.last().cloned() else {
+                    break;
+                };
+                self.prune_batch(&batch, now, &mut leftover);
+                after = Some(last);
+            }
+        } else {
+            keys.sort_unstable();
+            keys.dedup();
+            for batch in keys.chunks(BATCH) {
+                self.prune_batch(batch, now, &mut leftover);
             }
         }
         if !leftover.is_empty() {
-            self.reclaimer.shared.garbage.lock().extend(leftover);
-            self.reclaimer
-                .shared
-                .leftover
-                .store(true, Ordering::Release);
+            enqueue(shared, &mut shared.garbage.lock(), leftover);
+            shared.leftover.store(true, Ordering::Release);
+        }
+    }
+
+    /// Prunes `batch` under one hold of the commit lock; keys still holding garbage (an open
+    /// snapshot needs them) go to `leftover`.
+    fn prune_batch(&self, batch: &[KeyBytes], now: u64, leftover: &mut Vec<KeyBytes>) {
+        let _commit = self.commit.lock();
+        let retention = self.retention();
+        for key in batch {
+            if self.prune(key, &retention, now) {
+                leftover.push(key.clone());
+            }
         }
     }
 

@@ -1,0 +1,127 @@
+//! Reclamation: the bookkeeping of what to reclaim stays bounded under long write workloads
+//! (it once grew by one entry per write with an expiry, and by one per overwrite without the
+//! background thread), and the background thread reclaims on its own, with no `reclaim_now`.
+#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::time::{Duration, Instant};
+
+use tuplekv_engine::{Database, Options, Stats, Value, key};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn without_thread() -> Database {
+    Database::with_options(Options {
+        background_reclaim: false,
+        ..Options::default()
+    })
+}
+
+/// Polls `stats()` until `done` holds, for at most ten seconds; returns the last stats.
+fn wait_for(db: &Database, done: impl Fn(&Stats) -> bool) -> Stats {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = db.stats();
+        if done(&stats) || Instant::now() > deadline {
+            return stats;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn refreshing_one_key_with_an_expiry_keeps_constant_bookkeeping() {
+    for db in [without_thread(), Database::in_memory()] {
+        for i in 0..100_000u64 {
+            let a = db.atomic().set_with_expiry(&key!["session"], i, DAY);
+            assert!(a.commit().unwrap().is_committed());
+        }
+        let stats = db.stats();
+        assert_eq!(stats.keys, 1, "{stats:?}");
+        assert!(stats.versions <= 2, "{stats:?}");
+        assert!(stats.expiry_queue <= 100, "one entry per write: {stats:?}");
+        assert!(
+            stats.reclaim_queue <= 100,
+            "one entry per overwrite: {stats:?}"
+        );
+    }
+}
+
+#[test]
+fn overwrites_without_the_background_thread_keep_the_queue_bounded() {
+    let db = without_thread();
+    // Two keys alternating defeat the "same key as last time" shortcut.
+    for i in 0..100_000u64 {
+        db.set(&key!["hot", i % 2], Value::U64(i)).unwrap();
+    }
+    // The queue is capped at a few thousand entries (deduplicated when full), not 100 000.
+    let stats = db.stats();
+    assert!(stats.reclaim_queue <= 10_000, "{stats:?}");
+    // Many distinct keys, each overwritten: the queue is capped and reclamation sweeps.
+    for round in 0..2u64 {
+        for i in 0..20_000u64 {
+            db.set(&key!["many", i], Value::U64(round)).unwrap();
+        }
+    }
+    let stats = db.stats();
+    assert!(stats.reclaim_queue <= 10_000, "{stats:?}");
+    assert_eq!(stats.keys, 20_002);
+    db.reclaim_now();
+    let stats = db.stats();
+    assert_eq!((stats.keys, stats.versions), (20_002, 20_002), "{stats:?}");
+    assert_eq!(stats.reclaim_queue, 0, "{stats:?}");
+}
+
+#[test]
+fn many_keys_refreshed_with_expiries_hold_one_schedule_entry_each() {
+    let db = without_thread();
+    for round in 0..10u64 {
+        for i in 0..1000u64 {
+            let a =
+                db.atomic()
+                    .set_with_expiry(&key!["s", i], round, DAY + Duration::from_secs(round));
+            assert!(a.commit().unwrap().is_committed());
+        }
+    }
+    let stats = db.stats();
+    assert!(stats.expiry_queue <= 2 * 1000 + 64, "{stats:?}");
+    // Overwriting without an expiry, or deleting, drops the key's deadline.
+    for i in 0..1000u64 {
+        if i % 2 == 0 {
+            db.set(&key!["s", i], b"forever").unwrap();
+        } else {
+            db.delete(&key!["s", i]).unwrap();
+        }
+    }
+    for i in 0..200u64 {
+        db.set(&key!["other", i], b"x").unwrap();
+    }
+    let stats = db.stats();
+    assert!(stats.expiry_queue <= 64, "{stats:?}");
+}
+
+#[test]
+fn the_background_thread_reclaims_old_versions_and_expired_values_on_its_own() {
+    let db = Database::in_memory();
+    // Old versions pinned by a snapshot, freed when it closes.
+    db.set(&key!["hot"], Value::U64(0)).unwrap();
+    let snap = db.snapshot();
+    for i in 1..=100u64 {
+        db.set(&key!["hot"], Value::U64(i)).unwrap();
+    }
+    assert!(db.stats().versions >= 2);
+    drop(snap);
+    // Values that expire, and tombstones.
+    let a = (0..100u64).fold(db.atomic(), |a, i| {
+        a.set_with_expiry(&key!["exp", i], b"v", Duration::from_millis(30))
+    });
+    assert!(a.commit().unwrap().is_committed());
+    db.set(&key!["gone"], b"v").unwrap();
+    db.delete(&key!["gone"]).unwrap();
+    // Never `reclaim_now`: only the background thread can bring this down to one key.
+    let stats = wait_for(&db, |s| s.keys == 1 && s.versions == 1);
+    assert_eq!((stats.keys, stats.versions), (1, 1), "{stats:?}");
+    assert_eq!(
+        db.get(&key!["hot"]).unwrap().map(|e| e.value),
+        Some(Value::U64(100))
+    );
+}
