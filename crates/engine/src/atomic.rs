@@ -22,7 +22,10 @@ pub struct Check {
 }
 
 /// A condition that no key in `[start, end)` changed after `since` (used by transactions to
-/// validate what they listed). Not counted against the check limit.
+/// validate what they read). Not counted against the check limit.
+///
+/// A value that was visible at `since` and whose deadline falls after `read_at_ms` and at or
+/// before the commit counts as a change: it may have been live when read and is gone now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RangeCheck {
     /// First encoded key of the range (inclusive).
@@ -31,6 +34,9 @@ pub struct RangeCheck {
     pub end: KeyBytes,
     /// The snapshot the range was read at.
     pub since: Versionstamp,
+    /// Unix time in milliseconds taken just before the read (`0`: treat every expiry up to
+    /// the commit as a change).
+    pub read_at_ms: u64,
 }
 
 /// What a mutation does to its key.

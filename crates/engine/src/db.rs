@@ -794,12 +794,16 @@ impl Inner {
         }
         for rc in &range_checks {
             let since = rc.since.version();
+            // Changed: a version newer than the snapshot, or the snapshot's value expired
+            // between the read and now (it may have been live when read; not before).
             let newer = |slot: Slot<'_>| {
-                slot.value()
-                    .load()
-                    .versions
-                    .first()
-                    .is_some_and(|v| v.version > since)
+                slot.value().load().versions.first().is_some_and(|v| {
+                    v.version > since
+                        || (v.value.is_some()
+                            && v.expires_at.is_some_and(|d| {
+                                d > rc.read_at_ms && d <= *now.get_or_insert_with(now_ms)
+                            }))
+                })
             };
             // A transaction's point read is the range [key, key ++ 00): one lookup, no scan.
             let point = rc.end.len() == rc.start.len() + 1
@@ -933,7 +937,9 @@ impl Inner {
         // A dead version (tombstone or expired) at the end of the list reads the same as no
         // version at all, so drop it, but only once no snapshot older than it is open: a
         // transaction reading at such a snapshot learns from it that the key changed (with
-        // the slot gone, its commit-time range check would see nothing).
+        // the slot gone, its commit-time range check would see nothing). An expired value is
+        // also kept while a snapshot that sees it is open: a transaction that read it while it
+        // was live learns from its deadline that it has changed since.
         let dead = |v: &Version| v.value.is_none() || v.expires_at.is_some_and(|d| d <= now);
         let oldest_reader = retention
             .points
@@ -942,10 +948,21 @@ impl Inner {
             .min()
             .unwrap_or(retention.visible)
             .min(retention.visible);
-        while versions
-            .last()
-            .is_some_and(|v| dead(v) && v.version <= oldest_reader)
-        {
+        loop {
+            let n = versions.len();
+            let Some(last) = versions.last() else { break };
+            let newer = n
+                .checked_sub(2)
+                .and_then(|i| versions.get(i))
+                .map(|v| v.version);
+            let seen_expiring = last.value.is_some()
+                && retention
+                    .points
+                    .iter()
+                    .any(|&p| p >= last.version && newer.is_none_or(|n| p < n));
+            if !(dead(last) && last.version <= oldest_reader && !seen_expiring) {
+                break;
+            }
             versions.pop();
         }
         if versions.is_empty() {

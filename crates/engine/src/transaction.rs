@@ -9,8 +9,9 @@
 //! by the store and a transaction only commits if its whole read set is unchanged at that
 //! point, transactions are serializable in versionstamp order.
 //!
-//! Expiry is not a change: a value that expires between the read and the commit does not make
-//! the transaction retry.
+//! Expiry is a change like any other: a value that was live when read and has expired by the
+//! commit makes the commit conflict (each recorded read carries the time it was made), so the
+//! transaction retries and sees the value gone.
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use tuplekv_codec::{ByteRange, Key, Selector, encode_key};
 
 use crate::atomic::{AtomicWrite, Check, CommitResult, Mutation, MutationKind, RangeCheck};
+use crate::db::now_ms;
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
 use crate::limits::TRANSACTION_ATTEMPTS_MAX;
@@ -76,13 +78,16 @@ impl<'s, S: Store> Transaction<'s, S> {
         self.since
     }
 
-    fn record_read(&mut self, start: Vec<u8>, end: Vec<u8>) {
+    /// Records that `[start, end)` was read at Unix time `read_at_ms` (taken before the read).
+    /// A range read twice keeps its first time, the stricter condition.
+    fn record_read(&mut self, start: Vec<u8>, end: Vec<u8>, read_at_ms: u64) {
         let (start, end) = (KeyBytes::from(start), KeyBytes::from(end));
         if !self.reads.iter().any(|r| r.start == start && r.end == end) {
             self.reads.push(RangeCheck {
                 start,
                 end,
                 since: self.since,
+                read_at_ms,
             });
         }
     }
@@ -100,10 +105,11 @@ impl<'s, S: Store> Transaction<'s, S> {
     /// # Errors
     /// As [`Transaction::get`].
     pub fn get_raw(&mut self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        let read_at_ms = now_ms();
         let base = self.snapshot.get_raw(key)?;
         let mut end = key.to_vec();
         end.push(0);
-        self.record_read(key.to_vec(), end);
+        self.record_read(key.to_vec(), end, read_at_ms);
         self.overlay(key, base)
     }
 
@@ -170,6 +176,7 @@ impl<'s, S: Store> Transaction<'s, S> {
             start: range.start.clone(),
             end: range.end.clone(),
         };
+        let read_at_ms = now_ms();
         let mut entries: Vec<Entry> =
             ListIter::new(self.snapshot.clone(), exact, read_options)?.collect::<Result<_, _>>()?;
         // What was read: the whole range, or up to the last entry when the limit stopped it.
@@ -189,7 +196,7 @@ impl<'s, S: Store> Transaction<'s, S> {
             }
             _ => range.clone(),
         };
-        self.record_read(covered.start.clone(), covered.end.clone());
+        self.record_read(covered.start.clone(), covered.end.clone(), read_at_ms);
         // Merge in this transaction's own writes.
         let mut keys: Vec<KeyBytes> = buffered;
         keys.sort();
