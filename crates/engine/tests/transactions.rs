@@ -1,10 +1,22 @@
-//! Transactions: what they read is validated at commit, including expiry: a value read
-//! live that expired before the commit once let the commit through.
+//! Transactions: what they read is validated at commit, including expiry (a value read
+//! live that expired before the commit once let the commit through) and phantoms in a
+//! listed range; `Transaction::list` merges the transaction's own writes.
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use tuplekv_engine::{Database, Error, Key, ListOptions, Options, Selector, Value, key};
+use tuplekv_engine::{
+    Database, Error, Key, ListOptions, Options, Selector, TransactionOptions, Value, key,
+};
+
+fn u64_of(v: Option<Value>) -> u64 {
+    match v {
+        Some(Value::U64(n)) => n,
+        None => 0,
+        other => panic!("not a u64: {other:?}"),
+    }
+}
 
 /// Waits (bounded) until `key` reads as absent from the database.
 fn wait_until_expired(db: &Database, key: &Key) {
@@ -103,4 +115,162 @@ fn a_value_already_expired_when_read_does_not_conflict() {
     })
     .unwrap();
     assert_eq!(attempts, 1);
+}
+
+/// Counts `["items", *]` into `["count"]` while another thread inserts into the prefix between
+/// the list and the commit: the count must conflict, rerun, and end right.
+#[test]
+fn a_phantom_insert_into_a_listed_prefix_conflicts_and_the_count_is_right() {
+    let db = Database::in_memory();
+    for i in 0..3u64 {
+        db.set(&key!["items", i], b"x").unwrap();
+    }
+    let listed = Barrier::new(2);
+    let inserted = Barrier::new(2);
+    let mut attempts = 0;
+    std::thread::scope(|s| {
+        let inserter = s.spawn(|| {
+            listed.wait();
+            db.set(&key!["items", 10u64], b"x").unwrap();
+            inserted.wait();
+        });
+        let options = TransactionOptions {
+            max_attempts: 4,
+            ..TransactionOptions::default()
+        };
+        db.transaction_with(&options, |tx| {
+            attempts += 1;
+            let n = tx
+                .list(&Selector::prefix(&key!["items"]), ListOptions::default())?
+                .len() as u64;
+            if attempts == 1 {
+                listed.wait();
+                inserted.wait();
+            }
+            tx.set(&key!["count"], Value::U64(n));
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+        inserter.join().unwrap();
+    });
+    assert_eq!(attempts, 2, "the phantom must conflict the first commit");
+    assert_eq!(u64_of(db.get(&key!["count"]).unwrap().map(|e| e.value)), 4);
+}
+
+#[test]
+fn a_limited_list_conflicts_only_on_what_it_covered() {
+    let db = Database::in_memory();
+    for i in 0..5u64 {
+        db.set(&key!["p", i], b"x").unwrap();
+    }
+    // Forward, limit 2: covers up to ["p", 1]. A write past it does not conflict; the rerun is
+    // triggered by a write inside.
+    for (write, conflicts) in [(key!["p", 4u64], false), (key!["p", 0u64], true)] {
+        let mut attempts = 0;
+        db.transaction(|tx| {
+            attempts += 1;
+            let opts = ListOptions {
+                limit: Some(2),
+                ..ListOptions::default()
+            };
+            tx.list(&Selector::prefix(&key!["p"]), opts)?;
+            if attempts == 1 {
+                db.set(&write, b"changed").unwrap();
+            }
+            tx.set(&key!["out"], b"x");
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+        assert_eq!(attempts, 1 + usize::from(conflicts), "{write:?}");
+    }
+    // Reverse, limit 2: covers from ["p", 3] on.
+    for (write, conflicts) in [(key!["p", 0u64], false), (key!["p", 4u64], true)] {
+        let mut attempts = 0;
+        db.transaction(|tx| {
+            attempts += 1;
+            let opts = ListOptions {
+                limit: Some(2),
+                reverse: true,
+                ..ListOptions::default()
+            };
+            tx.list(&Selector::prefix(&key!["p"]), opts)?;
+            if attempts == 1 {
+                db.set(&write, b"changed").unwrap();
+            }
+            tx.set(&key!["out"], b"x");
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+        assert_eq!(attempts, 1 + usize::from(conflicts), "{write:?}");
+    }
+}
+
+fn listed(entries: &[tuplekv_engine::Entry]) -> Vec<(Key, Value)> {
+    entries
+        .iter()
+        .map(|e| (e.decoded_key().unwrap(), e.value.clone()))
+        .collect()
+}
+
+#[test]
+fn list_in_a_transaction_sees_its_own_sets_and_deletes() {
+    let db = Database::in_memory();
+    for i in [1u64, 3, 5, 7] {
+        db.set(&key!["r", i], Value::U64(i)).unwrap();
+    }
+    db.transaction(|tx| {
+        tx.delete(&key!["r", 1u64]); // a stored key, deleted
+        tx.set(&key!["r", 2u64], Value::U64(20)); // new
+        tx.set(&key!["r", 5u64], Value::U64(50)); // overwritten
+        tx.set(&key!["r", 9u64], Value::U64(90)); // new, last
+        tx.set(&key!["r", 8u64], Value::U64(80));
+        tx.delete(&key!["r", 8u64]); // new, then deleted
+        tx.sum(&key!["r", 3u64], 100); // read-modify-write of a stored key
+        tx.set(&key!["s"], b"outside the prefix");
+        let prefix = Selector::prefix(&key!["r"]);
+        let all = tx.list(&prefix, ListOptions::default())?;
+        let expect = |ks: &[u64]| -> Vec<(Key, Value)> {
+            ks.iter()
+                .map(|&k| {
+                    let v = match k {
+                        2 => 20,
+                        3 => 103,
+                        5 => 50,
+                        9 => 90,
+                        n => n,
+                    };
+                    (key!["r", k], Value::U64(v))
+                })
+                .collect()
+        };
+        assert_eq!(listed(&all), expect(&[2, 3, 5, 7, 9]));
+        for e in &all {
+            let own = e.decoded_key().unwrap() != key!["r", 7u64];
+            assert_eq!(e.versionstamp.version() == 0, own, "{e:?}");
+        }
+        // A limit counts merged entries; deletes do not leave the page short.
+        let page = |limit, reverse| ListOptions {
+            limit: Some(limit),
+            reverse,
+            ..ListOptions::default()
+        };
+        assert_eq!(listed(&tx.list(&prefix, page(2, false))?), expect(&[2, 3]));
+        assert_eq!(
+            listed(&tx.list(&prefix, page(3, true))?),
+            expect(&[9, 7, 5])
+        );
+        assert_eq!(listed(&tx.list(&prefix, page(1, false))?), expect(&[2]));
+        // Small batches read the same.
+        let batched = ListOptions {
+            batch_size: Some(1),
+            reverse: true,
+            ..ListOptions::default()
+        };
+        assert_eq!(
+            listed(&tx.list(&prefix, batched)?),
+            expect(&[9, 7, 5, 3, 2])
+        );
+        Ok::<_, Error>(())
+    })
+    .unwrap();
 }
