@@ -167,8 +167,10 @@ impl<'s, S: Store> Transaction<'s, S> {
             .filter(|m| range.contains(&m.key))
             .map(|m| m.key.clone())
             .collect();
+        // Saturating: `limit: Some(usize::MAX)` means "all" and must not overflow.
+        let read_limit = limit.map(|l| l.saturating_add(buffered.len()));
         let read_options = ListOptions {
-            limit: limit.map(|l| l + buffered.len()),
+            limit: read_limit,
             cursor: None,
             ..options
         };
@@ -180,7 +182,7 @@ impl<'s, S: Store> Transaction<'s, S> {
         let mut entries: Vec<Entry> =
             ListIter::new(self.snapshot.clone(), exact, read_options)?.collect::<Result<_, _>>()?;
         // What was read: the whole range, or up to the last entry when the limit stopped it.
-        let full = limit.is_none_or(|l| entries.len() < l + buffered.len());
+        let full = read_limit.is_none_or(|l| entries.len() < l);
         let covered = match (full, entries.last()) {
             (false, Some(last)) if reverse => ByteRange {
                 start: last.key.to_vec(),

@@ -1,6 +1,7 @@
 //! Transactions: what they read is validated at commit, including expiry (a value read
 //! live that expired before the commit once let the commit through) and phantoms in a
-//! listed range; `Transaction::list` merges the transaction's own writes.
+//! listed range; `Transaction::list` merges the transaction's own writes; a `usize::MAX`
+//! list limit once overflowed.
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
 use std::sync::Barrier;
@@ -273,4 +274,24 @@ fn list_in_a_transaction_sees_its_own_sets_and_deletes() {
         Ok::<_, Error>(())
     })
     .unwrap();
+}
+
+#[test]
+fn a_list_limit_of_usize_max_means_all() {
+    let db = Database::in_memory();
+    for i in 0..3u64 {
+        db.set(&key!["m", i], b"x").unwrap();
+    }
+    let n = db
+        .transaction(|tx| {
+            tx.set(&key!["m", 9u64], b"y");
+            tx.delete(&key!["m", 0u64]);
+            let all = ListOptions {
+                limit: Some(usize::MAX),
+                ..ListOptions::default()
+            };
+            Ok::<_, Error>(tx.list(&Selector::prefix(&key!["m"]), all)?.len())
+        })
+        .unwrap();
+    assert_eq!(n, 3);
 }
