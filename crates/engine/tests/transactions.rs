@@ -1,12 +1,13 @@
-//! Transactions: what they read is validated at commit, including expiry (a value read
-//! live that expired before the commit once let the commit through) and phantoms in a
-//! listed range; `Transaction::list` merges the transaction's own writes; a `usize::MAX`
-//! list limit once overflowed.
+//! Transactions: what they read is validated at commit, including expiry (a value read live
+//! that expired before the commit once let the commit through) and phantoms in a listed
+//! range; `Transaction::list` merges the transaction's own writes; edge limits (a `usize::MAX`
+//! list limit once overflowed, a key at the read limit once could be read but not committed).
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use tuplekv_engine::limits::KEY_SIZE_MAX_READ;
 use tuplekv_engine::{
     Database, Error, Key, ListOptions, Options, Selector, TransactionOptions, Value, key,
 };
@@ -294,4 +295,24 @@ fn a_list_limit_of_usize_max_means_all() {
         })
         .unwrap();
     assert_eq!(n, 3);
+}
+
+#[test]
+fn a_key_at_the_read_limit_read_in_a_transaction_commits() {
+    let db = Database::in_memory();
+    let at = key![vec![b'k'; KEY_SIZE_MAX_READ - 2]];
+    assert_eq!(at.encode().len(), KEY_SIZE_MAX_READ);
+    let found = db
+        .transaction(|tx| {
+            let found = tx.get(&at)?.is_some();
+            tx.set(&key!["after"], b"x");
+            Ok::<_, Error>(found)
+        })
+        .unwrap();
+    assert!(!found);
+    assert!(db.get(&key!["after"]).unwrap().is_some());
+    // One past the limit fails at the read, with the size.
+    let past = key![vec![b'k'; KEY_SIZE_MAX_READ - 1]];
+    let err = db.transaction(|tx| tx.get(&past).map(|_| ())).unwrap_err();
+    assert_eq!(err, Error::KeyTooLargeForRead { size: 2050 });
 }
