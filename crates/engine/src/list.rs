@@ -24,7 +24,7 @@ pub struct ListOptions {
 /// Where a list iteration stands, for resuming it later.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListCursor {
-    /// Nothing has been yielded yet (Deno throws here).
+    /// Nothing has been yielded yet and no cursor was given (Deno throws here).
     NotStarted,
     /// Resume after the last yielded entry with this cursor.
     After(String),
@@ -57,6 +57,8 @@ pub struct ListIter<V> {
     /// The view has no more entries in `range`.
     range_done: bool,
     last: Option<crate::key_bytes::KeyBytes>,
+    /// The cursor the iteration resumed from (not `""`), reported until an entry is yielded.
+    resumed_from: Option<String>,
     exhausted: bool,
 }
 
@@ -94,19 +96,44 @@ impl<V: ReadView> ListIter<V> {
             buffer: VecDeque::new(),
             range_done: false,
             last: None,
+            resumed_from: options.cursor.filter(|c| !c.is_empty()),
             exhausted: false,
         })
     }
 
     /// Where iteration stands: the cursor after the last yielded entry, or exhaustion.
+    /// Before the first entry it is the cursor the list was given (as in Deno), or
+    /// [`ListCursor::NotStarted`] without one.
     ///
     /// Stopping at the limit is not exhaustion: the cursor then resumes after the last entry.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, ListCursor, ListOptions, Selector, key};
+    ///
+    /// let db = Database::in_memory();
+    /// for i in 0..3 {
+    ///     db.set(&key!["k", i], b"v")?;
+    /// }
+    /// let selector = Selector::prefix(&key!["k"]);
+    /// let mut page = db.list(&selector, ListOptions { limit: Some(2), ..Default::default() })?;
+    /// assert_eq!(page.cursor(), ListCursor::NotStarted);
+    /// assert_eq!(page.by_ref().count(), 2);
+    /// let ListCursor::After(cursor) = page.cursor() else { panic!("stopped at the limit") };
+    ///
+    /// let rest = db.list(&selector, ListOptions { cursor: Some(cursor.clone()), ..Default::default() })?;
+    /// assert_eq!(rest.cursor(), ListCursor::After(cursor), "the cursor it resumed from");
+    /// assert_eq!(rest.count(), 1);
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
     pub fn cursor(&self) -> ListCursor {
         if self.exhausted {
             return ListCursor::Exhausted;
         }
         match &self.last {
-            None => ListCursor::NotStarted,
+            None => self
+                .resumed_from
+                .clone()
+                .map_or(ListCursor::NotStarted, ListCursor::After),
             Some(key) => match self.selector.cursor_for(key) {
                 Ok(c) => ListCursor::After(c),
                 Err(_) => ListCursor::NotStarted,

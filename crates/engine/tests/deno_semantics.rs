@@ -340,6 +340,10 @@ fn paginating_the_dataset_with_cursors_matches_deno() {
                 batch_size: None,
             };
             let mut iter = db.list(&selector(sel), opts).unwrap();
+            // Before the first entry, Deno's `iterator.cursor` is the cursor it was given.
+            let given = page["cursorIn"].as_str().filter(|c| !c.is_empty());
+            let before = given.map_or(ListCursor::NotStarted, |c| ListCursor::After(c.into()));
+            assert_eq!(iter.cursor(), before, "{name} before iterating");
             let keys: Vec<Key> = iter
                 .by_ref()
                 .map(|e| e.unwrap().decoded_key().unwrap())
