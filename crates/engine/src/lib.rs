@@ -17,7 +17,10 @@
 //! # Guarantees
 //! - A commit is visible entirely or not at all, and its versionstamp order is the
 //!   serialization order of commits. A failed commit writes nothing and uses no versionstamp.
-//! - Readers never block writers and never wait for them: reads are lock-free.
+//! - Readers never block writers and never wait for them. A single-key `get` takes no lock;
+//!   snapshots, lists and `get_many` take the snapshot registry's mutex for a moment to register
+//!   (and, when dropped, unregister) their version, never the commit lock, so a reader waits at
+//!   most for another reader's or a commit's few-instruction registry update.
 //! - A snapshot or list iterator reads one state from start to end.
 //! - An expired value is invisible to every read and check from its deadline on.
 //! - Memory is reclaimed: old versions once no snapshot can see them (at once when no snapshot
