@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tuplekv_engine::limits::*;
-use tuplekv_engine::{Atomic, Database, Error, Key, Versionstamp, key};
+use tuplekv_engine::{Atomic, Database, Error, Key, ListOptions, Selector, Versionstamp, key};
 
 /// A key whose encoding is exactly `len` bytes (a bytes part: tag + payload + terminator).
 fn key_of_len(len: usize) -> Key {
@@ -147,25 +147,168 @@ fn total_mutation_size_counts_like_deno() {
     );
 }
 
+/// `n` distinct raw keys of exactly `len` bytes.
+fn raw_keys(tag: u8, n: usize, len: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let mut k = vec![tag; len];
+            let [hi, lo] = u16::try_from(i).unwrap().to_be_bytes();
+            k[len - 2] = hi;
+            k[len - 1] = lo;
+            k
+        })
+        .collect()
+}
+
 #[test]
 fn total_key_size_limit_is_81920_bytes_of_value_mutations() {
-    // Deno: 40 sets of 2035-byte keys pass, 41 fail; checks do not count.
+    // Exactly at the limit: 40 sets of 2048-byte keys (81920 bytes); one more byte of key
+    // fails.
     let db = Database::in_memory();
-    let sets = |n: usize| (1..=n).fold(db.atomic(), |a, i| a.set(&key![vec![b'k'; 2028], i], b""));
-    assert_eq!(key![vec![b'k'; 2028], 1].encode().len(), 2032);
-    assert!(sets(40).commit().unwrap().is_committed());
-    let size = 41 * 2032;
-    assert!(size > TOTAL_KEY_SIZE_MAX);
+    let keys = raw_keys(b'k', 40, KEY_SIZE_MAX_WRITE);
+    assert_eq!(keys.iter().map(Vec::len).sum::<usize>(), TOTAL_KEY_SIZE_MAX);
+    let sets = |keys: &[Vec<u8>]| keys.iter().fold(db.atomic(), |a, k| a.set_raw(k, b""));
+    assert!(sets(&keys).commit().unwrap().is_committed());
+    let mut over = keys.clone();
+    over.push(vec![b'z']);
     check_rejected(
         &db,
-        sets(41),
-        Error::TotalKeySizeTooLarge { size },
+        sets(&over),
+        Error::TotalKeySizeTooLarge {
+            size: TOTAL_KEY_SIZE_MAX + 1,
+        },
         "Total key size too large (max 81920 bytes)",
     );
-    let checks = (0..60).fold(db.atomic(), |a, i| {
-        a.check(&key![vec![b'c'; 2028], i], None)
-    });
+    // Sums carry a value, so they count too.
+    let sums = |keys: &[Vec<u8>]| keys.iter().fold(db.atomic(), |a, k| a.sum_raw(k, 1));
+    assert!(
+        sums(&raw_keys(b's', 40, 2048))
+            .commit()
+            .unwrap()
+            .is_committed()
+    );
+    let mut over = raw_keys(b's', 40, 2048);
+    over.push(vec![b'z']);
+    check_rejected(
+        &db,
+        sums(&over),
+        Error::TotalKeySizeTooLarge {
+            size: TOTAL_KEY_SIZE_MAX + 1,
+        },
+        "Total key size too large (max 81920 bytes)",
+    );
+    // Checks and deletes do not (Deno: 60 checks of ~2035-byte keys pass).
+    let many = raw_keys(b'c', 60, 2048);
+    let checks = many.iter().fold(db.atomic(), |a, k| a.check_raw(k, None));
     assert!(checks.commit().unwrap().is_committed());
+    let deletes = many.iter().fold(db.atomic(), |a, k| a.delete_raw(k));
+    assert!(deletes.commit().unwrap().is_committed());
+}
+
+#[test]
+fn total_mutation_size_accounting_matches_deno_per_operation() {
+    // Deno's recording (total_mutation_size_accounting): on top of 12 sets of 65536 bytes and
+    // one set of x bytes on 12-byte keys (max x = 32456), ten operations on 112-byte keys take
+    // these many bytes of the 819200 budget: a check or a delete its key, a sum twice its
+    // key plus 8, a set twice its key plus its value.
+    let rec = tuplekv_testkit::vectors::load_json("semantics-limits.json");
+    let results = rec["total_mutation_size_accounting"]["results"]
+        .as_array()
+        .unwrap();
+    let recorded = |op: &str| {
+        results
+            .iter()
+            .find(|r| r["op"].as_str().unwrap().starts_with(op))
+            .unwrap()["bytes"]
+            .as_u64()
+            .unwrap() as usize
+    };
+    let key_len = rec["total_mutation_size_accounting"]["key_len"]
+        .as_u64()
+        .unwrap() as usize;
+    let max_x = rec["total_mutation_size"]["max_x"].as_u64().unwrap() as usize;
+    let keys = raw_keys(b'o', 10, key_len);
+    type Extra = for<'a> fn(Atomic<'a, Database>, &[u8]) -> Atomic<'a, Database>;
+    let cases: [(&str, Extra, usize); 4] = [
+        ("10 checks", |a, k| a.check_raw(k, None), key_len),
+        ("10 deletes", |a, k| a.delete_raw(k), key_len),
+        ("10 sums", |a, k| a.sum_raw(k, 1), 2 * key_len + 8),
+        (
+            "10 sets",
+            |a, k| a.set_raw(k, vec![0u8; 100]),
+            2 * key_len + 100,
+        ),
+    ];
+    for (name, extra, each) in cases {
+        assert_eq!(recorded(name), 10 * each, "{name}");
+        let db = Database::in_memory();
+        let op = |x: usize| {
+            let a = (0..12).fold(db.atomic(), |a, i| {
+                a.set(&key!["s", f64::from(i)], vec![0u8; 65536])
+            });
+            let a = a.set(&key!["s", 99.0], vec![0u8; x]);
+            keys.iter().fold(a, |a, k| extra(a, k))
+        };
+        let fits = max_x - recorded(name);
+        assert!(op(fits).commit().unwrap().is_committed(), "{name}");
+        check_rejected(
+            &db,
+            op(fits + 1),
+            Error::TotalMutationSizeTooLarge {
+                size: TOTAL_MUTATION_SIZE_MAX + 1,
+            },
+            "Total mutation size too large (max 819200 bytes)",
+        );
+    }
+}
+
+#[test]
+fn read_key_size_limit_applies_to_list_bounds_and_get_many() {
+    let db = Database::in_memory();
+    let at = key_of_len(KEY_SIZE_MAX_READ);
+    let past = key_of_len(KEY_SIZE_MAX_READ + 1);
+    let too_large = Error::KeyTooLargeForRead {
+        size: KEY_SIZE_MAX_READ + 1,
+    };
+    // A range whose end is 2049 bytes lists; 2050 does not.
+    let start = key![vec![b'a']];
+    assert_eq!(
+        db.list(&Selector::range(&start, &at), ListOptions::default())
+            .unwrap()
+            .count(),
+        0
+    );
+    let err = db
+        .list(&Selector::range(&start, &past), ListOptions::default())
+        .err()
+        .unwrap();
+    assert_eq!(err, too_large);
+    // A prefix of 2048 bytes has 2049-byte bounds (prefix ++ 00/ff); 2049 bytes is one past.
+    let prefix_at = key_of_len(KEY_SIZE_MAX_READ - 1);
+    assert!(
+        db.list(&Selector::prefix(&prefix_at), ListOptions::default())
+            .is_ok()
+    );
+    let err = db
+        .list(&Selector::prefix(&at), ListOptions::default())
+        .err()
+        .unwrap();
+    assert_eq!(err, too_large);
+    // get_many, from the database and from a snapshot.
+    assert_eq!(
+        db.get_many(&[at.clone(), key!["x"]]).unwrap(),
+        vec![None, None]
+    );
+    assert_eq!(
+        db.get_many(&[key!["x"], past.clone()]).unwrap_err(),
+        too_large
+    );
+    let snap = db.snapshot();
+    assert_eq!(
+        snap.get_many(std::slice::from_ref(&at)).unwrap(),
+        vec![None]
+    );
+    assert_eq!(snap.get_many(&[past]).unwrap_err(), too_large);
 }
 
 #[test]
