@@ -843,7 +843,15 @@ impl Inner {
                 staged.iter().position(|(k, _, _)| *k == m.key)
             };
             if let Some(entry) = at.and_then(|i| staged.get_mut(i)) {
-                entry.1 = apply(&m.kind, entry.1.as_ref().map(|(v, _)| v), &mut now)?;
+                // An earlier mutation's value is seen unless it has already expired (a set
+                // with a zero expiry), as a read would.
+                let commit_now = *now.get_or_insert_with(now_ms);
+                let earlier = entry
+                    .1
+                    .as_ref()
+                    .filter(|(_, deadline)| deadline.is_none_or(|d| d > commit_now))
+                    .map(|(v, _)| v);
+                entry.1 = apply(&m.kind, earlier, &mut now)?;
                 continue;
             }
             let slot = match checks.iter().position(|c| c.key == m.key) {

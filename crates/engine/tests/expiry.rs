@@ -124,3 +124,28 @@ fn a_snapshot_keeps_seeing_a_value_that_expires_later_but_not_after_its_deadline
     assert!(tuplekv_engine::ReadView::get(&snap, &k).unwrap().is_some());
     assert!(db.get(&k).unwrap().is_none());
 }
+
+#[test]
+fn a_later_mutation_in_the_same_commit_does_not_see_a_value_set_to_expire_at_once() {
+    // The value's deadline is the commit's own time, so it is expired for the sum that follows
+    // it, as it would be for a read: the sum starts from its operand, and a type mismatch
+    // with the expired bytes is no error.
+    let db = Database::in_memory();
+    let k = key!["k"];
+    let res = db
+        .atomic()
+        .set_with_expiry(&k, 5u64, NOW)
+        .sum(&k, 1)
+        .commit()
+        .unwrap();
+    assert!(res.is_committed());
+    assert_eq!(db.get(&k).unwrap().unwrap().value, Value::U64(1));
+    let res = db
+        .atomic()
+        .set_with_expiry(&k, b"bytes", NOW)
+        .max(&k, 7)
+        .commit()
+        .unwrap();
+    assert!(res.is_committed());
+    assert_eq!(db.get(&k).unwrap().unwrap().value, Value::U64(7));
+}

@@ -3,8 +3,11 @@
 //! checks and the `sum`/`min`/`max` mutations, and all-or-nothing commits. Property tests and
 //! the `engine_ops` fuzz target run the same operations on it and on `Database` and compare.
 //!
-//! Not modelled: expiry (tested on its own, with time), range checks (only transactions make
-//! them; a single thread never conflicts).
+//! Expiry is modelled at its two deterministic ends: a set with a zero expiry is invisible from
+//! its commit on (to reads, checks and the later mutations of its own commit), so it acts as
+//! a delete; any longer expiry is taken to outlive the test. Deadlines in between need time
+//! and are tested on their own. Not modelled: range checks (only transactions make them; a
+//! single thread never conflicts).
 
 use std::collections::BTreeMap;
 
@@ -92,6 +95,9 @@ impl Reference {
                 Some(_) => Err(Error::NotU64 { op }),
             };
             let new = match &m.kind {
+                MutationKind::Set {
+                    expire_in: Some(d), ..
+                } if d.is_zero() => None,
                 MutationKind::Set { value, .. } => Some(value.clone()),
                 MutationKind::Delete => None,
                 MutationKind::Sum(n) => Some(Value::U64(u64_op("sum", *n, u64::wrapping_add)?)),
