@@ -260,9 +260,7 @@ impl Inner {
             // Every key is visited, so the queue and the due deadlines need no separate pass.
             let mut after: Option<KeyBytes> = None;
             loop {
-                let lower = after
-                    .as_ref()
-                    .map_or(Bound::Unbounded, Bound::Excluded);
+                let lower = after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
                 let batch: Vec<KeyBytes> = self
                     .map
                     .range::<KeyBytes, _>((lower, Bound::Unbounded))
