@@ -20,6 +20,10 @@ fn u64_of(v: Option<Value>) -> u64 {
     }
 }
 
+/// How long the values these tests read live stay live: long enough that a busy machine still
+/// reads them before the deadline, short enough to wait for.
+const LEASE: Duration = Duration::from_millis(250);
+
 /// Waits (bounded) until `key` reads as absent from the database.
 fn wait_until_expired(db: &Database, key: &Key) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -33,9 +37,7 @@ fn wait_until_expired(db: &Database, key: &Key) {
 /// conflicts and reruns, and its rerun sees the value gone.
 fn check_expiry_conflicts(db: &Database, reclaim_meanwhile: bool) {
     let k = key!["lease"];
-    let a = db
-        .atomic()
-        .set_with_expiry(&k, b"held", Duration::from_millis(30));
+    let a = db.atomic().set_with_expiry(&k, b"held", LEASE);
     assert!(a.commit().unwrap().is_committed());
     let mut attempts = 0;
     let saw = db
@@ -79,9 +81,7 @@ fn reclaiming_the_expired_value_does_not_hide_the_conflict() {
 #[test]
 fn an_expiry_in_a_listed_range_conflicts() {
     let db = Database::in_memory();
-    let a = db
-        .atomic()
-        .set_with_expiry(&key!["q", 1], b"job", Duration::from_millis(30));
+    let a = db.atomic().set_with_expiry(&key!["q", 1], b"job", LEASE);
     assert!(a.commit().unwrap().is_committed());
     db.set(&key!["q", 2], b"job").unwrap();
     let mut attempts = 0;
