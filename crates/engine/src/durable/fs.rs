@@ -1,14 +1,18 @@
 //! The file-system seam: every file operation of the write-ahead log, the checkpoints and
 //! recovery goes through [`FileSystem`], so tests can put faults (short writes, `ENOSPC`,
 //! failing `fsync`) between the engine and the disk. [`OsFs`] is the real thing and the
-//! default; [`FaultyFs`] wraps it with programmable faults.
+//! default; [`FaultyFs`] wraps it with programmable faults, counts and can hold syncs, and
+//! models what a power cut would leave on disk ([`Faults::power_cut_image`]), including
+//! Linux's behaviour after a failed `fsync` (the unsynced data is dropped, and a retried
+//! `fsync` succeeds without it).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Read, Write};
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 /// A file opened for appending: the log's current segment, or a checkpoint being written.
 pub trait WritableFile: Send {
@@ -182,6 +186,37 @@ pub struct Faults {
     fail_sync: AtomicBool,
     /// When set, every `rename` fails (checkpoints cannot be published).
     fail_rename: AtomicBool,
+    /// How many of the next `sync_data` calls fail.
+    fail_syncs_next: AtomicU64,
+    /// `sync_data` calls made (failed ones included).
+    syncs: AtomicU64,
+    /// Whether syncs are held, and how many are waiting at the gate.
+    gate: Mutex<(bool, usize)>,
+    gate_changed: Condvar,
+    /// What is not yet on stable storage, per file written through [`FaultyFs`].
+    disk: Mutex<HashMap<PathBuf, Unstable>>,
+}
+
+/// The byte ranges of one file a power cut would lose.
+#[derive(Debug, Default)]
+struct Unstable {
+    len: u64,
+    /// Written since the last successful sync.
+    unsynced: Vec<(u64, u64)>,
+    /// Written, then dropped by a failed sync: never durable, whatever later syncs say.
+    dropped: Vec<(u64, u64)>,
+}
+
+impl Unstable {
+    fn cut(&mut self, len: u64) {
+        self.len = len;
+        for ranges in [&mut self.unsynced, &mut self.dropped] {
+            ranges.retain(|r| r.0 < len);
+            for r in ranges.iter_mut() {
+                r.1 = r.1.min(len);
+            }
+        }
+    }
 }
 
 impl Faults {
@@ -211,6 +246,71 @@ impl Faults {
     pub fn fail_rename(&self, fail: bool) {
         self.fail_rename.store(fail, Ordering::SeqCst);
     }
+
+    /// Makes the next `n` syncs fail. Like Linux, a failed sync drops the data it was to
+    /// make durable (see [`Faults::power_cut_image`]); later syncs succeed without it.
+    pub fn fail_next_syncs(&self, n: u64) {
+        self.fail_syncs_next.store(n, Ordering::SeqCst);
+    }
+
+    /// How many `sync_data` calls were made so far (failed ones included).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::SeqCst)
+    }
+
+    /// Makes every `sync_data` wait at a gate until [`Faults::release_syncs`].
+    pub fn hold_syncs(&self) {
+        self.gate.lock().unwrap_or_else(PoisonError::into_inner).0 = true;
+    }
+
+    /// Waits until `n` syncs are waiting at the gate of [`Faults::hold_syncs`].
+    pub fn wait_for_held_syncs(&self, n: usize) {
+        let mut gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        while gate.1 < n {
+            gate = self
+                .gate_changed
+                .wait(gate)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Lets held syncs (and later ones) through.
+    pub fn release_syncs(&self) {
+        self.gate.lock().unwrap_or_else(PoisonError::into_inner).0 = false;
+        self.gate_changed.notify_all();
+    }
+
+    /// Copies the files of `dir` into `into` as a power cut now would leave them: every byte
+    /// written through this file system and not made durable by a successful sync (or dropped
+    /// by a failed one) reads as zero. Renames and removals count as durable at once.
+    ///
+    /// # Errors
+    /// Any I/O error reading `dir` or writing `into`.
+    pub fn power_cut_image(&self, dir: &Path, into: &Path) -> io::Result<()> {
+        let disk = self.disk.lock().unwrap_or_else(PoisonError::into_inner);
+        fs::create_dir_all(into)?;
+        for name in OsFs.list(dir)? {
+            if name == super::LOCK_FILE {
+                continue;
+            }
+            let path = dir.join(&name);
+            let mut bytes = fs::read(&path)?;
+            if let Some(state) = disk.get(&path) {
+                for &(from, to) in state.unsynced.iter().chain(&state.dropped) {
+                    let to = usize::try_from(to).unwrap_or(usize::MAX).min(bytes.len());
+                    let from = usize::try_from(from).unwrap_or(usize::MAX).min(to);
+                    bytes[from..to].fill(0);
+                }
+            }
+            fs::write(into.join(&name), bytes)?;
+        }
+        Ok(())
+    }
+
+    fn file_state<T>(&self, path: &Path, f: impl FnOnce(&mut Unstable) -> T) -> T {
+        let mut disk = self.disk.lock().unwrap_or_else(PoisonError::into_inner);
+        f(disk.entry(path.to_path_buf()).or_default())
+    }
 }
 
 /// [`OsFs`] with the faults of a shared [`Faults`] switched in, for tests.
@@ -237,6 +337,20 @@ fn enospc() -> io::Error {
 struct FaultyFile {
     file: Box<dyn WritableFile>,
     faults: Arc<Faults>,
+    path: PathBuf,
+}
+
+impl FaultyFile {
+    /// Writes `buf` and records it as not yet durable.
+    fn write_tracked(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.file.write_all(buf)?;
+        let n = buf.len() as u64;
+        self.faults.file_state(&self.path, |s| {
+            s.unsynced.push((s.len, s.len + n));
+            s.len += n;
+        });
+        Ok(())
+    }
 }
 
 impl WritableFile for FaultyFile {
@@ -246,7 +360,7 @@ impl WritableFile for FaultyFile {
         let mut left = budget.load(Ordering::SeqCst);
         loop {
             if left == u64::MAX {
-                return self.file.write_all(buf);
+                return self.write_tracked(buf);
             }
             let take = left.min(len);
             match budget.compare_exchange(left, left - take, Ordering::SeqCst, Ordering::SeqCst) {
@@ -256,25 +370,53 @@ impl WritableFile for FaultyFile {
         }
         let take = left.min(len);
         let cut = usize::try_from(take).unwrap_or(buf.len());
-        self.file.write_all(&buf[..cut])?;
+        self.write_tracked(&buf[..cut])?;
         if take < len { Err(enospc()) } else { Ok(()) }
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
-        if self.faults.fail_sync.load(Ordering::SeqCst) {
+        let faults = &*self.faults;
+        {
+            let mut gate = faults.gate.lock().unwrap_or_else(PoisonError::into_inner);
+            gate.1 += 1;
+            faults.gate_changed.notify_all();
+            while gate.0 {
+                gate = faults
+                    .gate_changed
+                    .wait(gate)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            gate.1 -= 1;
+        }
+        faults.syncs.fetch_add(1, Ordering::SeqCst);
+        let next = faults
+            .fail_syncs_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if next || faults.fail_sync.load(Ordering::SeqCst) {
+            // Linux marks the pages clean after a failed writeback: the data is gone.
+            faults.file_state(&self.path, |s| {
+                let unsynced = std::mem::take(&mut s.unsynced);
+                s.dropped.extend(unsynced);
+            });
             return Err(io::Error::other("fsync failed (injected)"));
         }
-        self.file.sync_data()
+        self.file.sync_data()?;
+        faults.file_state(&self.path, |s| s.unsynced.clear());
+        Ok(())
     }
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
-        self.file.set_len(len)
+        self.file.set_len(len)?;
+        self.faults.file_state(&self.path, |s| s.cut(len));
+        Ok(())
     }
 
     fn try_clone(&self) -> io::Result<Box<dyn WritableFile>> {
         Ok(Box::new(FaultyFile {
             file: self.file.try_clone()?,
             faults: Arc::clone(&self.faults),
+            path: self.path.clone(),
         }))
     }
 }
@@ -297,9 +439,18 @@ impl FileSystem for FaultyFs {
     }
 
     fn open_append(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WritableFile>> {
+        let file = OsFs.open_append(path, truncate)?;
+        let len = OsFs.len(path)?;
+        self.faults.file_state(path, |s| {
+            if truncate || s.len != len {
+                *s = Unstable::default();
+            }
+            s.cut(len);
+        });
         Ok(Box::new(FaultyFile {
-            file: OsFs.open_append(path, truncate)?,
+            file,
             faults: Arc::clone(&self.faults),
+            path: path.to_path_buf(),
         }))
     }
 
@@ -311,11 +462,27 @@ impl FileSystem for FaultyFs {
         if self.faults.fail_rename.load(Ordering::SeqCst) {
             return Err(io::Error::other("rename failed (injected)"));
         }
-        OsFs.rename(from, to)
+        OsFs.rename(from, to)?;
+        let mut disk = self
+            .faults
+            .disk
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match disk.remove(from) {
+            Some(state) => disk.insert(to.to_path_buf(), state),
+            None => disk.remove(to),
+        };
+        Ok(())
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
-        OsFs.remove(path)
+        OsFs.remove(path)?;
+        self.faults
+            .disk
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(path);
+        Ok(())
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
