@@ -4,9 +4,12 @@
 //! # Layout of a database directory
 //! - `LOCK`: held with an advisory lock while a process has the database open.
 //! - `wal-<first version, 20 digits>.log`: log segments; one frame per commit (`record.rs`).
-//!   The newest segment is the one being appended to.
+//!   The newest segment is the one being appended to. A segment is started at the published
+//!   version + 1, after the one before it is synced, so the segments and the newest
+//!   checkpoint cover every published version without a gap.
 //! - `checkpoint-<version, 20 digits>.ckpt`: every live entry at one version. Written to a
-//!   `.tmp` file, synced, then renamed, so a checkpoint file is either whole or absent.
+//!   `.tmp` file, synced, then renamed, so a checkpoint file is either whole or absent; a
+//!   `.tmp` file is removed as soon as its checkpoint fails.
 //!
 //! # Commit path
 //! A committer applies its operation to memory under the commit lock *without publishing it*
@@ -16,10 +19,38 @@
 //! writes it with one `write`, syncs once ([`Durability::Sync`]), publishes it, and wakes
 //! everyone. Commits keep being applied and batched while a sync runs, so one `fdatasync`
 //! serves every committer that arrived meanwhile: throughput grows with the number of
-//! committers. If the write or the sync fails, the file is cut back to its last good length,
-//! the batch and every commit applied after it are removed from memory, and their committers
-//! get [`Error::Io`]: a commit is acknowledged only once it is on disk, and readers never see
-//! one that is not.
+//! committers. If the write or the sync fails, the batch and every commit applied after it
+//! are removed from memory, and their committers get [`Error::Io`]: a commit is acknowledged
+//! only once it is on disk, and readers never see one that is not.
+//!
+//! A commit whose checks fail (or whose mutation is refused) against versions not yet
+//! published waits until they are published, then answers; if they are rolled back instead,
+//! it runs again. So an answer never rests on a commit that did not happen, and a loser that
+//! reads after its answer sees the winner.
+//!
+//! # Failures
+//! - A failed *write* (a full disk) is cut back to the last whole frame (and the cut synced);
+//!   the segment stays in use and commits resume when space returns.
+//! - A failed *sync* poisons the segment for good: after a failed `fsync`, Linux may have
+//!   dropped the unsynced pages and a retried `fsync` succeeds without them, so later commits
+//!   could be durable while earlier ones are lost. Nothing is written to or synced on that
+//!   file again. Before the next batch is written (and before the committers of the failed
+//!   batch are answered), the log is *rebuilt from memory*: a checkpoint of everything
+//!   published, then a fresh segment, then every other segment and older checkpoint is
+//!   deleted. Until that succeeds, every commit fails with [`Error::Io`] naming the original
+//!   failure, and [`Database::sync`](crate::Database::sync) returns it.
+//! - A segment that cannot be started (its header cannot be written or synced) is removed
+//!   again; if even that fails, the current segment is poisoned, so no record is ever
+//!   appended below a newer segment. A checkpoint whose flush of pending commits fails
+//!   returns that error and starts no segment.
+//!
+//! So in [`Durability::Buffered`], an operating-system crash or power cut loses at most the
+//! commits acknowledged since the last successful background sync, checkpoint or rebuild
+//! (a suffix of the history: never part of a commit, never one while keeping a later one),
+//! and a failed background sync loses nothing if the rebuild succeeds. One residual case:
+//! if a sync fails and the rebuild fails too, the failed batch's frames may still be in the
+//! old segment, and an operating-system crash before a rebuild succeeds can bring such a
+//! failed commit back.
 //!
 //! # Checkpoints
 //! Once the log has grown by [`Options::checkpoint_after_bytes`] since the last checkpoint, a
@@ -28,11 +59,17 @@
 //! proportional to live data plus at most about two checkpoints' worth of log.
 //!
 //! # Recovery
-//! The newest checkpoint is loaded, then every record above its version is replayed. A frame
-//! whose checksum fails at the end of the newest segment, with nothing valid after it, is a
-//! torn write from a crash: it is cut off, and the cut is logged (`log::warn!`) and reported
-//! in [`RecoveryReport::truncated`]. Damage anywhere else is [`Error::Corrupt`], naming the
-//! file and offset: never silent data loss.
+//! The newest checkpoint is loaded, then every record above its version is replayed. A
+//! segment wholly below the checkpoint (the next one starts at or below its version + 1) is
+//! a leftover of an interrupted deletion and is not read. A frame whose checksum fails at the
+//! end of the newest segment, with nothing valid after it, is a torn write from a crash: it
+//! is cut off, and the cut is logged (`log::warn!`) and reported in
+//! [`RecoveryReport::truncated`]. A newest segment with a partial header is started again.
+//! Damage anywhere else is [`Error::Corrupt`], naming the file and offset, and so is a
+//! missing file: a first segment starting above the checkpoint's version + 1 (or above
+//! version 1 without a checkpoint), or a segment starting above the last version of the one
+//! before it + 1. Versions may legitimately skip inside a segment (a rolled-back batch
+//! consumes its versions), but never across a segment boundary. Never silent data loss.
 
 pub mod fs;
 pub(crate) mod record;
@@ -40,7 +77,7 @@ pub(crate) mod record;
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -48,7 +85,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use smallvec::SmallVec;
 
-use crate::atomic::{AtomicWrite, CommitResult};
+use crate::atomic::{AtomicWrite, CommitResult, MutationKind};
 use crate::db::{Chain, Inner, Options, Version, now_ms};
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
@@ -69,8 +106,12 @@ pub enum Durability {
     Sync,
     /// A commit returns once its log record is written to the operating system; a background
     /// thread syncs every `interval`. A process crash loses nothing; an operating-system crash
-    /// or power cut loses at most the commits of the last `interval` (never part of a commit,
-    /// and never a commit while keeping a later one).
+    /// or power cut loses at most the commits acknowledged since the last successful sync
+    /// (about one `interval`; never part of a commit, and never a commit while keeping a
+    /// later one). If a background sync fails, the log is rebuilt from memory before anything
+    /// else is written, so nothing is lost; if that fails too, commits fail with
+    /// [`Error::Io`] naming the sync failure until it succeeds (see the
+    /// [module docs](crate::durable)).
     Buffered {
         /// Time between background syncs.
         interval: Duration,
@@ -133,10 +174,12 @@ struct Segment {
     path: PathBuf,
     /// Bytes known to be in the file (everything written successfully).
     len: u64,
-    /// Whether there are writes not yet synced (buffered mode).
-    dirty: bool,
-    /// Why the file is unusable until it is repaired, after a failed write or sync.
-    broken: Option<Error>,
+    /// Bytes known to be on stable storage (a sync covering them succeeded).
+    synced: u64,
+    /// Why the file is no longer trusted, after a sync on it failed (or a failed write could
+    /// not be cut back). Nothing is written to or synced on it again; the next flush repairs
+    /// the log first (see [`Wal::repair`]).
+    poisoned: Option<Error>,
     /// Log bytes written since the last checkpoint began.
     since_checkpoint: u64,
     /// Older segments, oldest first, by first version.
@@ -188,13 +231,25 @@ pub(crate) struct Wal {
     durability: Durability,
     checkpoint_after: u64,
     segment: Mutex<Segment>,
+    /// Taken around every sync of the segment file, before `segment`: syncs of one file never
+    /// overlap, so a sync that fails is seen (and poisons the file) before any other sync of
+    /// it can report a success that no longer covers the dropped data.
+    sync_lock: Mutex<()>,
     pending: Mutex<Pending>,
     flushed: Condvar,
     /// Commits that have announced themselves but not yet queued their frame.
     arriving: AtomicUsize,
+    /// Bumped (under the commit lock) whenever a failed batch is rolled back.
+    rollbacks: AtomicU64,
+    /// Committers waiting for the unpublished versions their checks failed against.
+    settling: AtomicUsize,
     background: Mutex<Background>,
     background_wake: Condvar,
     checkpoint_lock: Mutex<()>,
+    /// Taken while a checkpoint file is written and what it replaces is deleted.
+    checkpoint_write: Mutex<()>,
+    /// The database, for repairs started outside a commit (a sync, or closing).
+    inner: Mutex<Weak<Inner>>,
 }
 
 impl std::fmt::Debug for Wal {
@@ -243,32 +298,124 @@ impl Drop for OpenDir {
     }
 }
 
+/// The error of an operation refused because the log could not be repaired after `cause`.
+fn unusable(cause: &Error, failure: &Error) -> Error {
+    let (kind, message) = match failure {
+        Error::Io { kind, message, .. } => (*kind, message.clone()),
+        other => (io::ErrorKind::Other, other.to_string()),
+    };
+    Error::Io {
+        context: format!(
+            "writing to the log, unusable since an earlier failure ({cause}); repairing it failed"
+        ),
+        kind,
+        message,
+    }
+}
+
+/// Removes `path`; a file already gone is fine.
+fn remove_if_present(fs: &dyn FileSystem, path: &Path) -> io::Result<()> {
+    match fs.remove(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Whether the outcome of `write` depends on what it finds: checks, and mutations that read
+/// the current value (and fail on a value of the wrong type).
+fn depends_on_state(write: &AtomicWrite) -> bool {
+    !write.checks.is_empty()
+        || !write.range_checks.is_empty()
+        || write
+            .mutations
+            .iter()
+            .any(|m| !matches!(m.kind, MutationKind::Set { .. } | MutationKind::Delete))
+}
+
+/// The first version of the segment at `path`, from its name.
+fn segment_base(path: &Path) -> u64 {
+    parse_numbered(
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default(),
+        "wal",
+        "log",
+    )
+    .unwrap_or(0)
+}
+
 impl Wal {
     /// Commits one validated operation: applies it to memory unpublished under the commit
     /// lock, queues its frame, and waits until a flusher (possibly this thread) has made it
     /// durable and published it, or has failed it and rolled it back.
+    ///
+    /// A commit whose checks fail (or whose mutations are refused) against versions not yet
+    /// published does not answer at once: those versions may still be rolled back. It waits
+    /// until they are published (the answer is then final) or rolled back (it then runs
+    /// again), so a loser never sees the old value after being told it lost, and is never
+    /// blamed on a commit that did not happen.
     pub(crate) fn commit(&self, inner: &Inner, write: AtomicWrite) -> Result<CommitResult, Error> {
         let slot: Slot = Arc::new(Mutex::new(None));
         // Announce the commit before queueing on the commit lock, so a flusher knows more
         // frames are on their way (see `await_durable`).
         self.arriving.fetch_add(1, Ordering::AcqRel);
-        let arrived = Arrived(&self.arriving);
-        let result = {
-            let mut last = inner.commit.lock();
-            let mut pending = self.pending.lock();
-            let result = inner.apply_write(write, &mut last, Some(&mut pending.sink))?;
-            if result.is_committed() {
-                pending.waiters.push((*last, Arc::clone(&slot)));
+        let mut arrived = Some(Arrived(&self.arriving));
+        let mut write = Some(write);
+        loop {
+            let Some(this) = write.take() else {
+                unreachable!("a write is put back before every retry")
+            };
+            let (result, seen, rollbacks, retry) = {
+                let mut last = inner.commit.lock();
+                let seen = *last;
+                let rollbacks = self.rollbacks.load(Ordering::Acquire);
+                // Checked against unpublished versions: keep a copy to run again should they
+                // be rolled back. Without contention nothing is unpublished and nothing is
+                // copied, nor for blind writes, which cannot fail on what they find.
+                let retry = (seen > inner.visible_version() && depends_on_state(&this))
+                    .then(|| this.clone());
+                let mut pending = self.pending.lock();
+                let result = inner.apply_write(this, &mut last, Some(&mut pending.sink));
+                if let Ok(r) = &result
+                    && r.is_committed()
+                {
+                    pending.waiters.push((*last, Arc::clone(&slot)));
+                }
+                drop(arrived.take());
+                (result, seen, rollbacks, retry)
+            };
+            if result.as_ref().is_ok_and(CommitResult::is_committed) {
+                self.await_durable(inner, &slot)?;
+                inner.reclaimer.wake_if_pending();
+                return result;
             }
-            drop(arrived);
-            result
-        };
-        if !result.is_committed() {
-            return Ok(result); // a conflict wrote nothing
+            // A conflict (or a refused mutation) wrote nothing.
+            match retry {
+                Some(again) if !self.settle(inner, seen, rollbacks) => write = Some(again),
+                _ => return result,
+            }
         }
-        self.await_durable(inner, &slot)?;
-        inner.reclaimer.wake_if_pending();
-        Ok(result)
+    }
+
+    /// Waits until every version up to `seen` is published (true: an answer computed against
+    /// them is final) or a rollback since `rollbacks` removed some of them (false).
+    fn settle(&self, inner: &Inner, seen: u64, rollbacks: u64) -> bool {
+        let mut pending = self.pending.lock();
+        self.settling.fetch_add(1, Ordering::AcqRel);
+        let settled = loop {
+            // Published versions are never rolled back, so this check comes first.
+            if inner.visible_version() >= seen {
+                break true;
+            }
+            if self.rollbacks.load(Ordering::Acquire) != rollbacks {
+                break false;
+            }
+            // Committers of those versions are waiting for durability: one of them flushes,
+            // and every flush ends with `flushed` notified under this lock.
+            self.flushed.wait(&mut pending);
+        };
+        self.settling.fetch_sub(1, Ordering::AcqRel);
+        settled
     }
 
     /// Waits for the outcome in `slot`, flushing the pending batch whenever nobody else is.
@@ -301,7 +448,8 @@ impl Wal {
                     waiters: std::mem::take(&mut pending.waiters),
                 };
                 drop(pending);
-                self.flush(inner, batch);
+                // The outcome reaches every committer of the batch through its slot.
+                let _ = self.flush(inner, batch);
                 pending = self.pending.lock();
                 pending.flushing = false;
                 self.flushed.notify_all();
@@ -312,38 +460,63 @@ impl Wal {
     }
 
     /// Writes (and syncs) one batch, then publishes it; on failure rolls back the batch and
-    /// every commit applied after it. Called with `flushing` set, so flushes never overlap.
-    fn flush(&self, inner: &Inner, batch: Batch) {
+    /// every commit applied after it. Repairs a poisoned log first, and again after a sync of
+    /// this batch fails, before any committer hears the outcome. Called with `flushing` set,
+    /// so flushes never overlap.
+    fn flush(&self, inner: &Inner, batch: Batch) -> Result<(), Error> {
         let Some(&(newest, _)) = batch.waiters.last() else {
-            return;
+            return Ok(());
         };
-        match self.append(&batch.sink.frames.buf) {
+        let repaired = self.repair(inner);
+        let written = match &repaired {
+            Ok(_) => self.append(&batch.sink.frames.buf),
+            Err(e) => Err(e.clone()),
+        };
+        let error = match written {
             Ok(()) => {
                 inner.publish(newest);
                 for (_, slot) in &batch.waiters {
                     *slot.lock() = Some(Ok(()));
                 }
+                return Ok(());
             }
-            Err(e) => {
-                // Commits applied since this batch was taken were checked against its state,
-                // so they fail with it. Stop new commits while memory is put back.
-                let _commit = inner.commit.lock();
-                let mut pending = self.pending.lock();
-                let published = inner.visible_version();
-                inner.roll_back(&batch.sink.touched, published);
-                inner.roll_back(&pending.sink.touched, published);
-                pending.sink = LogSink::default();
-                let later = std::mem::take(&mut pending.waiters);
-                for (_, slot) in batch.waiters.iter().chain(&later) {
-                    *slot.lock() = Some(Err(e.clone()));
-                }
-            }
+            Err(e) => e,
+        };
+        // Commits applied since this batch was taken were checked against its state, so they
+        // fail with it. Stop new commits while memory is put back.
+        let later = {
+            let _commit = inner.commit.lock();
+            let mut pending = self.pending.lock();
+            let published = inner.visible_version();
+            inner.roll_back(&batch.sink.touched, published);
+            inner.roll_back(&pending.sink.touched, published);
+            self.rollbacks.fetch_add(1, Ordering::AcqRel);
+            pending.sink = LogSink::default();
+            std::mem::take(&mut pending.waiters)
+        };
+        // A failed sync poisoned the segment: replace it now, so the failed frames are gone
+        // from the log before their committers are told they failed.
+        let error = match repaired {
+            Ok(_) => match self.repair(inner) {
+                Ok(_) => error,
+                Err(e) => e,
+            },
+            Err(_) => error,
+        };
+        for (_, slot) in batch.waiters.iter().chain(&later) {
+            *slot.lock() = Some(Err(error.clone()));
         }
+        Err(error)
     }
 
     /// Runs `f` as the only writer of the log: waits for a running flush, flushes what is
-    /// pending, then calls `f` before any later batch is written.
-    fn exclusively<T>(&self, inner: &Inner, f: impl FnOnce() -> T) -> T {
+    /// pending, then calls `f` before any later batch is written. If that flush fails, `f`
+    /// does not run and its error is returned.
+    fn exclusively<T>(
+        &self,
+        inner: &Inner,
+        f: impl FnOnce() -> Result<T, Error>,
+    ) -> Result<T, Error> {
         let mut pending = self.pending.lock();
         while pending.flushing {
             self.flushed.wait(&mut pending);
@@ -354,37 +527,26 @@ impl Wal {
             waiters: std::mem::take(&mut pending.waiters),
         };
         drop(pending);
-        self.flush(inner, batch);
-        let out = f();
+        let out = self.flush(inner, batch).and_then(|()| f());
         let mut pending = self.pending.lock();
         pending.flushing = false;
         self.flushed.notify_all();
         out
     }
 
-    /// Appends `buf` to the log (and syncs it, in [`Durability::Sync`]). On failure the file
-    /// is cut back to its previous length.
+    /// Appends `buf` to the log (and syncs it, in [`Durability::Sync`]). A failed write is
+    /// cut back to the previous length; a failed sync poisons the segment.
     fn append(&self, buf: &[u8]) -> Result<(), Error> {
+        let _sync = self.sync_lock.lock();
         let mut seg = self.segment.lock();
         let seg = &mut *seg;
-        if seg.broken.is_some() {
-            // Try to put the file back to its last good state before writing again.
-            match seg
-                .file
-                .set_len(seg.len)
-                .and_then(|()| seg.file.sync_data())
-            {
-                Ok(()) => seg.broken = None,
-                Err(e) => return Err(io_error("repairing the log", &seg.path, &e)),
-            }
+        if let Some(cause) = &seg.poisoned {
+            return Err(cause.clone());
         }
-        let sync = self.durability == Durability::Sync;
-        let written = seg
-            .file
-            .write_all(buf)
-            .and_then(|()| if sync { seg.file.sync_data() } else { Ok(()) });
-        if let Err(e) = written {
+        if let Err(e) = seg.file.write_all(buf) {
             let error = io_error("appending to the log", &seg.path, &e);
+            // A failed write drops no data already written: cut the partial frames off (and
+            // make the cut durable) and the file is as good as before.
             if let Err(e2) = seg
                 .file
                 .set_len(seg.len)
@@ -394,14 +556,30 @@ impl Wal {
                     "tuplekv: could not cut {} back after a failed write: {e2}",
                     seg.path.display()
                 );
-                seg.broken = Some(error.clone());
+                seg.poisoned = Some(io_error("cutting back", &seg.path, &e2));
+            } else {
+                seg.synced = seg.len;
             }
+            return Err(error);
+        }
+        if self.durability == Durability::Sync
+            && let Err(e) = seg.file.sync_data()
+        {
+            // After a failed fsync the kernel may have dropped the written pages and will not
+            // report it again: never trust this file again. Cut the frames off anyway, so a
+            // process crash before the repair cannot bring them back.
+            let error = io_error("syncing the log", &seg.path, &e);
+            log::error!("tuplekv: {error}; the segment is retired");
+            let _ = seg.file.set_len(seg.len);
+            seg.poisoned = Some(error.clone());
             return Err(error);
         }
         let n = buf.len() as u64;
         seg.len += n;
+        if self.durability == Durability::Sync {
+            seg.synced = seg.len;
+        }
         seg.since_checkpoint += n;
-        seg.dirty = !sync;
         if seg.since_checkpoint >= self.checkpoint_after {
             let mut bg = self.background.lock();
             if !bg.checkpoint_wanted {
@@ -412,29 +590,172 @@ impl Wal {
         Ok(())
     }
 
-    /// Syncs the log if anything written is not yet synced. The sync runs on a second handle
-    /// of the file, outside the segment lock, so committers keep appending meanwhile.
+    /// Makes everything acknowledged durable: syncs the log if anything written is not yet
+    /// synced. The sync runs on a second handle of the file, outside the segment lock, so
+    /// committers keep appending meanwhile. If it fails (or failed earlier), the log is
+    /// repaired from memory (see [`Wal::repair`]); only if that fails too is it an error.
     pub(crate) fn sync_now(&self) -> Result<(), Error> {
-        let (mut handle, path) = {
-            let mut seg = self.segment.lock();
-            if !seg.dirty {
+        let Err(error) = self.sync_segment() else {
+            return Ok(());
+        };
+        let Some(inner) = self.inner.lock().upgrade() else {
+            return Err(error);
+        };
+        self.exclusively(&inner, || self.repair(&inner)).map(|_| ())
+    }
+
+    fn sync_segment(&self) -> Result<(), Error> {
+        let _sync = self.sync_lock.lock();
+        let (mut handle, path, target) = {
+            let seg = self.segment.lock();
+            if let Some(cause) = &seg.poisoned {
+                return Err(cause.clone());
+            }
+            if seg.synced >= seg.len {
                 return Ok(());
             }
             let handle = seg
                 .file
                 .try_clone()
                 .map_err(|e| io_error("syncing the log", &seg.path, &e))?;
-            seg.dirty = false;
-            (handle, seg.path.clone())
+            (handle, seg.path.clone(), seg.len)
         };
-        if let Err(e) = handle.sync_data() {
-            // Still unsynced; the next tick (or close) tries again.
-            let mut seg = self.segment.lock();
-            if seg.path == path {
-                seg.dirty = true;
+        let result = handle.sync_data();
+        // `sync_lock` keeps the segment from being replaced meanwhile.
+        let mut seg = self.segment.lock();
+        debug_assert_eq!(seg.path, path);
+        match result {
+            Ok(()) => {
+                seg.synced = seg.synced.max(target);
+                Ok(())
             }
-            return Err(io_error("syncing the log", &path, &e));
+            Err(e) => {
+                // Retrying would "succeed" on Linux after the dirty pages were dropped, and
+                // later commits could then be durable while these are lost: a hole.
+                let error = io_error("syncing the log", &path, &e);
+                log::error!("tuplekv: {error}; the segment is retired");
+                seg.poisoned = Some(error.clone());
+                Err(error)
+            }
         }
+    }
+
+    /// If the segment is poisoned, rebuilds the log from memory, so nothing depends on the
+    /// poisoned file: writes a checkpoint of everything published (version `v`), starts the
+    /// segment `wal-<v + 1>.log`, then deletes every other segment and older checkpoint.
+    /// Until the new segment exists recovery still reads the old one; once it exists the old
+    /// one is wholly below the checkpoint and is never read. Returns the checkpoint's version,
+    /// or `None` when nothing was poisoned. Called as the log's only writer.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the original failure and the repair's.
+    fn repair(&self, inner: &Inner) -> Result<Option<u64>, Error> {
+        let Some(cause) = self.segment.lock().poisoned.clone() else {
+            return Ok(None);
+        };
+        // Nothing is published while we are the log's only writer, and writers keep the
+        // newest version at or below the published one of every key: no snapshot needed.
+        let version = inner.visible_version();
+        let _write = self.checkpoint_write.lock();
+        self.write_checkpoint(inner, version)
+            .and_then(|()| self.start_segment(version + 1))
+            .map_err(|e| unusable(&cause, &e))?;
+        let current = self.segment.lock().path.clone();
+        let removed = self.fs.list(&self.dir).and_then(|names| {
+            for name in names {
+                let stale = parse_numbered(&name, "wal", "log").is_some()
+                    || parse_numbered(&name, "checkpoint", "tmp").is_some()
+                    || parse_numbered(&name, "checkpoint", "ckpt").is_some_and(|v| v < version);
+                let path = self.dir.join(&name);
+                if stale && path != current {
+                    remove_if_present(self.fs.as_ref(), &path)?;
+                }
+            }
+            self.fs.sync_dir(&self.dir)
+        });
+        // What is left is wholly below the checkpoint; the next checkpoint or open removes it.
+        if let Err(e) = removed {
+            log::warn!(
+                "tuplekv: removing replaced files in {}: {e}",
+                self.dir.display()
+            );
+        }
+        {
+            let mut seg = self.segment.lock();
+            seg.older.clear();
+            seg.since_checkpoint = 0;
+        }
+        log::warn!(
+            "tuplekv: {}: rebuilt the log from memory after {cause}: checkpoint at version \
+             {version}, new segment {}",
+            self.dir.display(),
+            current.display()
+        );
+        Ok(Some(version))
+    }
+
+    /// Makes `wal-<base>.log` the segment appended to: syncs the current one if needed,
+    /// creates the new one with its header (synced, directory synced), and switches to it.
+    /// Nothing to do if the current segment already is that one and is not poisoned. If the
+    /// new file cannot be made whole it is removed again; if even that fails, the current
+    /// segment is poisoned, so no record is ever appended below a newer segment. Called as
+    /// the log's only writer.
+    fn start_segment(&self, base: u64) -> Result<(), Error> {
+        let path = self.dir.join(numbered("wal", base, "log"));
+        let _sync = self.sync_lock.lock();
+        let mut seg = self.segment.lock();
+        let seg = &mut *seg;
+        if seg.poisoned.is_none() {
+            if seg.path == path {
+                return Ok(());
+            }
+            // The segments a checkpoint replaces must be whole on disk before a newer segment
+            // can exist (buffered mode may not have synced yet).
+            if seg.synced < seg.len {
+                if let Err(e) = seg.file.sync_data() {
+                    let error = io_error("syncing the log", &seg.path, &e);
+                    log::error!("tuplekv: {error}; the segment is retired");
+                    seg.poisoned = Some(error.clone());
+                    return Err(error);
+                }
+                seg.synced = seg.len;
+            }
+        }
+        let fs = self.fs.as_ref();
+        // Never reuse a file: the poisoned segment may have this very name.
+        let created = remove_if_present(fs, &path)
+            .and_then(|()| fs.open_append(&path, true))
+            .and_then(|mut file| {
+                file.write_all(&record::file_header(record::LOG_MAGIC, base))
+                    .and_then(|()| file.sync_data())
+                    .and_then(|()| fs.sync_dir(&self.dir))
+                    .map(|()| file)
+            });
+        let file = match created {
+            Ok(file) => file,
+            Err(e) => {
+                let error = io_error("creating log segment", &path, &e);
+                if let Err(e2) = remove_if_present(fs, &path).and_then(|()| fs.sync_dir(&self.dir))
+                {
+                    log::error!(
+                        "tuplekv: could not remove the partial segment {}: {e2}",
+                        path.display()
+                    );
+                    if seg.poisoned.is_none() {
+                        seg.poisoned = Some(error.clone());
+                    }
+                }
+                return Err(error);
+            }
+        };
+        drop(std::mem::replace(&mut seg.file, file));
+        let old_path = std::mem::replace(&mut seg.path, path);
+        if old_path != seg.path {
+            seg.older.push((segment_base(&old_path), old_path));
+        }
+        seg.len = record::FILE_HEADER_LEN as u64;
+        seg.synced = seg.len;
+        seg.poisoned = None;
         Ok(())
     }
 
@@ -448,62 +769,98 @@ impl Wal {
     fn checkpoint_inner(&self, inner: &Arc<Inner>) -> Result<Versionstamp, Error> {
         // Start a new segment at a batch boundary, as the log's only writer: everything in the
         // older segments is then published, so a snapshot taken next covers all of it.
-        let (snapshot, replaced) = self.exclusively(inner, || {
-            let mut seg = self.segment.lock();
-            // The segments this checkpoint replaces must be whole on disk before a newer
-            // segment can exist (buffered mode may not have synced yet).
-            if seg.dirty {
-                seg.file
-                    .sync_data()
-                    .map_err(|e| io_error("syncing the log", &seg.path, &e))?;
-                seg.dirty = false;
+        let started = self.exclusively(inner, || {
+            // A poisoned log is repaired instead, which writes a checkpoint itself; so is one
+            // whose old segment fails to sync now.
+            if let Some(version) = self.repair(inner)? {
+                return Ok(Err(version));
             }
             // Everything written so far is published (flushes publish before they return).
             let version = inner.visible_version();
-            let base = |p: &Path| {
-                parse_numbered(
-                    p.file_name().and_then(|n| n.to_str()).unwrap_or_default(),
-                    "wal",
-                    "log",
-                )
-                .unwrap_or(0)
-            };
-            // Start a new segment unless the current one is still empty of commits (it begins
-            // right after `version`): the checkpoint then replaces every older segment.
-            if base(&seg.path) != version + 1 {
-                let path = self.dir.join(numbered("wal", version + 1, "log"));
-                let mut file = self
-                    .fs
-                    .open_append(&path, true)
-                    .map_err(|e| io_error("creating log segment", &path, &e))?;
-                file.write_all(&record::file_header(record::LOG_MAGIC, version + 1))
-                    .and_then(|()| file.sync_data())
-                    .and_then(|()| self.fs.sync_dir(&self.dir))
-                    .map_err(|e| io_error("creating log segment", &path, &e))?;
-                drop(std::mem::replace(&mut seg.file, file));
-                let old_path = std::mem::replace(&mut seg.path, path);
-                seg.older.push((base(&old_path), old_path));
-                seg.len = record::FILE_HEADER_LEN as u64;
-                seg.broken = None;
+            if let Err(e) = self.start_segment(version + 1) {
+                return match self.repair(inner)? {
+                    Some(version) => Ok(Err(version)),
+                    None => Err(e),
+                };
             }
+            let mut seg = self.segment.lock();
             seg.since_checkpoint = 0;
             let replaced: Vec<PathBuf> = seg.older.iter().map(|(_, p)| p.clone()).collect();
-            Ok::<_, Error>((crate::db::Snapshot::register(inner), replaced))
+            Ok(Ok((crate::db::Snapshot::register(inner), replaced)))
         })?;
         {
             let mut bg = self.background.lock();
             bg.checkpoint_wanted = false;
         }
+        let (snapshot, replaced) = match started {
+            Ok(started) => started,
+            Err(repaired) => return Ok(Versionstamp::from_version(repaired)),
+        };
         let version = snapshot.versionstamp().version();
+        let _write = self.checkpoint_write.lock();
+        let written = self.write_checkpoint(inner, version);
+        drop(snapshot);
+        written?;
 
-        // Write the snapshot to a temporary file, sync it, and publish it by renaming.
+        // The checkpoint is durable: what it replaces can go.
+        let names = self
+            .fs
+            .list(&self.dir)
+            .map_err(|e| io_error("listing", &self.dir, &e))?;
+        let mut removed = false;
+        for name in names {
+            if parse_numbered(&name, "checkpoint", "ckpt").is_some_and(|v| v < version) {
+                let path = self.dir.join(&name);
+                remove_if_present(self.fs.as_ref(), &path)
+                    .map_err(|e| io_error("removing", &path, &e))?;
+                removed = true;
+            }
+        }
+        for path in &replaced {
+            remove_if_present(self.fs.as_ref(), path)
+                .map_err(|e| io_error("removing", path, &e))?;
+            removed = true;
+        }
+        self.segment
+            .lock()
+            .older
+            .retain(|(_, p)| !replaced.contains(p));
+        if removed {
+            self.fs
+                .sync_dir(&self.dir)
+                .map_err(|e| io_error("syncing", &self.dir, &e))?;
+        }
+        Ok(Versionstamp::from_version(version))
+    }
+
+    /// Writes `checkpoint-<version>.ckpt`: every live entry at `version`, to a temporary file
+    /// that is synced and then renamed (directory synced). The caller keeps `version`
+    /// readable (a snapshot, or being the log's only writer) and holds `checkpoint_write`.
+    /// On any error the temporary file is removed.
+    fn write_checkpoint(&self, inner: &Inner, version: u64) -> Result<(), Error> {
         let final_path = self.dir.join(numbered("checkpoint", version, "ckpt"));
         let tmp_path = self.dir.join(numbered("checkpoint", version, "tmp"));
+        let result = self.write_checkpoint_file(inner, version, &tmp_path);
+        let result = result.and_then(|()| {
+            self.fs
+                .rename(&tmp_path, &final_path)
+                .and_then(|()| self.fs.sync_dir(&self.dir))
+                .map_err(|e| io_error("publishing checkpoint", &final_path, &e))
+        });
+        if result.is_err()
+            && let Err(e) = remove_if_present(self.fs.as_ref(), &tmp_path)
+        {
+            log::warn!("tuplekv: removing {}: {e}", tmp_path.display());
+        }
+        result
+    }
+
+    fn write_checkpoint_file(&self, inner: &Inner, version: u64, path: &Path) -> Result<(), Error> {
+        let write_err = |e: io::Error| io_error("writing checkpoint", path, &e);
         let mut file = self
             .fs
-            .open_append(&tmp_path, true)
-            .map_err(|e| io_error("creating checkpoint", &tmp_path, &e))?;
-        let write_err = |e: io::Error| io_error("writing checkpoint", &tmp_path, &e);
+            .open_append(path, true)
+            .map_err(|e| io_error("creating checkpoint", path, &e))?;
         file.write_all(&record::file_header(record::CHECKPOINT_MAGIC, version))
             .map_err(write_err)?;
         let mut frames = FrameWriter::default();
@@ -548,45 +905,7 @@ impl Wal {
         flush(&mut batch, &mut frames, &mut file)?;
         frames.end(version, count);
         file.write_all(&frames.buf).map_err(write_err)?;
-        file.sync_data().map_err(write_err)?;
-        drop(file);
-        drop(snapshot);
-        self.fs
-            .rename(&tmp_path, &final_path)
-            .and_then(|()| self.fs.sync_dir(&self.dir))
-            .map_err(|e| io_error("publishing checkpoint", &final_path, &e))?;
-
-        // The checkpoint is durable: what it replaces can go.
-        let names = self
-            .fs
-            .list(&self.dir)
-            .map_err(|e| io_error("listing", &self.dir, &e))?;
-        let mut removed = false;
-        for name in names {
-            if parse_numbered(&name, "checkpoint", "ckpt").is_some_and(|v| v < version) {
-                let path = self.dir.join(&name);
-                self.fs
-                    .remove(&path)
-                    .map_err(|e| io_error("removing", &path, &e))?;
-                removed = true;
-            }
-        }
-        for path in &replaced {
-            self.fs
-                .remove(path)
-                .map_err(|e| io_error("removing", path, &e))?;
-            removed = true;
-        }
-        self.segment
-            .lock()
-            .older
-            .retain(|(_, p)| !replaced.contains(p));
-        if removed {
-            self.fs
-                .sync_dir(&self.dir)
-                .map_err(|e| io_error("syncing", &self.dir, &e))?;
-        }
-        Ok(Versionstamp::from_version(version))
+        file.sync_data().map_err(write_err)
     }
 
     /// The background thread: periodic syncs (buffered mode) and checkpoints.
@@ -811,18 +1130,46 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
         report.bytes_read += bytes;
     }
 
+    // `covered`: every version ever published up to it is in the checkpoint or the segments
+    // read so far. A segment's first version is the published version + 1 when it was
+    // started, so a segment starting above `covered + 1` means a file is missing.
+    let mut covered = floor;
     let mut tail_len = None;
     let mut log_bytes = 0u64;
     for (i, &base) in segments.iter().enumerate() {
-        let newest = i + 1 == segments.len();
+        let next = segments.get(i + 1).copied();
+        let newest = next.is_none();
         let path = dir.join(numbered("wal", base, "log"));
+        if next.is_some_and(|n| n <= floor + 1) {
+            // Wholly below the checkpoint: left by a checkpoint or repair interrupted before
+            // it deleted it. Not read (it may hold the frames of a batch that failed).
+            continue;
+        }
+        if base > covered + 1 {
+            return Err(corrupt(
+                &path,
+                0,
+                format!(
+                    "the log segment starts at version {base} but the checkpoint and the \
+                     segments before it end at version {covered}: a log segment or \
+                     checkpoint is missing"
+                ),
+            ));
+        }
         let bytes = read_file(fs.as_ref(), &path)?;
         report.bytes_read += bytes.len() as u64;
         log_bytes += bytes.len() as u64;
         report.segments += 1;
-        if bytes.len() < record::FILE_HEADER_LEN && newest {
-            // Created but not yet written when the process died: start it again.
-            tail_len = Some(0);
+        covered = covered.max(base - 1);
+        let expected = record::file_header(record::LOG_MAGIC, base);
+        if bytes.len() <= record::FILE_HEADER_LEN
+            && (expected.starts_with(&bytes) || bytes.iter().all(|&b| b == 0))
+        {
+            // Created but its header not (or not wholly) on disk when the process died, or a
+            // failed start whose file could not be removed: it holds no records.
+            if newest {
+                tail_len = Some(0);
+            }
             continue;
         }
         if record::parse_file_header(record::LOG_MAGIC, &bytes) != Some(base) {
@@ -837,9 +1184,22 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
             let damage = match record::read_frame(&bytes[at..]) {
                 Frame::Valid { payload, len } => match record::decode_payload(payload) {
                     Some(p) => {
+                        if let Payload::Commit { version, .. } = &p
+                            && *version < base
+                        {
+                            return Err(corrupt(
+                                &path,
+                                at,
+                                format!(
+                                    "commit version {version} is below the segment's first \
+                                     version {base}"
+                                ),
+                            ));
+                        }
                         if state.apply(p, &path, at, floor)? {
                             report.records_replayed += 1;
                         }
+                        covered = covered.max(state.last);
                         at += len;
                         continue;
                     }
@@ -921,17 +1281,22 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
             file,
             path,
             len,
-            dirty: false,
-            broken: None,
+            synced: len,
+            poisoned: None,
             since_checkpoint,
             older,
         }),
+        sync_lock: Mutex::new(()),
         pending: Mutex::new(Pending::default()),
         flushed: Condvar::new(),
         arriving: AtomicUsize::new(0),
+        rollbacks: AtomicU64::new(0),
+        settling: AtomicUsize::new(0),
         background: Mutex::new(Background::default()),
         background_wake: Condvar::new(),
         checkpoint_lock: Mutex::new(()),
+        checkpoint_write: Mutex::new(()),
+        inner: Mutex::new(Weak::new()),
     });
     let now = now_ms();
     let mut entries: Vec<(KeyBytes, Version)> = state
@@ -960,6 +1325,7 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
 pub(crate) fn start_background(open: &OpenDir, inner: &Arc<Inner>) {
     let wal = Arc::clone(&open.wal);
     let weak = Arc::downgrade(inner);
+    *wal.inner.lock() = Weak::clone(&weak);
     match std::thread::Builder::new()
         .name("tuplekv-wal".into())
         .spawn(move || wal.run_background(&weak))
@@ -974,4 +1340,101 @@ pub(crate) fn chain_of(version: Version) -> Chain {
     let mut versions = SmallVec::new();
     versions.push(version);
     Chain { versions }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A committer whose checks fail against a batch that is not yet durable: it must not
+    //! answer before that batch is final (it once answered at once, and could then read the
+    //! old value, or lose to a commit that was later rolled back).
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+    use crate::durable::fs::{Faults, FaultyFs};
+    use crate::{Database, key};
+
+    /// Holds the sync of a first commit setting `k`, runs a second commit that requires `k`
+    /// absent until it waits for that batch, then lets the sync fail (`fail`) or succeed.
+    /// Returns the second commit's result and what it read of `k` right after.
+    fn race_with_unpublished(fail: bool) -> (CommitResult, Option<crate::Value>) {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let options = Options {
+            fs: Arc::new(FaultyFs::new(Arc::clone(&faults))),
+            background_reclaim: false,
+            ..Options::default()
+        };
+        let db = Database::open(dir.path(), options).unwrap();
+        let wal = Arc::clone(db.inner.wal.as_ref().unwrap());
+        faults.hold_syncs();
+        std::thread::scope(|s| {
+            let first = s.spawn(|| db.set(&key!["k"], 1u64));
+            faults.wait_for_held_syncs(1);
+            let second = s.spawn(|| {
+                let result = db
+                    .atomic()
+                    .check(&key!["k"], None)
+                    .set(&key!["k"], 2u64)
+                    .commit()
+                    .unwrap();
+                (result, db.get(&key!["k"]).unwrap().map(|e| e.value))
+            });
+            while wal.settling.load(Ordering::Acquire) == 0 {
+                std::thread::yield_now();
+            }
+            if fail {
+                faults.fail_next_syncs(1);
+            }
+            faults.release_syncs();
+            assert_eq!(first.join().unwrap().is_err(), fail);
+            second.join().unwrap()
+        })
+    }
+
+    /// A checkpoint whose flush of the pending batch fails returns that error instead of
+    /// going on to start a segment as if the log were fine.
+    #[test]
+    fn a_checkpoint_after_a_failed_flush_fails_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let options = Options {
+            fs: Arc::new(FaultyFs::new(Arc::clone(&faults))),
+            background_reclaim: false,
+            ..Options::default()
+        };
+        let db = Database::open(dir.path(), options).unwrap();
+        let inner = &db.inner;
+        let wal = inner.wal.as_ref().unwrap();
+        // A commit applied and queued, as a committer leaves it before it flushes.
+        let slot: Slot = Arc::new(Mutex::new(None));
+        {
+            let mut last = inner.commit.lock();
+            let mut pending = wal.pending.lock();
+            let write = db.atomic().set(&key!["k"], 1u64).as_write().clone();
+            let result = inner
+                .apply_write(write, &mut last, Some(&mut pending.sink))
+                .unwrap();
+            assert!(result.is_committed());
+            pending.waiters.push((*last, Arc::clone(&slot)));
+        }
+        faults.fail_next_syncs(1);
+        let err = wal.checkpoint(inner).unwrap_err();
+        assert!(err.to_string().contains("fsync failed (injected)"), "{err}");
+        assert!(slot.lock().take().unwrap().is_err());
+        assert_eq!(db.get(&key!["k"]).unwrap(), None);
+    }
+
+    #[test]
+    fn a_loser_answers_only_once_the_winner_is_durable_and_then_reads_it() {
+        let (result, read) = race_with_unpublished(false);
+        assert!(!result.is_committed());
+        assert_eq!(read, Some(crate::Value::U64(1)));
+    }
+
+    #[test]
+    fn a_check_against_a_batch_that_rolls_back_is_evaluated_again() {
+        let (result, read) = race_with_unpublished(true);
+        assert!(result.is_committed(), "{result:?}");
+        assert_eq!(read, Some(crate::Value::U64(2)));
+    }
 }
