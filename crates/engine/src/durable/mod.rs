@@ -537,7 +537,10 @@ impl Wal {
     /// Appends `buf` to the log (and syncs it, in [`Durability::Sync`]). A failed write is
     /// cut back to the previous length; a failed sync poisons the segment.
     fn append(&self, buf: &[u8]) -> Result<(), Error> {
-        let _sync = self.sync_lock.lock();
+        let sync = self.durability == Durability::Sync;
+        // Buffered appends go on while a background sync runs (it covers what was written
+        // before it started); only a sync made here must not overlap another.
+        let _sync = sync.then(|| self.sync_lock.lock());
         let mut seg = self.segment.lock();
         let seg = &mut *seg;
         if let Some(cause) = &seg.poisoned {
@@ -557,14 +560,12 @@ impl Wal {
                     seg.path.display()
                 );
                 seg.poisoned = Some(io_error("cutting back", &seg.path, &e2));
-            } else {
+            } else if sync {
                 seg.synced = seg.len;
             }
             return Err(error);
         }
-        if self.durability == Durability::Sync
-            && let Err(e) = seg.file.sync_data()
-        {
+        if sync && let Err(e) = seg.file.sync_data() {
             // After a failed fsync the kernel may have dropped the written pages and will not
             // report it again: never trust this file again. Cut the frames off anyway, so a
             // process crash before the repair cannot bring them back.
@@ -576,7 +577,7 @@ impl Wal {
         }
         let n = buf.len() as u64;
         seg.len += n;
-        if self.durability == Durability::Sync {
+        if sync {
             seg.synced = seg.len;
         }
         seg.since_checkpoint += n;
