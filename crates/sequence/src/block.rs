@@ -14,9 +14,16 @@
 //! The current block is published as three words under a sequence lock: a reader that sees
 //! the lock's counter odd or changed does not guess, it takes the slow path. The slow path
 //! takes the refill mutex; the thread that finds its ticket past the block reserves the next
-//! block (covering at least its ticket) and publishes it. A ticket whose block was already
-//! replaced when its reader looked is *stale*: its number is skipped (a gap, never a
-//! duplicate) and the reader draws again.
+//! block and publishes it *starting at its own ticket*. A ticket below the published block's
+//! start is *stale*: either its block was replaced before its reader looked, or it was drawn
+//! between the old block's end and the refilling ticket (by a draw whose reservation failed,
+//! or one still waiting for the mutex). A stale ticket maps to no number of the new block
+//! (its old block's number, if any, is a gap, never a duplicate) and its reader draws again.
+//!
+//! Starting the block at the refilling ticket keeps every block exactly as large as the
+//! reservation asked for: however many draws failed or queued before the refill, none of them
+//! stretches the block, so a handle never holds more than one reservation's worth of numbers
+//! (for a fast sequence, [`BLOCK_SIZE_MAX`](crate::limits::BLOCK_SIZE_MAX)).
 //!
 //! Orderings: the writer stores the odd counter, then the three words with `Release`, then
 //! the even counter with `Release`; the reader loads the counter with `Acquire`, the words with
@@ -64,8 +71,8 @@ enum Lookup {
 ///
 /// let mut high = 100; // stands for the durable high-water mark
 /// let alloc = BlockAllocator::new(());
-/// let mut reserve = |_: &mut (), need: u64| {
-///     let block = high..high + need.max(4);
+/// let mut reserve = |_: &mut ()| {
+///     let block = high..high + 4;
 ///     high = block.end;
 ///     Ok::<_, ()>(block)
 /// };
@@ -91,17 +98,20 @@ impl<P> BlockAllocator<P> {
 
     /// The next number.
     ///
-    /// `reserve(state, need)` is called, under the refill mutex, when the current block is
-    /// used up. It must return a range of at least `need` numbers (fewer is fine near a
-    /// sequence's end: the draw that is not covered asks again) all above every range it
-    /// returned before, or an error, which `next` returns (the block stays used up).
+    /// `reserve(state)` is called, under the refill mutex, when the current block is used up.
+    /// It must return a non-empty range of numbers, all above every range it returned before,
+    /// or an error, which `next` returns (the block stays used up, and the failed draw's ticket
+    /// is never worth a number). The new block holds exactly the range returned.
     ///
     /// # Errors
     /// What `reserve` returns.
+    ///
+    /// # Panics
+    /// If `reserve` returns an empty range (a bug in the caller: no draw could be served).
     #[inline]
     pub fn next<E>(
         &self,
-        mut reserve: impl FnMut(&mut P, u64) -> Result<Range<u64>, E>,
+        mut reserve: impl FnMut(&mut P) -> Result<Range<u64>, E>,
     ) -> Result<u64, E> {
         loop {
             let ticket = self.tickets.0.fetch_add(1, Ordering::Relaxed);
@@ -141,38 +151,41 @@ impl<P> BlockAllocator<P> {
         classify(ticket, start, end, base)
     }
 
-    /// The slow path: under the mutex, find the ticket's number, reserving blocks until one
-    /// covers it. `None` means the ticket went stale.
+    /// The slow path: under the mutex, find the ticket's number, or reserve a block that starts
+    /// at the ticket. `None` means the ticket went stale.
     #[cold]
     fn refill<E>(
         &self,
         ticket: u64,
-        reserve: &mut impl FnMut(&mut P, u64) -> Result<Range<u64>, E>,
+        reserve: &mut impl FnMut(&mut P) -> Result<Range<u64>, E>,
     ) -> Result<Option<u64>, E> {
         let mut state = self
             .refill
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let b = &self.block.0;
-        loop {
-            // Only refills store these, and they hold the mutex we hold.
-            let start = b.t_start.load(Ordering::Relaxed);
-            let end = b.t_end.load(Ordering::Relaxed);
-            let base = b.base.load(Ordering::Relaxed);
-            match classify(ticket, start, end, base) {
-                Lookup::Hit(n) => return Ok(Some(n)),
-                Lookup::Stale => return Ok(None),
-                Lookup::Miss => {}
-            }
-            let numbers = reserve(&mut state, ticket - end + 1)?;
-            let len = numbers.end.saturating_sub(numbers.start);
-            let seq = b.seq.load(Ordering::Relaxed);
-            b.seq.store(seq + 1, Ordering::Relaxed);
-            b.t_start.store(end, Ordering::Release);
-            b.t_end.store(end + len, Ordering::Release);
-            b.base.store(numbers.start, Ordering::Release);
-            b.seq.store(seq + 2, Ordering::Release);
+        // Only refills store these, and they hold the mutex we hold.
+        let start = b.t_start.load(Ordering::Relaxed);
+        let end = b.t_end.load(Ordering::Relaxed);
+        let base = b.base.load(Ordering::Relaxed);
+        match classify(ticket, start, end, base) {
+            Lookup::Hit(n) => return Ok(Some(n)),
+            Lookup::Stale => return Ok(None),
+            Lookup::Miss => {}
         }
+        let numbers = reserve(&mut state)?;
+        let len = numbers.end.saturating_sub(numbers.start);
+        assert!(len > 0, "reserve returned the empty range {numbers:?}");
+        // Tickets in `end..ticket` (draws whose reservation failed, or that wait for the mutex
+        // behind us) fall below the new start: stale, so they draw again instead of
+        // stretching this block.
+        let seq = b.seq.load(Ordering::Relaxed);
+        b.seq.store(seq + 1, Ordering::Relaxed);
+        b.t_start.store(ticket, Ordering::Release);
+        b.t_end.store(ticket + len, Ordering::Release);
+        b.base.store(numbers.start, Ordering::Release);
+        b.seq.store(seq + 2, Ordering::Release);
+        Ok(Some(numbers.start))
     }
 }
 

@@ -73,6 +73,21 @@ pub enum Error {
         /// Its code.
         code: String,
     },
+    /// A fast handle found the stored counter below the end of a block it reserved itself:
+    /// the counter went back (for example a stale copy was restored), and the numbers above it
+    /// may already be in use. Nothing was written and no number was handed out.
+    #[error(
+        "counter of {prefix:?} went back to {counter}, but this handle already reserved the \
+         numbers below {reserved} (a stale copy restored?); repair it before issuing more codes"
+    )]
+    CounterWentBack {
+        /// The prefix.
+        prefix: String,
+        /// The counter as read: the first number the store says is free.
+        counter: u64,
+        /// The end of the last block this handle reserved.
+        reserved: u64,
+    },
     /// The caller's own checks in the record failed; nothing was written and no number used.
     #[error("the record's checks failed ({} of them); no number was used", .0.failed_checks.len())]
     Rejected(Conflict),

@@ -1,7 +1,7 @@
 //! [`FastSequence`]: numbers from blocks reserved in the store, handed out lock-free.
 
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tuplekv_engine::{AtomicWrite, Store, Versionstamp};
 
@@ -14,12 +14,17 @@ use crate::limits::{
 use crate::record::Record;
 use crate::sequences::Core;
 
-/// The adaptive block size, kept under the allocator's refill mutex.
+/// What a handle remembers between reservations, kept under the allocator's refill mutex.
 #[derive(Debug)]
 struct Adapt {
+    /// The size of the next block, before adapting it to how fast the last one went.
     size: u64,
+    /// When the last block was reserved.
     last: Option<Instant>,
     reservations: u64,
+    /// The end of the last block reserved: the counter can never be below it again, unless
+    /// someone put it back.
+    reserved: u64,
 }
 
 /// A handle on a fast sequence: unique, increasing numbers with gaps, at the cost of an atomic
@@ -34,7 +39,12 @@ struct Adapt {
 /// Guarantees: no two handles (threads, servers sharing the store, restarts) ever hand out the
 /// same number; numbers from one handle increase (a `next` that returns before another starts
 /// returns the smaller number); numbers reserved but not handed out (a dropped handle, a crash)
-/// are never used: a gap of at most one block per handle.
+/// are never used: a gap of at most one block per handle. A failed `next` (a store error)
+/// uses no number and never makes a block larger.
+///
+/// A handle remembers the end of the last block it reserved: if it finds the counter below
+/// that (a stale copy of the store restored under it), it fails with
+/// [`Error::CounterWentBack`] instead of handing out numbers again.
 ///
 /// ```
 /// use tuplekv_engine::{Database, key};
@@ -66,6 +76,7 @@ impl<S: Store> FastSequence<S> {
                 size: BLOCK_SIZE_MIN,
                 last: None,
                 reservations: 0,
+                reserved: 0,
             }),
         }
     }
@@ -74,7 +85,8 @@ impl<S: Store> FastSequence<S> {
     ///
     /// # Errors
     /// [`Error::Exhausted`] past the maximum of a sequence that fails there;
-    /// [`Error::Contention`] or a store error when reserving a block.
+    /// [`Error::CounterWentBack`] if the stored counter is below a block this handle reserved;
+    /// [`Error::Contention`] or a store error when reserving a block. No number is used.
     #[inline]
     pub fn next(&self) -> Result<Issued<'_>, Error> {
         Ok(Issued::new(self.next_number()?, &self.core.def.format))
@@ -86,8 +98,7 @@ impl<S: Store> FastSequence<S> {
     /// As [`FastSequence::next`].
     #[inline]
     pub fn next_number(&self) -> Result<u64, Error> {
-        self.alloc
-            .next(|adapt, need| reserve(&self.core, adapt, need))
+        self.alloc.next(|adapt| reserve(&self.core, adapt))
     }
 
     /// Commits `record` together with the uniqueness backstop of `number`: the key
@@ -131,27 +142,39 @@ impl<S: Store> FastSequence<S> {
     }
 }
 
-/// Reserves the next block: at least `need` numbers, as many as the adaptive size says.
-fn reserve<S: Store>(core: &Core<S>, adapt: &mut Adapt, need: u64) -> Result<Range<u64>, Error> {
-    let now = Instant::now();
-    if let Some(last) = adapt.last {
-        let lasted = now.duration_since(last);
-        if lasted < BLOCK_GROW_WITHIN {
-            adapt.size = (adapt.size * 2).min(BLOCK_SIZE_MAX);
-        } else if lasted > BLOCK_SHRINK_AFTER {
-            adapt.size = (adapt.size / 2).max(BLOCK_SIZE_MIN);
-        }
+/// The size of the block after one of `size` that lasted `lasted` (`None`: the first block).
+///
+/// Both bounds are strict: a block used up in exactly [`BLOCK_GROW_WITHIN`] does not grow the
+/// next, and one that lasted exactly [`BLOCK_SHRINK_AFTER`] does not shrink it.
+fn adapted(size: u64, lasted: Option<Duration>) -> u64 {
+    match lasted {
+        Some(d) if d < BLOCK_GROW_WITHIN => size.saturating_mul(2).min(BLOCK_SIZE_MAX),
+        Some(d) if d > BLOCK_SHRINK_AFTER => (size / 2).max(BLOCK_SIZE_MIN),
+        _ => size,
     }
-    adapt.last = Some(now);
-    let want = adapt.size.max(need);
+}
+
+/// Reserves the next block, as many numbers as the adaptive size says. Only a reservation that
+/// commits changes the handle's state, so failed attempts neither grow the block nor reset its
+/// clock.
+fn reserve<S: Store>(core: &Core<S>, adapt: &mut Adapt) -> Result<Range<u64>, Error> {
+    let now = Instant::now();
+    let size = adapted(adapt.size, adapt.last.map(|last| now.duration_since(last)));
     let limit = core.def.limit();
     for _ in 0..COMMIT_ATTEMPTS_MAX {
         let (next, seen) = core.read_counter()?;
+        if next < adapt.reserved {
+            return Err(Error::CounterWentBack {
+                prefix: core.def.prefix.clone(),
+                counter: next,
+                reserved: adapt.reserved,
+            });
+        }
         if next > limit {
             return Err(core.def.exhausted());
         }
         // `limit <= NUMBER_MAX < u64::MAX`, so neither side overflows.
-        let end = next + want.min(limit - next + 1);
+        let end = next + size.min(limit - next + 1);
         let (check, set) = core.counter_cas(seen, end);
         let write = AtomicWrite {
             checks: vec![check],
@@ -159,7 +182,10 @@ fn reserve<S: Store>(core: &Core<S>, adapt: &mut Adapt, need: u64) -> Result<Ran
             ..AtomicWrite::default()
         };
         if core.store.commit(write)?.is_committed() {
+            adapt.size = size;
+            adapt.last = Some(now);
             adapt.reservations += 1;
+            adapt.reserved = end;
             return Ok(next..end);
         }
         std::thread::yield_now();
@@ -168,4 +194,57 @@ fn reserve<S: Store>(core: &Core<S>, adapt: &mut Adapt, need: u64) -> Result<Ran
         prefix: core.def.prefix.clone(),
         attempts: COMMIT_ATTEMPTS_MAX,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TICK: Duration = Duration::from_nanos(1);
+
+    #[test]
+    fn the_first_block_has_block_size_min() {
+        assert_eq!(adapted(BLOCK_SIZE_MIN, None), BLOCK_SIZE_MIN);
+    }
+
+    #[test]
+    fn a_block_used_up_within_block_grow_within_doubles_the_next() {
+        assert_eq!(adapted(64, Some(Duration::ZERO)), 128);
+        assert_eq!(adapted(64, Some(BLOCK_GROW_WITHIN - TICK)), 128);
+        // At the bound and past it: unchanged.
+        assert_eq!(adapted(64, Some(BLOCK_GROW_WITHIN)), 64);
+        assert_eq!(adapted(64, Some(BLOCK_GROW_WITHIN + TICK)), 64);
+    }
+
+    #[test]
+    fn a_block_that_lasted_past_block_shrink_after_halves_the_next() {
+        assert_eq!(adapted(64, Some(BLOCK_SHRINK_AFTER)), 64);
+        assert_eq!(adapted(64, Some(BLOCK_SHRINK_AFTER + TICK)), 32);
+        assert_eq!(adapted(64, Some(Duration::MAX)), 32);
+    }
+
+    #[test]
+    fn blocks_grow_up_to_block_size_max_and_no_further() {
+        assert_eq!(adapted(BLOCK_SIZE_MAX / 2, Some(TICK)), BLOCK_SIZE_MAX);
+        assert_eq!(adapted(BLOCK_SIZE_MAX, Some(TICK)), BLOCK_SIZE_MAX);
+        let mut size = BLOCK_SIZE_MIN;
+        for _ in 0..64 {
+            size = adapted(size, Some(TICK));
+            assert!(size <= BLOCK_SIZE_MAX);
+        }
+        assert_eq!(size, BLOCK_SIZE_MAX);
+    }
+
+    #[test]
+    fn blocks_shrink_down_to_block_size_min_and_no_further() {
+        let long = Some(BLOCK_SHRINK_AFTER + TICK);
+        assert_eq!(adapted(BLOCK_SIZE_MIN * 2, long), BLOCK_SIZE_MIN);
+        assert_eq!(adapted(BLOCK_SIZE_MIN, long), BLOCK_SIZE_MIN);
+        let mut size = BLOCK_SIZE_MAX;
+        for _ in 0..64 {
+            size = adapted(size, long);
+            assert!(size >= BLOCK_SIZE_MIN);
+        }
+        assert_eq!(size, BLOCK_SIZE_MIN);
+    }
 }
