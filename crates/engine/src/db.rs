@@ -315,8 +315,13 @@ impl Database {
 
     /// Syncs the log now; useful in [`Durability::Buffered`] mode before a planned stop.
     ///
+    /// A sync that fails retires the log file and rebuilds the log from memory (a checkpoint
+    /// and a fresh segment); when that rebuild succeeds, everything acknowledged is on stable
+    /// storage and this returns `Ok`.
+    ///
     /// # Errors
-    /// [`Error::Io`] if the sync fails.
+    /// [`Error::Io`] if the log could not be made durable: the sync failed and so did the
+    /// rebuild (the error names the first failure).
     pub fn sync(&self) -> Result<(), Error> {
         match &self.inner.wal {
             Some(wal) => wal.sync_now(),
