@@ -1,5 +1,5 @@
-//! The crate's error type. Every failure changes nothing in the store and, except where a
-//! variant says so, uses no number.
+//! The crate's error type. Every failure changes nothing in the store and uses no number,
+//! except [`Error::CommitPanicked`], whose outcome the store never told.
 
 use thiserror::Error;
 use tuplekv_codec::EncodeError;
@@ -87,6 +87,17 @@ pub enum Error {
         counter: u64,
         /// The end of the last block this handle reserved.
         reserved: u64,
+    },
+    /// The store panicked during a commit that another request of the same gapless batch was
+    /// leading (that request's thread gets the panic). Whether the batch committed is unknown:
+    /// look the record up before retrying.
+    #[error(
+        "the store panicked committing a batch of {prefix:?}; whether this request committed \
+         is unknown"
+    )]
+    CommitPanicked {
+        /// The prefix.
+        prefix: String,
     },
     /// The caller's own checks in the record failed; nothing was written and no number used.
     #[error("the record's checks failed ({} of them); no number was used", .0.failed_checks.len())]

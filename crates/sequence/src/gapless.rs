@@ -22,6 +22,9 @@
 //!   back; a human has to look); the rest are retried.
 //! - The engine refused the operation (a limit, a type error): the requests are committed one
 //!   by one, so only the culprit gets the error.
+//! - The store panicked: the panic reaches the leader's caller, and a guard (`LeadGuard`)
+//!   fails the batch's other requests with [`Error::CommitPanicked`] and hands the lead on, so
+//!   nobody waits forever for a leader that is gone.
 
 use std::collections::{HashSet, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -158,6 +161,21 @@ impl<S> GaplessSequence<S> {
     pub fn format(&self) -> &Format {
         &self.core.def.format
     }
+
+    /// Puts `leftovers` back at the front of the queue and wakes the next leader, if any.
+    fn pass_lead(&self, leftovers: Vec<Arc<Request>>) {
+        let mut queue = lock(&self.queue);
+        for req in leftovers.into_iter().rev() {
+            queue.pending.push_front(req);
+        }
+        match queue.pending.front() {
+            None => queue.leading = false,
+            Some(next) => {
+                *lock(&next.state) = State::Lead;
+                next.ready.notify_one();
+            }
+        }
+    }
 }
 
 impl<S: Store> GaplessSequence<S> {
@@ -191,7 +209,13 @@ impl<S: Store> GaplessSequence<S> {
     /// [`Error::Rejected`] if the record's own checks failed, [`Error::Duplicate`] if the
     /// uniqueness backstop fired, [`Error::Exhausted`], [`Error::Contention`], or a store error
     /// for a record the engine refuses. In every case nothing of this request is written and
-    /// no number is used.
+    /// no number is used. [`Error::CommitPanicked`] if the store panicked in a commit another
+    /// caller led (whether it committed is unknown).
+    ///
+    /// # Panics
+    /// If the store panics during a commit this call leads (the panic is the store's, passed
+    /// on); the other requests of the batch fail with [`Error::CommitPanicked`] and the handle
+    /// keeps working.
     pub fn next_with<F>(&self, build: F) -> Result<Issued<'_>, Error>
     where
         F: FnMut(&Issued<'_>, &mut Record) + Send + 'static,
@@ -235,18 +259,14 @@ impl<S: Store> GaplessSequence<S> {
             let n = queue.pending.len().min(BATCH_REQUESTS_MAX);
             queue.pending.drain(..n).collect()
         };
+        let mut guard = LeadGuard {
+            seq: self,
+            batch: batch.clone(),
+        };
         let leftovers = self.run(batch);
-        let mut queue = lock(&self.queue);
-        for req in leftovers.into_iter().rev() {
-            queue.pending.push_front(req);
-        }
-        match queue.pending.front() {
-            None => queue.leading = false,
-            Some(next) => {
-                *lock(&next.state) = State::Lead;
-                next.ready.notify_one();
-            }
-        }
+        guard.batch.clear(); // disarmed: every request was finished or is in `leftovers`
+        drop(guard);
+        self.pass_lead(leftovers);
     }
 
     /// Commits `batch`, finishing every request it can; returns those left for a later batch.
@@ -443,6 +463,40 @@ impl<S: Store> GaplessSequence<S> {
             }
         }
         retry
+    }
+}
+
+/// Armed while a leader runs a batch: if the store panics (the only code in a batch that is
+/// not ours, apart from record closures, which are caught), dropping it during the unwind
+/// fails every request of the batch that is still waiting and hands the lead on. Without it
+/// `leading` would stay set and every later request on the handle would wait forever.
+struct LeadGuard<'a, S> {
+    seq: &'a GaplessSequence<S>,
+    batch: Vec<Arc<Request>>,
+}
+
+impl<S> Drop for LeadGuard<'_, S> {
+    fn drop(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        // The commit may or may not have applied: forget the cached counter, so the next
+        // leader reads it (its versionstamp check would catch a stale cache anyway).
+        *lock(&self.seq.counter) = None;
+        let prefix = &self.seq.core.def.prefix;
+        for req in &self.batch {
+            let mut state = lock(&req.state);
+            // `Done` is a result its caller has not taken yet; `Waiting` is either a request
+            // still waiting or one whose caller took its result and left (then nobody reads
+            // this).
+            if matches!(*state, State::Waiting) {
+                *state = State::Done(Err(Error::CommitPanicked {
+                    prefix: prefix.clone(),
+                }));
+                req.ready.notify_one();
+            }
+        }
+        self.seq.pass_lead(Vec::new());
     }
 }
 
