@@ -191,6 +191,16 @@ pub enum OptionsError {
         /// The maximum.
         max: u64,
     },
+    /// A maximum set with [`AtMax::Widen`](crate::AtMax::Widen), which counts past any
+    /// maximum to [`NUMBER_MAX`]: the maximum would have no effect.
+    #[error(
+        "max {max} has no effect with AtMax::Widen, which counts to {NUMBER_MAX}: \
+         use AtMax::Error to stop at it, or leave max unset"
+    )]
+    MaxWithWiden {
+        /// The maximum given.
+        max: u64,
+    },
     /// A format template longer than [`FORMAT_SIZE_MAX`].
     #[error("format is {size} bytes, max is {FORMAT_SIZE_MAX}")]
     FormatTooLong {

@@ -179,6 +179,26 @@ impl<S> GaplessSequence<S> {
 }
 
 impl<S: Store> GaplessSequence<S> {
+    /// The number of a code of this sequence.
+    ///
+    /// ```
+    /// use tuplekv_engine::Database;
+    /// use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
+    ///
+    /// let seqs = Sequences::new(Database::in_memory());
+    /// seqs.create("INV", SequenceOptions { mode: Mode::Gapless, ..Default::default() })?;
+    /// let invoices = seqs.gapless("INV")?;
+    /// assert_eq!(invoices.parse("INV042")?, 42);
+    /// assert!(invoices.parse("INV42").is_err());
+    /// # Ok::<(), tuplekv_sequence::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidCode`].
+    pub fn parse(&self, code: &str) -> Result<u64, Error> {
+        self.core.parse(code)
+    }
+
     pub(crate) fn new(core: Core<S>) -> Self {
         GaplessSequence {
             core,

@@ -29,14 +29,17 @@ impl fmt::Display for Mode {
     }
 }
 
-/// What happens when a sequence reaches its maximum.
+/// What happens when a sequence reaches the largest number its width shows (or its `max`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum AtMax {
-    /// Keep counting past it; codes get wider than the width (`INFO999`, `INFO1000`), up to
-    /// [`NUMBER_MAX`].
+    /// Keep counting; codes get wider than the width (`INFO999`, `INFO1000`), up to
+    /// [`NUMBER_MAX`], where the sequence fails with [`Error::Exhausted`]. A
+    /// [`SequenceOptions::max`] would have no effect, so it must be left unset
+    /// ([`OptionsError::MaxWithWiden`]).
     #[default]
     Widen,
-    /// Fail with [`Error::Exhausted`] once the maximum is handed out.
+    /// Fail with [`Error::Exhausted`] once [`SequenceOptions::max`] (by default the largest
+    /// number the width shows) is handed out.
     Error,
 }
 
@@ -56,10 +59,11 @@ pub struct SequenceOptions {
     pub start: u64,
     /// The digits numbers are zero-padded to, 1 to [`WIDTH_MAX`] (default 3: `INFO001`).
     pub width: usize,
-    /// The maximum; `None` (the default) means the largest number the width shows (999 for
-    /// width 3), or the start if it is larger.
+    /// The last number, with [`AtMax::Error`]; `None` (the default) means the largest number
+    /// the width shows (999 for width 3), or the start if it is larger. Must be `None` with
+    /// [`AtMax::Widen`], which counts to [`NUMBER_MAX`].
     pub max: Option<u64>,
-    /// What happens past the maximum (default: widen).
+    /// What happens past the largest number the width shows or `max` (default: widen).
     pub at_max: AtMax,
     /// The code template: `{prefix}` and exactly one `{n}` (default `{prefix}{n}`).
     pub format: String,
@@ -113,6 +117,9 @@ impl Definition {
             .ok()
             .and_then(|w| 10u64.checked_pow(w))
             .map_or(NUMBER_MAX, |p| (p - 1).min(NUMBER_MAX));
+        if let (AtMax::Widen, Some(max)) = (o.at_max, o.max) {
+            return Err(OptionsError::MaxWithWiden { max }.into());
+        }
         // Unset, the maximum is what the width shows (or the start, if that is wider).
         let max = o.max.unwrap_or(shown.max(o.start));
         if max > NUMBER_MAX {
@@ -208,11 +215,16 @@ impl Definition {
             mode,
             start,
             width: usize::try_from(width).map_err(|_| corrupt("bad width"))?,
-            max: Some(max),
+            // A widening sequence stores the maximum its width resolved to; resolve it again.
+            max: (at_max == AtMax::Error).then_some(max),
             at_max,
             format,
         };
-        Definition::new(prefix, &options).map_err(|e| corrupt(&e.to_string()))
+        let def = Definition::new(prefix, &options).map_err(|e| corrupt(&e.to_string()))?;
+        if def.max != max {
+            return Err(corrupt("max is not what the width shows"));
+        }
+        Ok(def)
     }
 }
 
@@ -231,6 +243,13 @@ mod tests {
             format: "{prefix}=\n{n}".replace('\n', "-"),
         };
         let d = Definition::new("TICKET", &o).expect("valid");
+        assert_eq!(Definition::decode("TICKET", &d.encode()), Ok(d));
+        let widening = SequenceOptions {
+            start: 5000,
+            ..Default::default()
+        };
+        let d = Definition::new("TICKET", &widening).expect("valid");
+        assert_eq!(d.max, 5000);
         assert_eq!(Definition::decode("TICKET", &d.encode()), Ok(d));
         assert!(Definition::decode("TICKET", b"v2\n").is_err());
     }

@@ -194,6 +194,7 @@ fn width_max_and_number_max_bound_the_options() {
         (
             SequenceOptions {
                 max: Some(NUMBER_MAX + 1),
+                at_max: AtMax::Error,
                 ..Default::default()
             },
             OptionsError::NumberTooLarge {
@@ -205,9 +206,18 @@ fn width_max_and_number_max_bound_the_options() {
             SequenceOptions {
                 start: 10,
                 max: Some(9),
+                at_max: AtMax::Error,
                 ..Default::default()
             },
             OptionsError::MaxBelowStart { start: 10, max: 9 },
+        ),
+        (
+            // A widening sequence counts past any max: setting one is a mistake, not a limit.
+            SequenceOptions {
+                max: Some(500),
+                ..Default::default()
+            },
+            OptionsError::MaxWithWiden { max: 500 },
         ),
     ];
     for (options, reason) in bad {
@@ -313,6 +323,7 @@ fn a_widening_sequence_grows_its_codes_and_stops_at_number_max() {
     seqs.create("END", options).unwrap();
     let h = seqs.gapless("END").unwrap();
     assert_eq!(h.next().unwrap().number(), NUMBER_MAX);
+    assert_eq!(h.parse(&format!("END{NUMBER_MAX}")).unwrap(), NUMBER_MAX);
     let err = fails_without_change(&db, || h.next().map(|i| i.number()));
     assert_eq!(
         err,
