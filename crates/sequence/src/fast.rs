@@ -46,6 +46,12 @@ struct Adapt {
 /// that (a stale copy of the store restored under it), it fails with
 /// [`Error::CounterWentBack`] instead of handing out numbers again.
 ///
+/// Across a crash of the machine (not only of the process), "never reused" needs the store to
+/// keep every acknowledged commit: with `tuplekv_engine::Durability::Sync` (the default) it
+/// does; with `Durability::Buffered` an operating-system crash can lose the last block
+/// reservation after its numbers were handed out, and a new handle hands them out again (see
+/// the crate docs).
+///
 /// ```
 /// use tuplekv_engine::{Database, key};
 /// use tuplekv_sequence::{Record, SequenceOptions, Sequences};

@@ -49,6 +49,28 @@
 //!   constants of [`limits`].
 //! - **Codes parse back.** [`Format::parse`] accepts exactly the codes [`Format::format`]
 //!   writes, and with the default format no two prefixes make the same code.
+//!
+//! # Durability
+//! Over a durable store (`tuplekv_engine::Database::open`), "never repeated" across a crash
+//! rests on the store keeping every commit it acknowledged. A process crash loses none in
+//! either durability mode. A crash of the machine (power cut, kernel panic) is different:
+//! - with `Durability::Sync` (the default) nothing acknowledged is lost: both modes keep every
+//!   guarantee;
+//! - with `Durability::Buffered`, the commits of the last sync interval can be lost. A fast
+//!   handle hands a block's numbers out as soon as its reservation commit returns, so a lost
+//!   reservation means the next handle hands the same numbers out again, and the records and
+//!   backstop keys written with them are lost too (the store drops a suffix of commits), so
+//!   nothing catches the repeat. Gapless mode keeps the store exact (a number and its record
+//!   are lost together), but a code its caller already used outside the store comes back.
+//!
+//! So fast mode's "never reused" across machine crashes requires `Durability::Sync`. The crate
+//! documents this rather than enforcing it: it is generic over [`Store`], which cannot say how
+//! durable it is, and a buffered store is a legitimate choice where a rare repeat after a power
+//! cut is acceptable. `tests/crash.rs` kills a process issuing codes in both modes with
+//! SIGKILL at random moments and checks every number after the restart against every number
+//! handed out before.
+//!
+//! [`Store`]: tuplekv_engine::Store
 
 mod block;
 mod error;
