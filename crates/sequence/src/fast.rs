@@ -108,8 +108,9 @@ impl<S: Store> FastSequence<S> {
     }
 
     /// Commits `record` together with the uniqueness backstop of `number`: the key
-    /// `[root, "used", prefix, number]` must be absent and is set to the code. This is the
-    /// same unique-key mechanism as the index crate's unique indexes.
+    /// `[root, "used", prefix, number]` must be absent and is set to the code. That is what a
+    /// unique index on `(prefix, number)` would write, written directly (the crate docs say
+    /// why), so no two records committed this way can hold one number.
     ///
     /// # Errors
     /// [`Error::Duplicate`] if the number is already recorded (its counter went back),

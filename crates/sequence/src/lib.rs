@@ -40,15 +40,27 @@
 //! - **Gapless means gapless.** In gapless mode the counter moves in the same commit as the
 //!   records that use its numbers; a rejected request frees its number for the next one.
 //! - **A backstop for the impossible.** Every recorded number also writes a uniqueness key
-//!   `[root, "used", prefix, number]`, checked absent in the same commit — the same unique-key
-//!   mechanism the index crate uses for unique indexes. If the counter ever goes back (a stale
-//!   copy restored, as after a Redis failover in the classic design), recording a repeated
-//!   number fails with [`Error::Duplicate`] instead of writing a silent duplicate.
+//!   `[root, "used", prefix, number]`, checked absent in the same commit. If the counter ever
+//!   goes back (a stale copy restored, as after a Redis failover in the classic design),
+//!   recording a repeated number fails with [`Error::Duplicate`] instead of writing a silent
+//!   duplicate. A fast handle also remembers the end of its last block and fails with
+//!   [`Error::CounterWentBack`] if it finds the counter below it.
 //! - **Bad input changes nothing.** Unknown sequences, invalid prefixes, bad options, an
 //!   exhausted range and codes that do not parse are typed [`Error`]s; the limits are the
 //!   constants of [`limits`].
 //! - **Codes parse back.** [`Format::parse`] accepts exactly the codes [`Format::format`]
 //!   writes, and with the default format no two prefixes make the same code.
+//!
+//! # Why the backstop is a key, not an index
+//! The classic design puts a unique index on `(prefix, number)`. The index crate's unique
+//! index is, underneath, exactly such a key: one entry per value, checked absent and written in
+//! the record's own commit. A sequence writes that key directly instead of going through the
+//! index crate, because there is no record of the sequence's own to index (the caller's record
+//! is any keys it likes, and in gapless mode several callers' records share one commit), and
+//! because the sequence must know which check of a combined commit is the backstop, to fail
+//! only the request whose number repeated. The guarantee is the same as a unique index's: no
+//! two committed records can hold one number, whatever the counter says; it costs one check and
+//! one small key per number, with no serialized record.
 //!
 //! # Durability
 //! Over a durable store (`tuplekv_engine::Database::open`), "never repeated" across a crash
