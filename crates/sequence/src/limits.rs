@@ -1,5 +1,6 @@
 //! The limits of sequences, each a named constant with a test at it and one past it
-//! (`tests/bad_input.rs`, `tests/combining.rs`, `tests/loom.rs`).
+//! (`tests/bad_input.rs`, `tests/combining.rs`, `tests/reservation_limits.rs`,
+//! `tests/store_errors.rs`, and the block sizing rule's unit tests in `fast.rs`).
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! "Restart": every handle is dropped and new ones are opened on the same store (the in-memory
-//! engine stands for a reopened durable one). Numbers after are strictly above every number
-//! handed out before, in both modes; a fast handle dropped mid-block leaves at most one block
-//! unused.
+//! engine stands for a reopened durable one; `tests/crash.rs` kills a process on a real one).
+//! Numbers after are strictly above every number handed out before, in both modes; a fast
+//! handle dropped mid-block leaves at most one block unused.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::sync::Arc;
