@@ -134,7 +134,10 @@ fn bigints_at_the_magnitude_limit_round_trip_and_truncations_are_errors() {
         assert_eq!(bytes.len(), 2 + BIGINT_MAGNITUDE_MAX_BYTES);
         assert_eq!(decode_key(&bytes), Ok(k.clone()));
         for cut in 0..bytes.len() {
-            assert!(decode_key(&bytes[..cut]).is_err() || cut == 0, "cut at {cut}");
+            assert!(
+                decode_key(&bytes[..cut]).is_err() || cut == 0,
+                "cut at {cut}"
+            );
         }
         let mut long = bytes.clone();
         long.push(0x00);
