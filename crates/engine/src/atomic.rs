@@ -24,8 +24,10 @@ pub struct Check {
 /// A condition that no key in `[start, end)` changed after `since` (used by transactions to
 /// validate what they read). Not counted against the check limit.
 ///
-/// A value that was visible at `since` and whose deadline falls after `read_at_ms` and at or
-/// before the commit counts as a change: it may have been live when read and is gone now.
+/// Expiry is a change too: `expires_at` is the earliest deadline among the values the read
+/// returned, and a commit at or after it conflicts, because one of them has disappeared since.
+/// Carrying the deadline in the check (rather than finding the expired version at commit
+/// time) lets reclamation drop expired values without waiting for readers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RangeCheck {
     /// First encoded key of the range (inclusive).
@@ -34,9 +36,8 @@ pub struct RangeCheck {
     pub end: KeyBytes,
     /// The snapshot the range was read at.
     pub since: Versionstamp,
-    /// Unix time in milliseconds taken just before the read (`0`: treat every expiry up to
-    /// the commit as a change).
-    pub read_at_ms: u64,
+    /// The earliest expiry deadline (Unix ms) of the values the read returned, if any expire.
+    pub expires_at: Option<u64>,
 }
 
 /// What a mutation does to its key.

@@ -498,7 +498,11 @@ impl Database {
             stats.keys += 1;
             stats.versions += entry.value().load().versions.len();
         }
-        (stats.reclaim_queue, stats.expiry_queue) = self.inner.reclaimer.queue_sizes();
+        (
+            stats.reclaim_queue,
+            stats.reclaim_parked,
+            stats.expiry_queue,
+        ) = self.inner.reclaimer.queue_sizes();
         stats
     }
 }
@@ -516,6 +520,9 @@ pub struct Stats {
     /// Entries of the expiry schedule: at most one live entry per key that has a deadline,
     /// plus a bounded number of stale ones left by overwrites.
     pub expiry_queue: usize,
+    /// Keys whose old versions an open snapshot still reads, set aside until a snapshot
+    /// closes (bounded like `reclaim_queue`).
+    pub reclaim_parked: usize,
 }
 
 fn committed(result: CommitResult) -> Result<Versionstamp, Error> {
@@ -646,6 +653,7 @@ impl Inner {
             key: slot.key().clone(),
             value: value.clone(),
             versionstamp: Versionstamp::from_version(version.version),
+            expires_at: version.expires_at,
         })
     }
 
@@ -663,6 +671,7 @@ impl Inner {
             key: slot.key().clone(),
             value: value.clone(),
             versionstamp: Versionstamp::from_version(version.version),
+            expires_at: version.expires_at,
         })
     }
 
@@ -691,6 +700,7 @@ impl Inner {
                     key: slot.key().clone(),
                     value: value.clone(),
                     versionstamp: Versionstamp::from_version(v.version),
+                    expires_at: v.expires_at,
                 });
             }
             out.len() < limit
@@ -805,16 +815,21 @@ impl Inner {
         }
         for rc in &range_checks {
             let since = rc.since.version();
-            // Changed: a version newer than the snapshot, or the snapshot's value expired
-            // between the read and now (it may have been live when read; not before).
+            // Changed: a value the read returned has expired since (its deadline is in the
+            // check), or any key of the range has a version newer than the snapshot.
+            if rc
+                .expires_at
+                .is_some_and(|d| d <= *now.get_or_insert_with(now_ms))
+            {
+                conflict.range_changed = true;
+                break;
+            }
             let newer = |slot: Slot<'_>| {
-                slot.value().load().versions.first().is_some_and(|v| {
-                    v.version > since
-                        || (v.value.is_some()
-                            && v.expires_at.is_some_and(|d| {
-                                d > rc.read_at_ms && d <= *now.get_or_insert_with(now_ms)
-                            }))
-                })
+                slot.value()
+                    .load()
+                    .versions
+                    .first()
+                    .is_some_and(|v| v.version > since)
             };
             // A transaction's point read is the range [key, key ++ 00): one lookup, no scan.
             let point = rc.end.len() == rc.start.len() + 1
@@ -956,9 +971,9 @@ impl Inner {
         // A dead version (tombstone or expired) at the end of the list reads the same as no
         // version at all, so drop it, but only once no snapshot older than it is open: a
         // transaction reading at such a snapshot learns from it that the key changed (with
-        // the slot gone, its commit-time range check would see nothing). An expired value is
-        // also kept while a snapshot that sees it is open: a transaction that read it while it
-        // was live learns from its deadline that it has changed since.
+        // the slot gone, its commit-time range check would see nothing). A transaction that
+        // read a value while it was live carries the value's deadline in its range check, so
+        // expired values need not wait for readers.
         let dead = |v: &Version| v.value.is_none() || v.expires_at.is_some_and(|d| d <= now);
         let oldest_reader = retention
             .points
@@ -967,21 +982,10 @@ impl Inner {
             .min()
             .unwrap_or(retention.visible)
             .min(retention.visible);
-        loop {
-            let n = versions.len();
-            let Some(last) = versions.last() else { break };
-            let newer = n
-                .checked_sub(2)
-                .and_then(|i| versions.get(i))
-                .map(|v| v.version);
-            let seen_expiring = last.value.is_some()
-                && retention
-                    .points
-                    .iter()
-                    .any(|&p| p >= last.version && newer.is_none_or(|n| p < n));
-            if !(dead(last) && last.version <= oldest_reader && !seen_expiring) {
-                break;
-            }
+        while versions
+            .last()
+            .is_some_and(|last| dead(last) && last.version <= oldest_reader)
+        {
             versions.pop();
         }
         if versions.is_empty() {

@@ -11,16 +11,22 @@
 //! The bookkeeping is bounded whatever the write rate: the expiry heap holds one live entry per
 //! key (the key's latest deadline; an overwrite leaves the old entry stale, and the heap is
 //! rebuilt from the live entries once stale ones outnumber them), and the queue of marked keys
-//! holds at most [`QUEUE_MAX`] keys. Past that, marking stops and the next pass sweeps every
-//! key instead, which is also what happens without a background thread when nothing drains
-//! the queue until [`Database::reclaim_now`](crate::Database::reclaim_now).
+//! holds at most [`QUEUE_MAX`] keys. Past that, marking stops and a pass sweeps every key
+//! instead (at most once per [`SWEEP_INTERVAL`]), which is also what happens without a
+//! background thread when nothing drains the queue until
+//! [`Database::reclaim_now`](crate::Database::reclaim_now).
+//!
+//! Keys a pass could not prune because an open snapshot still reads their old versions are
+//! *parked*, not queued again: they are retried when a snapshot closes, so a long-lived
+//! snapshot costs one visit per parked key per close, not a pass over them every few
+//! milliseconds. The parked set is bounded like the queue.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -36,6 +42,9 @@ const IDLE_WAKE: Duration = Duration::from_secs(1);
 /// Most keys the queue of marked keys holds. Past it, marking stops and the next pass sweeps
 /// the whole map instead.
 pub(crate) const QUEUE_MAX: usize = 8192;
+/// Shortest time between two background sweeps of the whole map (an explicit `reclaim_now`
+/// always sweeps).
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// Stale heap entries tolerated beyond the live ones before the heap is rebuilt.
 const EXPIRY_SLACK: usize = 64;
 
@@ -80,6 +89,15 @@ struct Shared {
     /// Set when a pass left keys it could not prune yet (an open snapshot needed them), so a
     /// closing snapshot knows whether waking the thread is worth it.
     leftover: AtomicBool,
+    /// Keys an open snapshot kept from being pruned, retried once a snapshot closes; at most
+    /// [`QUEUE_MAX`] (past it, cleared and a sweep requested for the retry).
+    parked: Mutex<Vec<KeyBytes>>,
+    /// Set when `parked` overflowed: the retry sweeps every key.
+    parked_overflow: AtomicBool,
+    /// Set by a closing snapshot: the next pass retries the parked keys.
+    retry_parked: AtomicBool,
+    /// When the last background sweep ran, to space them by [`SWEEP_INTERVAL`].
+    last_sweep: Mutex<Option<Instant>>,
     /// Held for a whole pass, so `reclaim_now` waits for a background pass that has taken
     /// keys out of the queue before it runs its own.
     pass: Mutex<()>,
@@ -175,10 +193,12 @@ impl Reclaimer {
         }
     }
 
-    /// Sizes of the bookkeeping: (keys queued for pruning, expiry heap entries).
-    pub(crate) fn queue_sizes(&self) -> (usize, usize) {
+    /// Sizes of the bookkeeping: (keys queued for pruning, keys parked until a snapshot
+    /// closes, expiry heap entries).
+    pub(crate) fn queue_sizes(&self) -> (usize, usize, usize) {
         let queued = self.shared.garbage.lock().len();
-        (queued, self.shared.state.lock().expiry.len())
+        let parked = self.shared.parked.lock().len();
+        (queued, parked, self.shared.state.lock().expiry.len())
     }
 
     /// Wakes the thread if a key was marked since its last pass and nobody has woken it for
@@ -192,9 +212,11 @@ impl Reclaimer {
         }
     }
 
-    /// Wakes the thread if its last pass left keys an open snapshot needed (a snapshot closed).
+    /// Wakes the thread to retry the parked keys if a pass left keys an open snapshot needed
+    /// (a snapshot closed).
     pub(crate) fn wake_if_leftover(&self) {
         if self.shared.leftover.swap(false, Ordering::AcqRel) {
+            self.shared.retry_parked.store(true, Ordering::Release);
             let _state = self.shared.state.lock();
             self.shared.marked.store(true, Ordering::Release);
             self.shared.wake.notify_one();
@@ -231,6 +253,22 @@ fn enqueue(shared: &Shared, queue: &mut Vec<KeyBytes>, keys: impl IntoIterator<I
     }
 }
 
+/// Adds `keys` to the parked set, keeping it at most [`QUEUE_MAX`] like [`enqueue`]: past it,
+/// the set is dropped and the retry sweeps instead.
+fn park(shared: &Shared, keys: Vec<KeyBytes>) {
+    let mut parked = shared.parked.lock();
+    parked.extend(keys);
+    if parked.len() > QUEUE_MAX {
+        parked.sort_unstable();
+        parked.dedup();
+        if parked.len() > QUEUE_MAX / 2 {
+            parked.clear();
+            parked.shrink_to(QUEUE_MAX);
+            shared.parked_overflow.store(true, Ordering::Release);
+        }
+    }
+}
+
 impl Inner {
     /// Prunes every marked key and every key whose expiry is due, or with `all` (or after
     /// the queue overflowed) every key in the map (`Database::reclaim_now`). Either way only
@@ -239,8 +277,18 @@ impl Inner {
         let shared = &self.reclaimer.shared;
         let _one_pass_at_a_time = shared.pass.lock();
         let now = now_ms();
-        let sweep = shared.sweep.swap(false, Ordering::AcqRel) || all;
         let mut keys: Vec<KeyBytes> = std::mem::take(&mut *shared.garbage.lock());
+        let mut sweep_wanted = shared.sweep.swap(false, Ordering::AcqRel);
+        if all || shared.retry_parked.swap(false, Ordering::AcqRel) {
+            keys.append(&mut shared.parked.lock());
+            sweep_wanted |= shared.parked_overflow.swap(false, Ordering::AcqRel);
+        }
+        let sweep = all || (sweep_wanted && self.sweep_due());
+        if sweep_wanted && !sweep {
+            // Too soon after the last sweep: keep the request for a later pass (the thread
+            // wakes at least every IDLE_WAKE), and meanwhile prune what was queued.
+            shared.sweep.store(true, Ordering::Release);
+        }
         {
             let mut state = shared.state.lock();
             while let Some(Reverse((deadline, _))) = state.expiry.peek() {
@@ -281,9 +329,19 @@ impl Inner {
             }
         }
         if !leftover.is_empty() {
-            enqueue(shared, &mut shared.garbage.lock(), leftover);
+            park(shared, leftover);
             shared.leftover.store(true, Ordering::Release);
         }
+    }
+
+    /// Whether a background sweep may run now; if so, records that it does.
+    fn sweep_due(&self) -> bool {
+        let mut last = self.reclaimer.shared.last_sweep.lock();
+        let due = last.is_none_or(|t| t.elapsed() >= SWEEP_INTERVAL);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
     }
 
     /// Prunes `batch` under one hold of the commit lock; keys still holding garbage (an open

@@ -24,6 +24,9 @@ pub struct Entry {
     pub value: Value,
     /// The stamp of the commit that last wrote the key.
     pub versionstamp: Versionstamp,
+    /// When the value expires (Unix time in milliseconds), if it was set with an expiry. Reads
+    /// never return a value past this deadline.
+    pub expires_at: Option<u64>,
 }
 
 impl Entry {

@@ -19,7 +19,6 @@ use std::time::Duration;
 use tuplekv_codec::{ByteRange, Key, Selector, encode_key};
 
 use crate::atomic::{AtomicWrite, Check, CommitResult, Mutation, MutationKind, RangeCheck};
-use crate::db::now_ms;
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
 use crate::limits::TRANSACTION_ATTEMPTS_MAX;
@@ -78,17 +77,23 @@ impl<'s, S: Store> Transaction<'s, S> {
         self.since
     }
 
-    /// Records that `[start, end)` was read at Unix time `read_at_ms` (taken before the read).
-    /// A range read twice keeps its first time, the stricter condition.
-    fn record_read(&mut self, start: Vec<u8>, end: Vec<u8>, read_at_ms: u64) {
+    /// Records that `[start, end)` was read and returned values expiring at `expires_at` at
+    /// the earliest. A range read twice keeps the earlier deadline (the reads saw one snapshot,
+    /// so they agree; this only guards against a caller-visible difference).
+    fn record_read(&mut self, start: Vec<u8>, end: Vec<u8>, expires_at: Option<u64>) {
         let (start, end) = (KeyBytes::from(start), KeyBytes::from(end));
-        if !self.reads.iter().any(|r| r.start == start && r.end == end) {
-            self.reads.push(RangeCheck {
+        match self
+            .reads
+            .iter_mut()
+            .find(|r| r.start == start && r.end == end)
+        {
+            Some(read) => read.expires_at = earliest(read.expires_at, expires_at),
+            None => self.reads.push(RangeCheck {
                 start,
                 end,
                 since: self.since,
-                read_at_ms,
-            });
+                expires_at,
+            }),
         }
     }
 
@@ -105,11 +110,10 @@ impl<'s, S: Store> Transaction<'s, S> {
     /// # Errors
     /// As [`Transaction::get`].
     pub fn get_raw(&mut self, key: &[u8]) -> Result<Option<Entry>, Error> {
-        let read_at_ms = now_ms();
         let base = self.snapshot.get_raw(key)?;
         let mut end = key.to_vec();
         end.push(0);
-        self.record_read(key.to_vec(), end, read_at_ms);
+        self.record_read(key.to_vec(), end, base.as_ref().and_then(|e| e.expires_at));
         self.overlay(key, base)
     }
 
@@ -145,6 +149,7 @@ impl<'s, S: Store> Transaction<'s, S> {
                 key: KeyBytes::from(key),
                 value,
                 versionstamp: Versionstamp::ZERO,
+                expires_at: None,
             });
         }
         Ok(current)
@@ -178,7 +183,6 @@ impl<'s, S: Store> Transaction<'s, S> {
             start: range.start.clone(),
             end: range.end.clone(),
         };
-        let read_at_ms = now_ms();
         let mut entries: Vec<Entry> =
             ListIter::new(self.snapshot.clone(), exact, read_options)?.collect::<Result<_, _>>()?;
         // What was read: the whole range, or up to the last entry when the limit stopped it.
@@ -198,7 +202,8 @@ impl<'s, S: Store> Transaction<'s, S> {
             }
             _ => range.clone(),
         };
-        self.record_read(covered.start.clone(), covered.end.clone(), read_at_ms);
+        let expires_at = entries.iter().filter_map(|e| e.expires_at).reduce(u64::min);
+        self.record_read(covered.start.clone(), covered.end.clone(), expires_at);
         // Merge in this transaction's own writes.
         let mut keys: Vec<KeyBytes> = buffered;
         keys.sort();
@@ -337,4 +342,12 @@ where
         }
     }
     Err(Error::TransactionConflict { attempts }.into())
+}
+
+/// The earlier of two optional deadlines (`None`: never).
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }

@@ -149,3 +149,32 @@ fn a_later_mutation_in_the_same_commit_does_not_see_a_value_set_to_expire_at_onc
     assert!(res.is_committed());
     assert_eq!(db.get(&k).unwrap().unwrap().value, Value::U64(7));
 }
+
+/// Reads report a value's deadline, so callers (and transactions, which turn it into a
+/// conflict once it passes) know when what they read disappears.
+#[test]
+fn entries_carry_the_deadline_of_their_value() {
+    let db = Database::in_memory();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let a = db
+        .atomic()
+        .set_with_expiry(&key!["e", "later"], b"v", LATER)
+        .set(&key!["e", "forever"], b"w");
+    assert!(a.commit().unwrap().is_committed());
+    let later = db.get(&key!["e", "later"]).unwrap().unwrap();
+    let deadline = later.expires_at.unwrap();
+    assert!(deadline >= before + LATER.as_millis() as u64, "{deadline}");
+    assert_eq!(
+        db.get(&key!["e", "forever"]).unwrap().unwrap().expires_at,
+        None
+    );
+    let listed: Vec<Option<u64>> = db
+        .list(&Selector::prefix(&key!["e"]), ListOptions::default())
+        .unwrap()
+        .map(|e| e.unwrap().expires_at)
+        .collect();
+    assert_eq!(listed, [None, Some(deadline)]);
+}

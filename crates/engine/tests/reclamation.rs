@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use tuplekv_engine::{Database, Options, Stats, Value, key};
+use tuplekv_engine::{Database, Options, ReadView, Stats, Value, key};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -123,5 +123,76 @@ fn the_background_thread_reclaims_old_versions_and_expired_values_on_its_own() {
     assert_eq!(
         db.get(&key!["hot"]).unwrap().map(|e| e.value),
         Some(Value::U64(100))
+    );
+}
+
+/// Regression: expired values were kept while *any* snapshot registered after them was open,
+/// including snapshots taken after the deadline (which can never have seen them live), so a
+/// steady stream of lists kept every expired value alive. Only an older snapshot may pin one.
+#[test]
+fn a_snapshot_taken_after_the_deadline_does_not_keep_an_expired_value() {
+    let db = without_thread();
+    let a = (0..100u64).fold(db.atomic(), |a, i| {
+        a.set_with_expiry(&key!["exp", i], b"v", Duration::from_millis(1))
+    });
+    assert!(a.commit().unwrap().is_committed());
+    let deadline = Instant::now() + Duration::from_millis(1);
+    while Instant::now() <= deadline {
+        std::hint::spin_loop();
+    }
+    std::thread::sleep(Duration::from_millis(2));
+    let later = db.snapshot();
+    assert_eq!(later.get(&key!["exp", 0]).unwrap(), None);
+    db.reclaim_now();
+    let stats = db.stats();
+    assert_eq!((stats.keys, stats.versions), (0, 0), "{stats:?}");
+    drop(later);
+}
+
+/// Regression: keys an open snapshot kept from being pruned went back on the queue after
+/// every pass; past half the queue's capacity that turned every later pass into a sweep of
+/// the whole map for as long as the snapshot stayed open. They are parked until a snapshot
+/// closes instead, and then reclaimed.
+#[test]
+fn keys_pinned_by_a_long_snapshot_are_parked_and_reclaimed_when_it_closes() {
+    const KEYS: u64 = 3_000; // fewer than the queue holds, so nothing overflows into sweeps
+    let db = Database::in_memory();
+    for i in 0..KEYS {
+        db.set(&key!["k", i], Value::U64(0)).unwrap();
+    }
+    let pinned = db.snapshot();
+    for i in 0..KEYS {
+        db.set(&key!["k", i], Value::U64(1)).unwrap();
+    }
+    // The thread visits the overwritten keys, cannot prune them while `pinned` is open, and
+    // parks them: the queue empties and stays empty instead of cycling them pass after pass.
+    let stats = wait_for(&db, |s| {
+        s.reclaim_queue == 0 && s.reclaim_parked == KEYS as usize
+    });
+    assert_eq!(
+        (stats.reclaim_queue, stats.reclaim_parked),
+        (0, KEYS as usize),
+        "{stats:?}"
+    );
+    assert_eq!(
+        stats.versions,
+        2 * KEYS as usize,
+        "the snapshot's versions stay"
+    );
+    db.set(&key!["unrelated"], b"x").unwrap();
+    let stats = wait_for(&db, |s| s.reclaim_queue == 0);
+    assert_eq!(stats.reclaim_parked, KEYS as usize, "{stats:?}");
+    assert_eq!(
+        pinned.get(&key!["k", KEYS - 1]).unwrap().map(|e| e.value),
+        Some(Value::U64(0))
+    );
+    drop(pinned);
+    let stats = wait_for(&db, |s| {
+        s.versions == KEYS as usize + 1 && s.reclaim_parked == 0
+    });
+    assert_eq!(
+        (stats.versions, stats.reclaim_parked),
+        (KEYS as usize + 1, 0),
+        "{stats:?}"
     );
 }
