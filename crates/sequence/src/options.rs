@@ -215,16 +215,13 @@ impl Definition {
             mode,
             start,
             width: usize::try_from(width).map_err(|_| corrupt("bad width"))?,
-            // A widening sequence stores the maximum its width resolved to; resolve it again.
+            // A widening sequence counts to NUMBER_MAX whatever its stored max says (older
+            // versions stored a caller's max there unused), so it is resolved again.
             max: (at_max == AtMax::Error).then_some(max),
             at_max,
             format,
         };
-        let def = Definition::new(prefix, &options).map_err(|e| corrupt(&e.to_string()))?;
-        if def.max != max {
-            return Err(corrupt("max is not what the width shows"));
-        }
-        Ok(def)
+        Definition::new(prefix, &options).map_err(|e| corrupt(&e.to_string()))
     }
 }
 
@@ -250,7 +247,12 @@ mod tests {
         };
         let d = Definition::new("TICKET", &widening).expect("valid");
         assert_eq!(d.max, 5000);
-        assert_eq!(Definition::decode("TICKET", &d.encode()), Ok(d));
+        assert_eq!(Definition::decode("TICKET", &d.encode()), Ok(d.clone()));
+        // A widening definition stored with a caller's (unused) max still opens.
+        let stored = String::from_utf8(d.encode())
+            .expect("utf-8")
+            .replace("max=5000", "max=700");
+        assert_eq!(Definition::decode("TICKET", stored.as_bytes()), Ok(d));
         assert!(Definition::decode("TICKET", b"v2\n").is_err());
     }
 
