@@ -681,6 +681,40 @@ fn a_short_segment_header_left_by_a_crash_is_started_again() {
     assert_eq!(dump(&db), before);
 }
 
+/// Runs `f` on another thread and waits at most ten seconds for it: a hang fails the test
+/// instead of stalling the run.
+fn within_seconds<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("still waiting after 10 s: hung")
+}
+
+/// After a rolled-back commit the commit counter stays above the published version; a
+/// commit whose check then failed waited for that version to be published, forever.
+#[test]
+fn a_failing_check_after_a_rolled_back_commit_answers_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+    db.set(&key!["a"], b"1").unwrap();
+    faults.fail_next_syncs(1);
+    db.set(&key!["b"], b"2").unwrap_err();
+    let (checked, refused) = within_seconds(move || {
+        let checked = db
+            .atomic()
+            .check(&key!["a"], None)
+            .set(&key!["a"], b"x")
+            .commit();
+        let refused = db.atomic().sum(&key!["a"], 1).commit();
+        (checked, refused)
+    });
+    assert!(!checked.unwrap().is_committed());
+    assert!(refused.is_err());
+}
+
 /// Writes commits across three segments (checkpoints that fail to publish still start new
 /// segments) and closes; returns the segments.
 fn three_segments(dir: &Path) -> Vec<PathBuf> {

@@ -241,6 +241,10 @@ pub(crate) struct Wal {
     arriving: AtomicUsize,
     /// Bumped (under the commit lock) whenever a failed batch is rolled back.
     rollbacks: AtomicU64,
+    /// The commit counter when a failed batch was last rolled back (written under the commit
+    /// lock). Versions above the published one and at most this one were removed from
+    /// memory, and will never be published: a commit checked against them waits for nothing.
+    rolled_back_to: AtomicU64,
     /// Committers waiting for the unpublished versions their checks failed against.
     settling: AtomicUsize,
     background: Mutex<Background>,
@@ -371,9 +375,13 @@ impl Wal {
                 let rollbacks = self.rollbacks.load(Ordering::Acquire);
                 // Checked against unpublished versions: keep a copy to run again should they
                 // be rolled back. Without contention nothing is unpublished and nothing is
-                // copied, nor for blind writes, which cannot fail on what they find.
-                let retry = (seen > inner.visible_version() && depends_on_state(&this))
-                    .then(|| this.clone());
+                // copied, nor for blind writes, which cannot fail on what they find. Versions
+                // already rolled back are not in memory and never will be published: waiting
+                // for them would wait forever.
+                let settled = inner
+                    .visible_version()
+                    .max(self.rolled_back_to.load(Ordering::Acquire));
+                let retry = (seen > settled && depends_on_state(&this)).then(|| this.clone());
                 let mut pending = self.pending.lock();
                 let result = inner.apply_write(this, &mut last, Some(&mut pending.sink));
                 if let Ok(r) = &result
@@ -485,11 +493,12 @@ impl Wal {
         // Commits applied since this batch was taken were checked against its state, so they
         // fail with it. Stop new commits while memory is put back.
         let later = {
-            let _commit = inner.commit.lock();
+            let commit = inner.commit.lock();
             let mut pending = self.pending.lock();
             let published = inner.visible_version();
             inner.roll_back(&batch.sink.touched, published);
             inner.roll_back(&pending.sink.touched, published);
+            self.rolled_back_to.store(*commit, Ordering::Release);
             self.rollbacks.fetch_add(1, Ordering::AcqRel);
             pending.sink = LogSink::default();
             std::mem::take(&mut pending.waiters)
@@ -1292,6 +1301,7 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
         flushed: Condvar::new(),
         arriving: AtomicUsize::new(0),
         rollbacks: AtomicU64::new(0),
+        rolled_back_to: AtomicU64::new(0),
         settling: AtomicUsize::new(0),
         background: Mutex::new(Background::default()),
         background_wake: Condvar::new(),
