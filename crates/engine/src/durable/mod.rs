@@ -189,6 +189,15 @@ struct Segment {
 /// How many times a flusher yields, at most, waiting for announced commits to queue.
 const GATHER_ROUNDS_MAX: u32 = 64;
 
+/// Why a segment is started (see [`Wal::start_segment`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// A checkpoint moves on to a new segment: the current one must be sound.
+    Rotate,
+    /// A rebuild from memory replaces a poisoned segment.
+    Rebuild,
+}
+
 /// Decrements the count of announced commits when dropped (also on an early error return).
 struct Arrived<'a>(&'a AtomicUsize);
 
@@ -254,6 +263,9 @@ pub(crate) struct Wal {
     checkpoint_write: Mutex<()>,
     /// The database, for repairs started outside a commit (a sync, or closing).
     inner: Mutex<Weak<Inner>>,
+    /// Calls of `start_segment` so far, so a test can order a failing sync before one.
+    #[cfg(test)]
+    rotations_started: AtomicUsize,
 }
 
 impl std::fmt::Debug for Wal {
@@ -668,7 +680,7 @@ impl Wal {
         let version = inner.visible_version();
         let _write = self.checkpoint_write.lock();
         self.write_checkpoint(inner, version)
-            .and_then(|()| self.start_segment(version + 1))
+            .and_then(|()| self.start_segment(version + 1, Start::Rebuild))
             .map_err(|e| unusable(&cause, &e))?;
         let current = self.segment.lock().path.clone();
         let removed = self.fs.list(&self.dir).and_then(|names| {
@@ -708,14 +720,24 @@ impl Wal {
     /// creates the new one with its header (synced, directory synced), and switches to it.
     /// Nothing to do if the current segment already is that one and is not poisoned. If the
     /// new file cannot be made whole it is removed again; if even that fails, the current
-    /// segment is poisoned, so no record is ever appended below a newer segment. Called as
-    /// the log's only writer.
-    fn start_segment(&self, base: u64) -> Result<(), Error> {
+    /// segment is poisoned, so no record is ever appended below a newer segment. A poisoned
+    /// segment is replaced only by a rebuild ([`Start::Rebuild`]); otherwise its poison is
+    /// the error. Called as the log's only writer.
+    fn start_segment(&self, base: u64, start: Start) -> Result<(), Error> {
         let path = self.dir.join(numbered("wal", base, "log"));
+        #[cfg(test)]
+        self.rotations_started.fetch_add(1, Ordering::AcqRel);
         let _sync = self.sync_lock.lock();
         let mut seg = self.segment.lock();
         let seg = &mut *seg;
-        if seg.poisoned.is_none() {
+        if let Some(cause) = &seg.poisoned {
+            // A sync may have failed since the caller found the segment sound (it held
+            // `sync_lock` while we waited for it): the segment's unsynced data may be gone,
+            // so only a rebuild from memory may leave it behind.
+            if start == Start::Rotate {
+                return Err(cause.clone());
+            }
+        } else {
             if seg.path == path {
                 return Ok(());
             }
@@ -787,7 +809,7 @@ impl Wal {
             }
             // Everything written so far is published (flushes publish before they return).
             let version = inner.visible_version();
-            if let Err(e) = self.start_segment(version + 1) {
+            if let Err(e) = self.start_segment(version + 1, Start::Rotate) {
                 return match self.repair(inner)? {
                     Some(version) => Ok(Err(version)),
                     None => Err(e),
@@ -1308,6 +1330,8 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
         checkpoint_lock: Mutex::new(()),
         checkpoint_write: Mutex::new(()),
         inner: Mutex::new(Weak::new()),
+        #[cfg(test)]
+        rotations_started: AtomicUsize::new(0),
     });
     let now = now_ms();
     let mut entries: Vec<(KeyBytes, Version)> = state
@@ -1355,9 +1379,10 @@ pub(crate) fn chain_of(version: Version) -> Chain {
 
 #[cfg(test)]
 mod tests {
-    //! A committer whose checks fail against a batch that is not yet durable: it must not
-    //! answer before that batch is final (it once answered at once, and could then read the
-    //! old value, or lose to a commit that was later rolled back).
+    //! Orderings of the log's threads that need its internals to set up. A committer whose
+    //! checks fail against a batch that is not yet durable must not answer before that batch
+    //! is final (it once answered at once, and could then read the old value, or lose to a
+    //! commit that was later rolled back). Each later test says what broke.
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
@@ -1433,6 +1458,59 @@ mod tests {
         assert!(err.to_string().contains("fsync failed (injected)"), "{err}");
         assert!(slot.lock().take().unwrap().is_err());
         assert_eq!(db.get(&key!["k"]).unwrap(), None);
+    }
+
+    fn faulty(faults: &Arc<Faults>, durability: Durability) -> Options {
+        Options {
+            fs: Arc::new(FaultyFs::new(Arc::clone(faults))),
+            durability,
+            background_reclaim: false,
+            ..Options::default()
+        }
+    }
+
+    const BUFFERED: Durability = Durability::Buffered {
+        interval: Duration::from_secs(3600),
+    };
+
+    /// A sync failed while a checkpoint, having found the log sound, waited to rotate the
+    /// segment. The rotation once dropped the poison with the old segment still needed, so
+    /// the failed sync then found nothing to repair and reported success for commits whose
+    /// pages the failed fsync had dropped.
+    #[test]
+    fn a_sync_failing_before_a_rotation_is_repaired_not_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let db = Database::open(dir.path(), faulty(&faults, BUFFERED)).unwrap();
+        let wal = Arc::clone(db.inner.wal.as_ref().unwrap());
+        db.set(&key!["a"], 1u64).unwrap();
+        db.set(&key!["b"], 2u64).unwrap();
+        // No checkpoint can be published, so nothing can rebuild the log for now.
+        faults.fail_rename(true);
+        faults.hold_syncs();
+        let synced = std::thread::scope(|s| {
+            let sync = s.spawn(|| db.sync());
+            faults.wait_for_held_syncs(1);
+            let checkpoint = s.spawn(|| db.checkpoint());
+            // The checkpoint found nothing poisoned and waits for the held sync to rotate.
+            while wal.rotations_started.load(Ordering::Acquire) == 0 {
+                std::thread::yield_now();
+            }
+            faults.fail_next_syncs(1);
+            faults.release_syncs();
+            assert!(checkpoint.join().unwrap().is_err());
+            sync.join().unwrap()
+        });
+        assert!(synced.is_err(), "a failed sync reported success");
+        faults.fail_rename(false);
+        db.sync().unwrap();
+        let image = tempfile::tempdir().unwrap();
+        faults.power_cut_image(dir.path(), image.path()).unwrap();
+        let crashed = Database::open(image.path(), Options::default()).unwrap();
+        assert_eq!(
+            crashed.get(&key!["b"]).unwrap().map(|e| e.value),
+            Some(crate::Value::U64(2))
+        );
     }
 
     #[test]
