@@ -715,6 +715,23 @@ fn a_failing_check_after_a_rolled_back_commit_answers_at_once() {
     assert!(refused.is_err());
 }
 
+/// A sync that could not get a second handle on the segment poisons nothing, so there was
+/// nothing to repair, and the sync reported success with nothing synced.
+#[test]
+fn a_sync_that_cannot_get_a_file_handle_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let db = Database::open(dir.path(), faulty(&faults, BUFFERED)).unwrap();
+    db.set(&key!["a"], b"1").unwrap();
+    faults.fail_clone(true);
+    let err = db.sync().unwrap_err();
+    assert!(err.to_string().contains("too many open files"), "{err}");
+    faults.fail_clone(false);
+    db.sync().unwrap();
+    let (_image, crashed) = after_power_cut(&faults, dir.path());
+    assert_eq!(keys(&crashed), keys(&db));
+}
+
 /// Writes commits across three segments (checkpoints that fail to publish still start new
 /// segments) and closes; returns the segments.
 fn three_segments(dir: &Path) -> Vec<PathBuf> {

@@ -186,6 +186,8 @@ pub struct Faults {
     fail_sync: AtomicBool,
     /// When set, every `rename` fails (checkpoints cannot be published).
     fail_rename: AtomicBool,
+    /// When set, every `try_clone` fails as if out of file descriptors.
+    fail_clone: AtomicBool,
     /// How many of the next `sync_data` calls fail.
     fail_syncs_next: AtomicU64,
     /// `sync_data` calls made (failed ones included).
@@ -245,6 +247,12 @@ impl Faults {
     /// Makes every rename fail (`true`) or succeed (`false`).
     pub fn fail_rename(&self, fail: bool) {
         self.fail_rename.store(fail, Ordering::SeqCst);
+    }
+
+    /// Makes every second handle on a file ([`WritableFile::try_clone`]) fail (`true`), as
+    /// when out of file descriptors, or succeed (`false`).
+    pub fn fail_clone(&self, fail: bool) {
+        self.fail_clone.store(fail, Ordering::SeqCst);
     }
 
     /// Makes the next `n` syncs fail. Like Linux, a failed sync drops the data it was to
@@ -413,6 +421,9 @@ impl WritableFile for FaultyFile {
     }
 
     fn try_clone(&self) -> io::Result<Box<dyn WritableFile>> {
+        if self.faults.fail_clone.load(Ordering::SeqCst) {
+            return Err(io::Error::other("too many open files (injected)"));
+        }
         Ok(Box::new(FaultyFile {
             file: self.file.try_clone()?,
             faults: Arc::clone(&self.faults),

@@ -623,7 +623,21 @@ impl Wal {
         let Some(inner) = self.inner.lock().upgrade() else {
             return Err(error);
         };
-        self.exclusively(&inner, || self.repair(&inner)).map(|_| ())
+        self.exclusively(&inner, || {
+            if self.repair(&inner)?.is_some() {
+                return Ok(());
+            }
+            // Nothing to repair: the sync failed without retiring the file (it could not
+            // get a second handle, say), or someone rebuilt the log meanwhile. Either way
+            // nothing is known to be durable yet: sync again, now as the only writer.
+            match self.sync_segment() {
+                Ok(()) => Ok(()),
+                Err(again) => match self.repair(&inner)? {
+                    Some(_) => Ok(()),
+                    None => Err(again),
+                },
+            }
+        })
     }
 
     fn sync_segment(&self) -> Result<(), Error> {
