@@ -337,11 +337,14 @@ impl Database {
     /// [`Error::Io`] if the final sync fails.
     pub fn close(self) -> Result<(), Error> {
         let Database { inner, open, .. } = self;
-        drop(inner);
-        match open.and_then(Arc::into_inner) {
+        // `inner` lives until the final sync is done: if that sync fails, the log is rebuilt
+        // from memory, which needs the database.
+        let closed = match open.and_then(Arc::into_inner) {
             Some(open) => open.close(),
             None => Ok(()),
-        }
+        };
+        drop(inner);
+        closed
     }
 
     /// The entry at `key`, or `None` if it is absent, deleted or expired.

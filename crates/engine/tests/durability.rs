@@ -732,6 +732,22 @@ fn a_sync_that_cannot_get_a_file_handle_reports_it() {
     assert_eq!(keys(&crashed), keys(&db));
 }
 
+/// `close` let go of the database before its final sync, so a failed sync could not
+/// rebuild the log from memory and the close failed, with acknowledged commits unsynced.
+#[test]
+fn close_rebuilds_the_log_when_its_final_sync_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let db = Database::open(dir.path(), faulty(&faults, BUFFERED)).unwrap();
+    db.set(&key!["a"], b"1").unwrap();
+    db.set(&key!["b"], b"2").unwrap();
+    let want = keys(&db);
+    faults.fail_next_syncs(1);
+    db.close().unwrap();
+    let (_image, crashed) = after_power_cut(&faults, dir.path());
+    assert_eq!(keys(&crashed), want);
+}
+
 /// Writes commits across three segments (checkpoints that fail to publish still start new
 /// segments) and closes; returns the segments.
 fn three_segments(dir: &Path) -> Vec<PathBuf> {
