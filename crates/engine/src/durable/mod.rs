@@ -960,10 +960,13 @@ impl Wal {
             Durability::Buffered { interval } => interval.max(Duration::from_millis(1)),
             Durability::Sync => Duration::from_secs(1),
         };
+        // Set while an explicit checkpoint holds `checkpoint_lock`: the wanted checkpoint is
+        // left to it, and the thread waits a tick as usual instead of spinning on the flag.
+        let mut deferred = false;
         loop {
             let checkpoint = {
                 let mut bg = self.background.lock();
-                if !bg.shutdown && !bg.checkpoint_wanted {
+                if !bg.shutdown && (!bg.checkpoint_wanted || deferred) {
                     self.background_wake.wait_for(&mut bg, tick);
                 }
                 if bg.shutdown {
@@ -976,9 +979,11 @@ impl Wal {
             }
             if checkpoint {
                 let Some(inner) = inner.upgrade() else { return };
-                let result = match self.checkpoint_lock.try_lock() {
+                let one_at_a_time = self.checkpoint_lock.try_lock();
+                deferred = one_at_a_time.is_none(); // an explicit one is running
+                let result = match one_at_a_time {
                     Some(_one_at_a_time) => self.checkpoint_inner(&inner).map(|_| ()),
-                    None => Ok(()), // an explicit one is running
+                    None => Ok(()),
                 };
                 if let Err(e) = result {
                     log::error!("tuplekv: checkpoint failed (will retry): {e}");
@@ -1525,6 +1530,33 @@ mod tests {
             crashed.get(&key!["b"]).unwrap().map(|e| e.value),
             Some(crate::Value::U64(2))
         );
+    }
+
+    /// The background thread once spun (syncing each round) while an explicit checkpoint held
+    /// the checkpoint lock and a background one was wanted. Commits go on for a while to give
+    /// a spinning thread something to sync; a waiting one syncs once.
+    #[test]
+    fn the_background_thread_waits_while_an_explicit_checkpoint_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let options = Options {
+            checkpoint_after_bytes: 1,
+            ..faulty(&faults, BUFFERED)
+        };
+        let db = Database::open(dir.path(), options).unwrap();
+        let wal = Arc::clone(db.inner.wal.as_ref().unwrap());
+        let explicit = wal.checkpoint_lock.lock();
+        let before = faults.syncs();
+        let until = Instant::now() + Duration::from_millis(100);
+        let mut i = 0u64;
+        while Instant::now() < until {
+            db.set(&key!["k", i], i).unwrap();
+            i += 1;
+            std::thread::yield_now();
+        }
+        let syncs = faults.syncs() - before;
+        drop(explicit);
+        assert!(syncs <= 1, "{syncs} background syncs during {i} commits");
     }
 
     #[test]
