@@ -748,6 +748,33 @@ fn close_rebuilds_the_log_when_its_final_sync_fails() {
     assert_eq!(keys(&crashed), want);
 }
 
+/// A rebuild that could not delete the segments it replaced forgot them, so they stayed on
+/// disk until the next open.
+#[test]
+fn segments_a_rebuild_could_not_remove_go_with_the_next_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let opts = faulty(&faults, Durability::Sync);
+    let db = Database::open(dir.path(), opts.clone()).unwrap();
+    db.set(&key!["a"], b"1").unwrap();
+    faults.fail_remove(true);
+    faults.fail_next_syncs(1);
+    db.set(&key!["b"], b"2").unwrap_err();
+    assert_eq!(files(dir.path(), "log").len(), 2);
+    faults.fail_remove(false);
+    db.set(&key!["c"], b"3").unwrap();
+    db.checkpoint().unwrap();
+    assert_eq!(
+        files(dir.path(), "log").len(),
+        1,
+        "a replaced segment is left"
+    );
+    let before = dump(&db);
+    db.close().unwrap();
+    let db = Database::open(dir.path(), opts).unwrap();
+    assert_eq!(dump(&db), before);
+}
+
 /// Writes commits across three segments (checkpoints that fail to publish still start new
 /// segments) and closes; returns the segments.
 fn three_segments(dir: &Path) -> Vec<PathBuf> {

@@ -186,6 +186,8 @@ pub struct Faults {
     fail_sync: AtomicBool,
     /// When set, every `rename` fails (checkpoints cannot be published).
     fail_rename: AtomicBool,
+    /// When set, every removal of an existing file fails.
+    fail_remove: AtomicBool,
     /// When set, every `try_clone` fails as if out of file descriptors.
     fail_clone: AtomicBool,
     /// How many of the next `sync_data` calls fail.
@@ -247,6 +249,11 @@ impl Faults {
     /// Makes every rename fail (`true`) or succeed (`false`).
     pub fn fail_rename(&self, fail: bool) {
         self.fail_rename.store(fail, Ordering::SeqCst);
+    }
+
+    /// Makes every removal of an existing file fail (`true`) or succeed (`false`).
+    pub fn fail_remove(&self, fail: bool) {
+        self.fail_remove.store(fail, Ordering::SeqCst);
     }
 
     /// Makes every second handle on a file ([`WritableFile::try_clone`]) fail (`true`), as
@@ -487,6 +494,9 @@ impl FileSystem for FaultyFs {
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
+        if self.faults.fail_remove.load(Ordering::SeqCst) && path.exists() {
+            return Err(io::Error::other("remove failed (injected)"));
+        }
         OsFs.remove(path)?;
         self.faults
             .disk

@@ -697,19 +697,32 @@ impl Wal {
             .and_then(|()| self.start_segment(version + 1, Start::Rebuild))
             .map_err(|e| unusable(&cause, &e))?;
         let current = self.segment.lock().path.clone();
+        // The segments that could not be removed; all of them if the directory is unreadable.
+        let mut left: Option<Vec<PathBuf>> = None;
         let removed = self.fs.list(&self.dir).and_then(|names| {
+            let mut left_here = Vec::new();
+            let mut failure = None;
             for name in names {
                 let stale = parse_numbered(&name, "wal", "log").is_some()
                     || parse_numbered(&name, "checkpoint", "tmp").is_some()
                     || parse_numbered(&name, "checkpoint", "ckpt").is_some_and(|v| v < version);
                 let path = self.dir.join(&name);
-                if stale && path != current {
-                    remove_if_present(self.fs.as_ref(), &path)?;
+                if stale
+                    && path != current
+                    && let Err(e) = remove_if_present(self.fs.as_ref(), &path)
+                {
+                    left_here.push(path);
+                    failure.get_or_insert(e);
                 }
             }
-            self.fs.sync_dir(&self.dir)
+            left = Some(left_here);
+            match failure {
+                Some(e) => Err(e),
+                None => self.fs.sync_dir(&self.dir),
+            }
         });
-        // What is left is wholly below the checkpoint; the next checkpoint or open removes it.
+        // What is left is wholly below the checkpoint; the next checkpoint (which removes the
+        // segments still listed as older) or open removes it.
         if let Err(e) = removed {
             log::warn!(
                 "tuplekv: removing replaced files in {}: {e}",
@@ -718,7 +731,9 @@ impl Wal {
         }
         {
             let mut seg = self.segment.lock();
-            seg.older.clear();
+            if let Some(left) = &left {
+                seg.older.retain(|(_, p)| left.contains(p));
+            }
             seg.since_checkpoint = 0;
         }
         log::warn!(
