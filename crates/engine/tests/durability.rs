@@ -775,6 +775,21 @@ fn segments_a_rebuild_could_not_remove_go_with_the_next_checkpoint() {
     assert_eq!(dump(&db), before);
 }
 
+/// A segment named as starting at version 0 underflowed recovery's bookkeeping: a panic in
+/// debug builds, and a skipped check for missing segments in release builds.
+#[test]
+fn a_segment_named_version_zero_is_corrupt_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    write_commits(dir.path(), 3);
+    let zero = dir.path().join(format!("wal-{:020}.log", 0));
+    fs::rename(newest_segment(dir.path()), &zero).unwrap();
+    let err = Database::open(dir.path(), options()).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupt { path, .. } if *path == zero),
+        "{err}"
+    );
+}
+
 /// Writes commits across three segments (checkpoints that fail to publish still start new
 /// segments) and closes; returns the segments.
 fn three_segments(dir: &Path) -> Vec<PathBuf> {

@@ -1166,6 +1166,14 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
         if let Some(v) = parse_numbered(name, "checkpoint", "ckpt") {
             checkpoints.push(v);
         } else if let Some(v) = parse_numbered(name, "wal", "log") {
+            // Segments start at a published version + 1; version 0 is never one.
+            if v == 0 {
+                return Err(corrupt(
+                    &dir.join(name),
+                    0,
+                    "a log segment named as starting at version 0 (the first is 1)",
+                ));
+            }
             segments.push(v);
         } else if parse_numbered(name, "checkpoint", "tmp").is_some() {
             // A checkpoint a crash interrupted before it was published.
