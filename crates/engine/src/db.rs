@@ -765,6 +765,12 @@ impl Inner {
                 .filter(|v| v.version <= published)
                 .cloned()
                 .collect();
+            // The rolled-back write may have replaced or cancelled the restored version's
+            // deadline: schedule it again, or the expired value is never reclaimed.
+            match versions.first().and_then(|v| v.expires_at) {
+                Some(deadline) => self.reclaimer.schedule_expiry(deadline, key.clone()),
+                None => self.reclaimer.cancel_expiry(key),
+            }
             if versions.is_empty() {
                 slot.remove();
             } else {

@@ -1582,6 +1582,34 @@ mod tests {
         assert!(syncs <= 1, "{syncs} background syncs during {i} commits");
     }
 
+    /// A write that replaced (here: cancelled) a key's deadline was rolled back, and the
+    /// restored value's deadline was no longer scheduled: the expired value stayed in memory.
+    #[test]
+    fn a_rolled_back_write_leaves_the_restored_deadline_scheduled() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+        let expire_in = Duration::from_millis(300);
+        let set = db
+            .atomic()
+            .set_with_expiry(&key!["k"], 1u64, expire_in)
+            .commit()
+            .unwrap();
+        assert!(set.is_committed());
+        faults.fail_next_syncs(1);
+        db.set(&key!["k"], 2u64).unwrap_err();
+        let k = key!["k"].encode();
+        // The pass the failed write asked for: the value is live and stays.
+        db.inner.reclaim_pass(false);
+        assert!(db.inner.map.get(&k[..]).is_some());
+        std::thread::sleep(expire_in + Duration::from_millis(50));
+        db.inner.reclaim_pass(false);
+        assert!(
+            db.inner.map.get(&k[..]).is_none(),
+            "the expired value was never reclaimed"
+        );
+    }
+
     #[test]
     fn a_loser_answers_only_once_the_winner_is_durable_and_then_reads_it() {
         let (result, read) = race_with_unpublished(false);
