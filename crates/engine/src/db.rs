@@ -337,11 +337,14 @@ impl Database {
     /// [`Error::Io`] if the final sync fails.
     pub fn close(self) -> Result<(), Error> {
         let Database { inner, open, .. } = self;
-        drop(inner);
-        match open.and_then(Arc::into_inner) {
+        // `inner` lives until the final sync is done: if that sync fails, the log is rebuilt
+        // from memory, which needs the database.
+        let closed = match open.and_then(Arc::into_inner) {
             Some(open) => open.close(),
             None => Ok(()),
-        }
+        };
+        drop(inner);
+        closed
     }
 
     /// The entry at `key`, or `None` if it is absent, deleted or expired.
@@ -772,6 +775,12 @@ impl Inner {
                 .filter(|v| v.version <= published)
                 .cloned()
                 .collect();
+            // The rolled-back write may have replaced or cancelled the restored version's
+            // deadline: schedule it again, or the expired value is never reclaimed.
+            match versions.first().and_then(|v| v.expires_at) {
+                Some(deadline) => self.reclaimer.schedule_expiry(deadline, key.clone()),
+                None => self.reclaimer.cancel_expiry(key),
+            }
             if versions.is_empty() {
                 slot.remove();
             } else {

@@ -189,6 +189,15 @@ struct Segment {
 /// How many times a flusher yields, at most, waiting for announced commits to queue.
 const GATHER_ROUNDS_MAX: u32 = 64;
 
+/// Why a segment is started (see [`Wal::start_segment`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// A checkpoint moves on to a new segment: the current one must be sound.
+    Rotate,
+    /// A rebuild from memory replaces a poisoned segment.
+    Rebuild,
+}
+
 /// Decrements the count of announced commits when dropped (also on an early error return).
 struct Arrived<'a>(&'a AtomicUsize);
 
@@ -241,6 +250,10 @@ pub(crate) struct Wal {
     arriving: AtomicUsize,
     /// Bumped (under the commit lock) whenever a failed batch is rolled back.
     rollbacks: AtomicU64,
+    /// The commit counter when a failed batch was last rolled back (written under the commit
+    /// lock). Versions above the published one and at most this one were removed from
+    /// memory, and will never be published: a commit checked against them waits for nothing.
+    rolled_back_to: AtomicU64,
     /// Committers waiting for the unpublished versions their checks failed against.
     settling: AtomicUsize,
     background: Mutex<Background>,
@@ -250,6 +263,9 @@ pub(crate) struct Wal {
     checkpoint_write: Mutex<()>,
     /// The database, for repairs started outside a commit (a sync, or closing).
     inner: Mutex<Weak<Inner>>,
+    /// Calls of `start_segment` so far, so a test can order a failing sync before one.
+    #[cfg(test)]
+    rotations_started: AtomicUsize,
 }
 
 impl std::fmt::Debug for Wal {
@@ -371,9 +387,13 @@ impl Wal {
                 let rollbacks = self.rollbacks.load(Ordering::Acquire);
                 // Checked against unpublished versions: keep a copy to run again should they
                 // be rolled back. Without contention nothing is unpublished and nothing is
-                // copied, nor for blind writes, which cannot fail on what they find.
-                let retry = (seen > inner.visible_version() && depends_on_state(&this))
-                    .then(|| this.clone());
+                // copied, nor for blind writes, which cannot fail on what they find. Versions
+                // already rolled back are not in memory and never will be published: waiting
+                // for them would wait forever.
+                let settled = inner
+                    .visible_version()
+                    .max(self.rolled_back_to.load(Ordering::Acquire));
+                let retry = (seen > settled && depends_on_state(&this)).then(|| this.clone());
                 let mut pending = self.pending.lock();
                 let result = inner.apply_write(this, &mut last, Some(&mut pending.sink));
                 if let Ok(r) = &result
@@ -485,11 +505,12 @@ impl Wal {
         // Commits applied since this batch was taken were checked against its state, so they
         // fail with it. Stop new commits while memory is put back.
         let later = {
-            let _commit = inner.commit.lock();
+            let commit = inner.commit.lock();
             let mut pending = self.pending.lock();
             let published = inner.visible_version();
             inner.roll_back(&batch.sink.touched, published);
             inner.roll_back(&pending.sink.touched, published);
+            self.rolled_back_to.store(*commit, Ordering::Release);
             self.rollbacks.fetch_add(1, Ordering::AcqRel);
             pending.sink = LogSink::default();
             std::mem::take(&mut pending.waiters)
@@ -602,7 +623,21 @@ impl Wal {
         let Some(inner) = self.inner.lock().upgrade() else {
             return Err(error);
         };
-        self.exclusively(&inner, || self.repair(&inner)).map(|_| ())
+        self.exclusively(&inner, || {
+            if self.repair(&inner)?.is_some() {
+                return Ok(());
+            }
+            // Nothing to repair: the sync failed without retiring the file (it could not
+            // get a second handle, say), or someone rebuilt the log meanwhile. Either way
+            // nothing is known to be durable yet: sync again, now as the only writer.
+            match self.sync_segment() {
+                Ok(()) => Ok(()),
+                Err(again) => match self.repair(&inner)? {
+                    Some(_) => Ok(()),
+                    None => Err(again),
+                },
+            }
+        })
     }
 
     fn sync_segment(&self) -> Result<(), Error> {
@@ -659,22 +694,35 @@ impl Wal {
         let version = inner.visible_version();
         let _write = self.checkpoint_write.lock();
         self.write_checkpoint(inner, version)
-            .and_then(|()| self.start_segment(version + 1))
+            .and_then(|()| self.start_segment(version + 1, Start::Rebuild))
             .map_err(|e| unusable(&cause, &e))?;
         let current = self.segment.lock().path.clone();
+        // The segments that could not be removed; all of them if the directory is unreadable.
+        let mut left: Option<Vec<PathBuf>> = None;
         let removed = self.fs.list(&self.dir).and_then(|names| {
+            let mut left_here = Vec::new();
+            let mut failure = None;
             for name in names {
                 let stale = parse_numbered(&name, "wal", "log").is_some()
                     || parse_numbered(&name, "checkpoint", "tmp").is_some()
                     || parse_numbered(&name, "checkpoint", "ckpt").is_some_and(|v| v < version);
                 let path = self.dir.join(&name);
-                if stale && path != current {
-                    remove_if_present(self.fs.as_ref(), &path)?;
+                if stale
+                    && path != current
+                    && let Err(e) = remove_if_present(self.fs.as_ref(), &path)
+                {
+                    left_here.push(path);
+                    failure.get_or_insert(e);
                 }
             }
-            self.fs.sync_dir(&self.dir)
+            left = Some(left_here);
+            match failure {
+                Some(e) => Err(e),
+                None => self.fs.sync_dir(&self.dir),
+            }
         });
-        // What is left is wholly below the checkpoint; the next checkpoint or open removes it.
+        // What is left is wholly below the checkpoint; the next checkpoint (which removes the
+        // segments still listed as older) or open removes it.
         if let Err(e) = removed {
             log::warn!(
                 "tuplekv: removing replaced files in {}: {e}",
@@ -683,7 +731,9 @@ impl Wal {
         }
         {
             let mut seg = self.segment.lock();
-            seg.older.clear();
+            if let Some(left) = &left {
+                seg.older.retain(|(_, p)| left.contains(p));
+            }
             seg.since_checkpoint = 0;
         }
         log::warn!(
@@ -699,14 +749,24 @@ impl Wal {
     /// creates the new one with its header (synced, directory synced), and switches to it.
     /// Nothing to do if the current segment already is that one and is not poisoned. If the
     /// new file cannot be made whole it is removed again; if even that fails, the current
-    /// segment is poisoned, so no record is ever appended below a newer segment. Called as
-    /// the log's only writer.
-    fn start_segment(&self, base: u64) -> Result<(), Error> {
+    /// segment is poisoned, so no record is ever appended below a newer segment. A poisoned
+    /// segment is replaced only by a rebuild ([`Start::Rebuild`]); otherwise its poison is
+    /// the error. Called as the log's only writer.
+    fn start_segment(&self, base: u64, start: Start) -> Result<(), Error> {
         let path = self.dir.join(numbered("wal", base, "log"));
+        #[cfg(test)]
+        self.rotations_started.fetch_add(1, Ordering::AcqRel);
         let _sync = self.sync_lock.lock();
         let mut seg = self.segment.lock();
         let seg = &mut *seg;
-        if seg.poisoned.is_none() {
+        if let Some(cause) = &seg.poisoned {
+            // A sync may have failed since the caller found the segment sound (it held
+            // `sync_lock` while we waited for it): the segment's unsynced data may be gone,
+            // so only a rebuild from memory may leave it behind.
+            if start == Start::Rotate {
+                return Err(cause.clone());
+            }
+        } else {
             if seg.path == path {
                 return Ok(());
             }
@@ -778,7 +838,7 @@ impl Wal {
             }
             // Everything written so far is published (flushes publish before they return).
             let version = inner.visible_version();
-            if let Err(e) = self.start_segment(version + 1) {
+            if let Err(e) = self.start_segment(version + 1, Start::Rotate) {
                 return match self.repair(inner)? {
                     Some(version) => Ok(Err(version)),
                     None => Err(e),
@@ -915,10 +975,13 @@ impl Wal {
             Durability::Buffered { interval } => interval.max(Duration::from_millis(1)),
             Durability::Sync => Duration::from_secs(1),
         };
+        // Set while an explicit checkpoint holds `checkpoint_lock`: the wanted checkpoint is
+        // left to it, and the thread waits a tick as usual instead of spinning on the flag.
+        let mut deferred = false;
         loop {
             let checkpoint = {
                 let mut bg = self.background.lock();
-                if !bg.shutdown && !bg.checkpoint_wanted {
+                if !bg.shutdown && (!bg.checkpoint_wanted || deferred) {
                     self.background_wake.wait_for(&mut bg, tick);
                 }
                 if bg.shutdown {
@@ -931,9 +994,11 @@ impl Wal {
             }
             if checkpoint {
                 let Some(inner) = inner.upgrade() else { return };
-                let result = match self.checkpoint_lock.try_lock() {
+                let one_at_a_time = self.checkpoint_lock.try_lock();
+                deferred = one_at_a_time.is_none(); // an explicit one is running
+                let result = match one_at_a_time {
                     Some(_one_at_a_time) => self.checkpoint_inner(&inner).map(|_| ()),
-                    None => Ok(()), // an explicit one is running
+                    None => Ok(()),
                 };
                 if let Err(e) = result {
                     log::error!("tuplekv: checkpoint failed (will retry): {e}");
@@ -1101,6 +1166,14 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
         if let Some(v) = parse_numbered(name, "checkpoint", "ckpt") {
             checkpoints.push(v);
         } else if let Some(v) = parse_numbered(name, "wal", "log") {
+            // Segments start at a published version + 1; version 0 is never one.
+            if v == 0 {
+                return Err(corrupt(
+                    &dir.join(name),
+                    0,
+                    "a log segment named as starting at version 0 (the first is 1)",
+                ));
+            }
             segments.push(v);
         } else if parse_numbered(name, "checkpoint", "tmp").is_some() {
             // A checkpoint a crash interrupted before it was published.
@@ -1292,12 +1365,15 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
         flushed: Condvar::new(),
         arriving: AtomicUsize::new(0),
         rollbacks: AtomicU64::new(0),
+        rolled_back_to: AtomicU64::new(0),
         settling: AtomicUsize::new(0),
         background: Mutex::new(Background::default()),
         background_wake: Condvar::new(),
         checkpoint_lock: Mutex::new(()),
         checkpoint_write: Mutex::new(()),
         inner: Mutex::new(Weak::new()),
+        #[cfg(test)]
+        rotations_started: AtomicUsize::new(0),
     });
     let now = now_ms();
     let mut entries: Vec<(KeyBytes, Version)> = state
@@ -1345,9 +1421,10 @@ pub(crate) fn chain_of(version: Version) -> Chain {
 
 #[cfg(test)]
 mod tests {
-    //! A committer whose checks fail against a batch that is not yet durable: it must not
-    //! answer before that batch is final (it once answered at once, and could then read the
-    //! old value, or lose to a commit that was later rolled back).
+    //! Orderings of the log's threads that need its internals to set up. A committer whose
+    //! checks fail against a batch that is not yet durable must not answer before that batch
+    //! is final (it once answered at once, and could then read the old value, or lose to a
+    //! commit that was later rolled back). Each later test says what broke.
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
@@ -1423,6 +1500,114 @@ mod tests {
         assert!(err.to_string().contains("fsync failed (injected)"), "{err}");
         assert!(slot.lock().take().unwrap().is_err());
         assert_eq!(db.get(&key!["k"]).unwrap(), None);
+    }
+
+    fn faulty(faults: &Arc<Faults>, durability: Durability) -> Options {
+        Options {
+            fs: Arc::new(FaultyFs::new(Arc::clone(faults))),
+            durability,
+            background_reclaim: false,
+            ..Options::default()
+        }
+    }
+
+    const BUFFERED: Durability = Durability::Buffered {
+        interval: Duration::from_secs(3600),
+    };
+
+    /// A sync failed while a checkpoint, having found the log sound, waited to rotate the
+    /// segment. The rotation once dropped the poison with the old segment still needed, so
+    /// the failed sync then found nothing to repair and reported success for commits whose
+    /// pages the failed fsync had dropped.
+    #[test]
+    fn a_sync_failing_before_a_rotation_is_repaired_not_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let db = Database::open(dir.path(), faulty(&faults, BUFFERED)).unwrap();
+        let wal = Arc::clone(db.inner.wal.as_ref().unwrap());
+        db.set(&key!["a"], 1u64).unwrap();
+        db.set(&key!["b"], 2u64).unwrap();
+        // No checkpoint can be published, so nothing can rebuild the log for now.
+        faults.fail_rename(true);
+        faults.hold_syncs();
+        let synced = std::thread::scope(|s| {
+            let sync = s.spawn(|| db.sync());
+            faults.wait_for_held_syncs(1);
+            let checkpoint = s.spawn(|| db.checkpoint());
+            // The checkpoint found nothing poisoned and waits for the held sync to rotate.
+            while wal.rotations_started.load(Ordering::Acquire) == 0 {
+                std::thread::yield_now();
+            }
+            faults.fail_next_syncs(1);
+            faults.release_syncs();
+            assert!(checkpoint.join().unwrap().is_err());
+            sync.join().unwrap()
+        });
+        assert!(synced.is_err(), "a failed sync reported success");
+        faults.fail_rename(false);
+        db.sync().unwrap();
+        let image = tempfile::tempdir().unwrap();
+        faults.power_cut_image(dir.path(), image.path()).unwrap();
+        let crashed = Database::open(image.path(), Options::default()).unwrap();
+        assert_eq!(
+            crashed.get(&key!["b"]).unwrap().map(|e| e.value),
+            Some(crate::Value::U64(2))
+        );
+    }
+
+    /// The background thread once spun (syncing each round) while an explicit checkpoint held
+    /// the checkpoint lock and a background one was wanted. Commits go on for a while to give
+    /// a spinning thread something to sync; a waiting one syncs once.
+    #[test]
+    fn the_background_thread_waits_while_an_explicit_checkpoint_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let options = Options {
+            checkpoint_after_bytes: 1,
+            ..faulty(&faults, BUFFERED)
+        };
+        let db = Database::open(dir.path(), options).unwrap();
+        let wal = Arc::clone(db.inner.wal.as_ref().unwrap());
+        let explicit = wal.checkpoint_lock.lock();
+        let before = faults.syncs();
+        let until = Instant::now() + Duration::from_millis(100);
+        let mut i = 0u64;
+        while Instant::now() < until {
+            db.set(&key!["k", i], i).unwrap();
+            i += 1;
+            std::thread::yield_now();
+        }
+        let syncs = faults.syncs() - before;
+        drop(explicit);
+        assert!(syncs <= 1, "{syncs} background syncs during {i} commits");
+    }
+
+    /// A write that replaced (here: cancelled) a key's deadline was rolled back, and the
+    /// restored value's deadline was no longer scheduled: the expired value stayed in memory.
+    #[test]
+    fn a_rolled_back_write_leaves_the_restored_deadline_scheduled() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+        let expire_in = Duration::from_millis(300);
+        let set = db
+            .atomic()
+            .set_with_expiry(&key!["k"], 1u64, expire_in)
+            .commit()
+            .unwrap();
+        assert!(set.is_committed());
+        faults.fail_next_syncs(1);
+        db.set(&key!["k"], 2u64).unwrap_err();
+        let k = key!["k"].encode();
+        // The pass the failed write asked for: the value is live and stays.
+        db.inner.reclaim_pass(false);
+        assert!(db.inner.map.get(&k[..]).is_some());
+        std::thread::sleep(expire_in + Duration::from_millis(50));
+        db.inner.reclaim_pass(false);
+        assert!(
+            db.inner.map.get(&k[..]).is_none(),
+            "the expired value was never reclaimed"
+        );
     }
 
     #[test]
