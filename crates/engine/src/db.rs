@@ -191,10 +191,11 @@ pub(crate) struct Inner {
 /// ```
 #[derive(Clone)]
 pub struct Database {
-    pub(crate) inner: Arc<Inner>,
     /// For a durable database: the directory lock and the log thread, released with the last
-    /// handle.
+    /// handle. Declared before `inner` so it is dropped first: its final sync can then still
+    /// rebuild the log from memory if that sync fails.
     open: Option<Arc<OpenDir>>,
+    pub(crate) inner: Arc<Inner>,
     /// What recovery found, for a durable database.
     report: Option<Arc<RecoveryReport>>,
 }

@@ -748,6 +748,22 @@ fn close_rebuilds_the_log_when_its_final_sync_fails() {
     assert_eq!(keys(&crashed), want);
 }
 
+/// Dropping the last handle without `close` runs the same final sync; it used to run after
+/// the in-memory state was freed, so a failed final sync could not rebuild the log.
+#[test]
+fn dropping_the_database_rebuilds_the_log_when_its_final_sync_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let db = Database::open(dir.path(), faulty(&faults, BUFFERED)).unwrap();
+    db.set(&key!["a"], b"1").unwrap();
+    db.set(&key!["b"], b"2").unwrap();
+    let want = keys(&db);
+    faults.fail_next_syncs(1);
+    drop(db);
+    let (_image, crashed) = after_power_cut(&faults, dir.path());
+    assert_eq!(keys(&crashed), want);
+}
+
 /// A rebuild that could not delete the segments it replaced forgot them, so they stayed on
 /// disk until the next open.
 #[test]
