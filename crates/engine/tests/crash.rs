@@ -194,15 +194,8 @@ fn check_recovered(db: &Database, acknowledged: &[Ack], context: &str) {
 
 #[test]
 fn every_acknowledged_commit_survives_sigkill_and_none_is_half_applied() {
-    let iterations: u32 = std::env::var("TUPLEKV_CRASH_ITERATIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
-    let seed: u64 = std::env::var("TUPLEKV_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| fastrand::u64(..));
-    println!("crash test seed: {seed} (set TUPLEKV_CRASH_SEED to repeat)");
+    let iterations = tuplekv_testkit::config::crash_iterations(30);
+    let seed = tuplekv_testkit::config::crash_seed("crash test");
     let mut rng = fastrand::Rng::with_seed(seed);
     let dir = tempfile::tempdir().unwrap();
     // A private copy of this binary: a build running meanwhile may replace the original.

@@ -138,15 +138,8 @@ fn run_child_and_kill(dir: &Path, lines: usize) -> Round {
 
 #[test]
 fn numbers_after_a_sigkill_are_above_all_before_and_gapless_stays_gapless() {
-    let iterations: u32 = std::env::var("TUPLEKV_CRASH_ITERATIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
-    let seed: u64 = std::env::var("TUPLEKV_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| fastrand::u64(..));
-    println!("sequence crash test seed: {seed} (set TUPLEKV_CRASH_SEED to repeat)");
+    let iterations = tuplekv_testkit::config::crash_iterations(20);
+    let seed = tuplekv_testkit::config::crash_seed("sequence crash test");
     let mut rng = fastrand::Rng::with_seed(seed);
     let dir = tempfile::tempdir().unwrap();
     let (mut fast_seen, mut gapless_seen) = (HashSet::new(), HashSet::new());

@@ -31,3 +31,33 @@ pub fn proptest_config(default_cases: u32, file: &'static str) -> Config {
         ..Config::default()
     }
 }
+
+/// Environment variable that sets how many kill-and-recover rounds the crash tests run.
+pub const CRASH_ITERATIONS_ENV: &str = "TUPLEKV_CRASH_ITERATIONS";
+/// Environment variable that fixes the crash tests' seed, to repeat a failing run.
+pub const CRASH_SEED_ENV: &str = "TUPLEKV_CRASH_SEED";
+
+/// How many rounds a crash test runs: `$TUPLEKV_CRASH_ITERATIONS`, else `default` (modest, for
+/// CI; `cargo xtask soak` raises it).
+pub fn crash_iterations(default: u32) -> u32 {
+    std::env::var(CRASH_ITERATIONS_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The seed of a crash test: `$TUPLEKV_CRASH_SEED`, else a fresh random one. Printed, with the
+/// variable that repeats it, so a failure can be replayed.
+pub fn crash_seed(test: &str) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let seed = std::env::var(CRASH_SEED_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        });
+    println!("{test} seed: {seed} (set {CRASH_SEED_ENV}={seed} to repeat)");
+    seed
+}
