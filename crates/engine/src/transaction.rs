@@ -1,17 +1,26 @@
 //! Serializable transactions over any [`Store`].
 //!
 //! A transaction reads from one snapshot and records what it read: each key read becomes the
-//! condition "this key has no version newer than the snapshot", each list the same condition
-//! on the range it covered. Writes are buffered and see each other (read-your-writes). At
-//! commit, the conditions and the writes go to the store as one atomic operation; if any
-//! condition fails, something the transaction read has changed, so the closure runs again on a
-//! fresh snapshot, after a randomised exponential backoff. Because every commit is serialised
-//! by the store and a transaction only commits if its whole read set is unchanged at that
-//! point, transactions are serializable in versionstamp order.
+//! check "this key still has the versionstamp it was read with (or is still absent)", each list
+//! the condition "no key of the range it covered has a version newer than the snapshot".
+//! Writes are buffered and see each other (read-your-writes). At commit, the conditions and the
+//! writes go to the store as one atomic operation; if any condition fails, something the
+//! transaction read has changed, so the closure runs again on a fresh snapshot, after a
+//! randomised exponential backoff. Because every commit is serialised by the store and a
+//! transaction only commits if its whole read set is unchanged at that point, transactions are
+//! serializable in versionstamp order.
+//!
+//! A key read is an ordinary versionstamp [`Check`] rather than a one-key range condition:
+//! the store looks the key up once for the check and for a write of the same key, and a
+//! transaction that read only keys holds no snapshot while it commits, so the versions it
+//! overwrites are not kept for it. Versionstamps are never reused, so "the same versionstamp"
+//! means "unchanged". Reads that do not fit the check limits (see [`Transaction::get_raw`])
+//! stay range conditions.
 //!
 //! Expiry is a change like any other: a value that was live when read and has expired by the
-//! commit makes the commit conflict (each recorded read carries the time it was made), so the
-//! transaction retries and sees the value gone.
+//! commit makes the commit conflict (a check sees an expired value as absent; a list's condition
+//! carries the earliest deadline it returned), so the transaction retries and sees the value
+//! gone.
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -21,7 +30,9 @@ use tuplekv_codec::{ByteRange, Key, Selector, encode_key};
 use crate::atomic::{AtomicWrite, Check, CommitResult, Mutation, MutationKind, RangeCheck};
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
-use crate::limits::TRANSACTION_ATTEMPTS_MAX;
+use crate::limits::{
+    CHECKS_MAX, KEY_SIZE_MAX_WRITE, TOTAL_MUTATION_SIZE_MAX, TRANSACTION_ATTEMPTS_MAX,
+};
 use crate::list::{ListIter, ListOptions};
 use crate::store::{Entry, ReadView, Store};
 use crate::value::{Value, Versionstamp};
@@ -56,7 +67,17 @@ pub struct Transaction<'s, S: Store> {
     snapshot: S::Snapshot,
     since: Versionstamp,
     reads: Vec<RangeCheck>,
+    /// Keys read, each once, with what the snapshot held: checks at commit.
+    points: Vec<PointRead>,
     write: AtomicWrite,
+}
+
+/// One key a transaction read: its versionstamp then (`None`: absent or expired), and the
+/// deadline of the value read, for a read that has to stay a range condition.
+struct PointRead {
+    key: KeyBytes,
+    versionstamp: Option<Versionstamp>,
+    expires_at: Option<u64>,
 }
 
 impl<'s, S: Store> Transaction<'s, S> {
@@ -68,6 +89,7 @@ impl<'s, S: Store> Transaction<'s, S> {
             snapshot,
             since,
             reads: Vec::new(),
+            points: Vec::new(),
             write: AtomicWrite::default(),
         }
     }
@@ -107,13 +129,24 @@ impl<'s, S: Store> Transaction<'s, S> {
 
     /// [`Transaction::get`] on an encoded key.
     ///
+    /// The read commits as a versionstamp check on `key`, which does not count against the
+    /// caller's [`CHECKS_MAX`]: past that many checks in all, or for a key too long to write
+    /// (a read may be one byte longer), or when the checks' bytes would push the commit over
+    /// [`TOTAL_MUTATION_SIZE_MAX`], the read is checked as the range `[key, key ++ 00)`
+    /// instead, which means the same.
+    ///
     /// # Errors
     /// As [`Transaction::get`].
     pub fn get_raw(&mut self, key: &[u8]) -> Result<Option<Entry>, Error> {
         let base = self.snapshot.get_raw(key)?;
-        let mut end = key.to_vec();
-        end.push(0);
-        self.record_read(key.to_vec(), end, base.as_ref().and_then(|e| e.expires_at));
+        // The snapshot does not change, so a second read of a key finds what the first did.
+        if !self.points.iter().any(|p| p.key.as_slice() == key) {
+            self.points.push(PointRead {
+                key: KeyBytes::from(key),
+                versionstamp: base.as_ref().map(|e| e.versionstamp),
+                expires_at: base.as_ref().and_then(|e| e.expires_at),
+            });
+        }
         self.overlay(key, base)
     }
 
@@ -302,14 +335,65 @@ impl<'s, S: Store> Transaction<'s, S> {
         });
     }
 
-    /// The commit, and the snapshot it read from. The caller keeps the snapshot registered
-    /// until the commit is done: while it is, the store keeps every version (tombstones
-    /// included) that tells the commit's range checks a key changed since.
-    fn into_write(self) -> (AtomicWrite, S::Snapshot) {
+    /// The commit, and the snapshot it read from if the commit has range checks. The caller
+    /// keeps that snapshot registered until the commit is done: while it is, the store keeps
+    /// every version (tombstones included) that tells the commit's range checks a key changed
+    /// since. Checks compare with the newest version, so they need no snapshot.
+    fn into_write(self) -> (AtomicWrite, Option<S::Snapshot>) {
         let mut write = self.write;
         write.range_checks = self.reads;
-        (write, self.snapshot)
+        // Key reads become checks while the commit stays within the limits `validate` applies
+        // to checks, counted the way it counts them, so a commit that fails validation fails
+        // with the same error and numbers as without them.
+        let mut room = CHECKS_MAX.saturating_sub(write.checks.len());
+        let mut total = write_size(&write);
+        for p in self.points {
+            let size = p.key.len();
+            if room > 0
+                && size > 0
+                && size <= KEY_SIZE_MAX_WRITE
+                && total.saturating_add(size) <= TOTAL_MUTATION_SIZE_MAX
+            {
+                room -= 1;
+                total += size;
+                write.checks.push(Check {
+                    key: p.key,
+                    versionstamp: p.versionstamp,
+                });
+            } else {
+                let mut end = Vec::with_capacity(size + 1);
+                end.extend_from_slice(&p.key);
+                end.push(0);
+                write.range_checks.push(RangeCheck {
+                    start: p.key,
+                    end: KeyBytes::from(end),
+                    since: self.since,
+                    expires_at: p.expires_at,
+                });
+            }
+        }
+        let snapshot = if write.range_checks.is_empty() {
+            None
+        } else {
+            Some(self.snapshot)
+        };
+        (write, snapshot)
     }
+}
+
+/// The bytes `validate` counts against [`TOTAL_MUTATION_SIZE_MAX`]: check keys, mutation keys,
+/// and each value with its key again.
+fn write_size(write: &AtomicWrite) -> usize {
+    let checks: usize = write.checks.iter().map(|c| c.key.len()).sum();
+    let mutations: usize = write
+        .mutations
+        .iter()
+        .map(|m| match m.kind.value_size() {
+            Some(size) => 2 * m.key.len() + size,
+            None => m.key.len(),
+        })
+        .sum();
+    checks.saturating_add(mutations)
 }
 
 /// Runs `f` until its commit succeeds, with backoff, at most `options.max_attempts` times.

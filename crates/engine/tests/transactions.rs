@@ -1,13 +1,14 @@
 //! Transactions: what they read is validated at commit, including expiry (a value read live
 //! that expired before the commit once let the commit through) and phantoms in a listed
 //! range; `Transaction::list` merges the transaction's own writes; edge limits (a `usize::MAX`
-//! list limit once overflowed, a key at the read limit once could be read but not committed).
+//! list limit once overflowed, a key at the read limit once could be read but not committed);
+//! key reads commit as versionstamp checks, and those past the check limit as range checks.
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use tuplekv_engine::limits::KEY_SIZE_MAX_READ;
+use tuplekv_engine::limits::{CHECKS_MAX, KEY_SIZE_MAX_READ};
 use tuplekv_engine::{
     Database, Error, Key, ListOptions, Options, Selector, TransactionOptions, Value, key,
 };
@@ -315,4 +316,45 @@ fn a_key_at_the_read_limit_read_in_a_transaction_commits() {
     let past = key![vec![b'k'; KEY_SIZE_MAX_READ - 1]];
     let err = db.transaction(|tx| tx.get(&past).map(|_| ())).unwrap_err();
     assert_eq!(err, Error::KeyTooLargeForRead { size: 2050 });
+}
+
+/// The property: a transaction reading `reads` keys, one of which (`changed`) another writer
+/// sets after the first attempt read it, conflicts once and commits on its rerun.
+fn check_read_conflicts(reads: usize, changed: usize) {
+    let db = Database::in_memory();
+    let keys: Vec<Key> = (0..reads).map(|i| key!["read", i as u64]).collect();
+    let mut attempts = 0;
+    db.transaction(|tx| {
+        attempts += 1;
+        for k in &keys {
+            tx.get(k)?;
+        }
+        if attempts == 1 {
+            db.set(&keys[changed], b"meanwhile").unwrap();
+        }
+        tx.set(&key!["done"], b"x");
+        Ok::<_, Error>(())
+    })
+    .unwrap();
+    assert_eq!(attempts, 2, "reads={reads} changed={changed}");
+}
+
+#[test]
+fn reads_past_the_check_limit_commit_and_still_conflict() {
+    // Within the limit (a check), and past it (the reads that stay range checks).
+    check_read_conflicts(3, 1);
+    check_read_conflicts(CHECKS_MAX + 20, 0);
+    check_read_conflicts(CHECKS_MAX + 20, CHECKS_MAX + 19);
+    // Explicit checks leave less room, and the commit stays within the limit.
+    let db = Database::in_memory();
+    db.transaction(|tx| {
+        for i in 0..CHECKS_MAX as u64 {
+            tx.check(&key!["explicit", i], None);
+            tx.get(&key!["read", i])?;
+        }
+        tx.set(&key!["done"], b"x");
+        Ok::<_, Error>(())
+    })
+    .unwrap();
+    assert!(db.get(&key!["done"]).unwrap().is_some());
 }
