@@ -10,9 +10,10 @@ use tuplekv_codec::{
     ByteRange, Key, KeyPart, Selector, SelectorError, decode_key, encode_key, encode_key_into,
     encode_part_into,
 };
+use tuplekv_engine::limits::CHECKS_MAX;
 use tuplekv_engine::{
-    Entry, ListCursor, ListIter, ListOptions, MutationKind, ReadView, Store, Transaction,
-    TransactionOptions, Value,
+    AtomicWrite, Check, Entry, KeyBytes, ListCursor, ListIter, ListOptions, Mutation, MutationKind,
+    ReadView, Store, Transaction, TransactionOptions, Value,
 };
 
 use crate::error::Error;
@@ -29,6 +30,9 @@ pub(crate) struct IndexSpec<T> {
     pub(crate) extract: Extract<T>,
     /// Whether the index is known to be complete (cached once seen).
     pub(crate) ready: AtomicBool,
+    /// The encoded `[collection, "u" | "i", name]` every entry key starts with, computed once
+    /// by `open` so the write and read paths append bytes instead of encoding names again.
+    pub(crate) prefix: Vec<u8>,
 }
 
 /// The definition of a collection, shared by its clones.
@@ -37,6 +41,8 @@ pub(crate) struct Def<T> {
     pub(crate) primary_key: Arc<dyn Fn(&T) -> Key + Send + Sync>,
     pub(crate) indexes: Vec<IndexSpec<T>>,
     pub(crate) retry: TransactionOptions,
+    /// The encoded `[collection, "id"]` every record key starts with (set by `open`).
+    pub(crate) record_prefix: Vec<u8>,
 }
 
 /// Declares a collection: `Collection::builder("users", |u: &User| key![u.id])`, then its
@@ -64,6 +70,7 @@ impl<T> CollectionBuilder<T> {
             covering: false,
             extract,
             ready: AtomicBool::new(false),
+            prefix: Vec::new(),
         });
         self
     }
@@ -126,7 +133,7 @@ impl<T> CollectionBuilder<T> {
         if let Some(mistake) = self.mistake {
             return Err(Error::Definition(mistake));
         }
-        let def = self.def;
+        let mut def = self.def;
         if def.name.is_empty() {
             return Err(Error::Definition("the collection name is empty".into()));
         }
@@ -137,6 +144,10 @@ impl<T> CollectionBuilder<T> {
                     idx.name
                 )));
             }
+        }
+        def.record_prefix = encode_names(&[&def.name, "id"])?;
+        for idx in &mut def.indexes {
+            idx.prefix = encode_names(&[&def.name, kind_of(idx), &idx.name])?;
         }
         let collection = Collection {
             store,
@@ -224,6 +235,7 @@ impl<T> Collection<T, tuplekv_engine::Database> {
                 primary_key: Arc::new(primary_key),
                 indexes: Vec::new(),
                 retry: TransactionOptions::default(),
+                record_prefix: Vec::new(),
             },
             mistake: None,
         }
@@ -263,7 +275,29 @@ where
     }
 
     pub(crate) fn record_key(&self, pk: &Key) -> Result<Vec<u8>, Error> {
-        self.key(&["id"], &[pk])
+        let mut out = Vec::with_capacity(self.def.record_prefix.len() + 16);
+        out.extend_from_slice(&self.def.record_prefix);
+        encode_key_into(pk, &mut out);
+        Ok(out)
+    }
+
+    /// The encoded primary key at the end of `record_key` (one `record_key` built).
+    fn pk_bytes<'k>(&self, record_key: &'k [u8]) -> &'k [u8] {
+        record_key
+            .get(self.def.record_prefix.len()..)
+            .unwrap_or_default()
+    }
+
+    /// The key of `idx`'s entry for `value`: `[collection, "u", name, value...]`, or for a
+    /// non-unique index `[..., value..., primary key...]` (`pk_bytes` already encoded).
+    fn entry_key(&self, idx: &IndexSpec<T>, value: &Key, pk_bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(idx.prefix.len() + 32 + pk_bytes.len());
+        out.extend_from_slice(&idx.prefix);
+        encode_key_into(value, &mut out);
+        if !idx.unique {
+            out.extend_from_slice(pk_bytes);
+        }
+        out
     }
 
     pub(crate) fn records_range(&self) -> Result<tuplekv_codec::ByteRange, Error> {
@@ -296,7 +330,8 @@ where
     }
 
     /// The entries `record` (primary key `pk`, serialised as `bytes`) should have, in index
-    /// order, without repeats; `only` restricts them to one index.
+    /// order, without repeats; `only` restricts them to one index. `bytes` is only copied into
+    /// covering entries.
     pub(crate) fn plan(
         &self,
         pk: &Key,
@@ -304,31 +339,39 @@ where
         bytes: &[u8],
         only: Option<usize>,
     ) -> Result<Vec<Planned>, Error> {
-        let pk_bytes = encode_key(pk);
-        let mut out: Vec<Planned> = Vec::new();
+        Ok(self.plan_encoded(&encode_key(pk), record, bytes, only))
+    }
+
+    /// [`Collection::plan`] with the primary key already encoded.
+    fn plan_encoded(
+        &self,
+        pk_bytes: &[u8],
+        record: &T,
+        bytes: &[u8],
+        only: Option<usize>,
+    ) -> Vec<Planned> {
+        let mut out: Vec<Planned> = Vec::with_capacity(self.def.indexes.len());
         for (i, idx) in self.def.indexes.iter().enumerate() {
             if only.is_some_and(|o| o != i) {
                 continue;
             }
             for value in (idx.extract)(record) {
-                let key = if idx.unique {
-                    self.key(&["u", &idx.name], &[&value])?
-                } else {
-                    self.key(&["i", &idx.name], &[&value, pk])?
-                };
+                let key = self.entry_key(idx, &value, pk_bytes);
                 if out.iter().any(|p| p.key == key) {
                     continue;
                 }
-                let mut entry = Vec::with_capacity(1 + pk_bytes.len());
+                let mut entry;
                 if idx.covering {
+                    entry = Vec::with_capacity(5 + pk_bytes.len() + bytes.len());
                     entry.push(COVERING);
                     let len = u32::try_from(pk_bytes.len()).unwrap_or(u32::MAX);
                     entry.extend_from_slice(&len.to_le_bytes());
-                    entry.extend_from_slice(&pk_bytes);
+                    entry.extend_from_slice(pk_bytes);
                     entry.extend_from_slice(bytes);
                 } else {
+                    entry = Vec::with_capacity(1 + pk_bytes.len());
                     entry.push(POINTER);
-                    entry.extend_from_slice(&pk_bytes);
+                    entry.extend_from_slice(pk_bytes);
                 }
                 out.push(Planned {
                     index: i,
@@ -338,11 +381,18 @@ where
                 });
             }
         }
-        Ok(out)
+        out
     }
 
     /// The primary key an entry's value points at, and the record copy of a covering entry.
     pub(crate) fn parse_entry(value: &Value) -> Result<(Key, Option<&[u8]>), Error> {
+        let (pk, record) = Self::entry_parts(value)?;
+        Ok((decode_key(pk).map_err(codec_err)?, record))
+    }
+
+    /// [`Collection::parse_entry`] without decoding: the encoded primary key (not yet
+    /// validated) and the record copy of a covering entry.
+    fn entry_parts(value: &Value) -> Result<(&[u8], Option<&[u8]>), Error> {
         let bad = |m: &str| Error::Codec {
             primary_key: Key::empty(),
             message: format!("index entry: {m}"),
@@ -351,7 +401,7 @@ where
             return Err(bad("not a bytes value"));
         };
         match b.split_first() {
-            Some((&POINTER, pk)) => Ok((decode_key(pk).map_err(codec_err)?, None)),
+            Some((&POINTER, pk)) => Ok((pk, None)),
             Some((&COVERING, rest)) => {
                 let (len, rest) = rest.split_first_chunk::<4>().ok_or_else(|| {
                     bad(&format!(
@@ -366,47 +416,70 @@ where
                         rest.len()
                     ))
                 })?;
-                Ok((decode_key(pk).map_err(codec_err)?, Some(record)))
+                Ok((pk, Some(record)))
             }
             _ => Err(bad("unknown format")),
         }
     }
 
-    /// Inside a transaction: replaces the record at `pk` (currently `old`) by `new` (or
-    /// deletes it), with every index change, after checking unique values.
-    pub(crate) fn put_in(
+    /// The record a unique entry points at, when it is not the one encoded as `pk_bytes`
+    /// (`pk`): `None` if the entry is this record's. Equal bytes need no decoding; different
+    /// bytes are decoded and compared as keys, as before, so a malformed entry is still an
+    /// error and an equal key in another spelling still counts as this record's.
+    fn other_holder(value: &Value, pk: &Key, pk_bytes: &[u8]) -> Result<Option<Key>, Error> {
+        let (held, _) = Self::entry_parts(value)?;
+        if held == pk_bytes {
+            return Ok(None);
+        }
+        let (holder, _) = Self::parse_entry(value)?;
+        Ok((holder != *pk).then_some(holder))
+    }
+
+    /// Inside a transaction: replaces the record at `record_key` (primary key `pk`), whose
+    /// current entries are `old_plan`, by `new` (or deletes it), with every index change,
+    /// after checking unique values.
+    ///
+    /// Every unique entry `new` claims, and every one the old record gives up, is read in the
+    /// transaction, so the commit checks it. A unique entry that already holds exactly the
+    /// bytes it would be written with is left as it is: the read still checks it, and
+    /// rewriting it would only add a version for the store to reclaim.
+    fn put_in(
         &self,
         tx: &mut Transaction<'_, S>,
         pk: &Key,
-        old: Option<&T>,
+        record_key: &[u8],
+        old_plan: &[Planned],
         new: Option<&T>,
     ) -> Result<(), Error> {
-        let record_key = self.record_key(pk)?;
-        let old_plan = match old {
-            Some(o) => self.plan(pk, o, &self.encode(pk, o)?, None)?,
-            None => Vec::new(),
-        };
-        let (new_bytes, new_plan) = match new {
+        let pk_bytes = self.pk_bytes(record_key);
+        let (new_bytes, mut new_plan) = match new {
             Some(n) => {
                 let bytes = self.encode(pk, n)?;
-                let plan = self.plan(pk, n, &bytes, None)?;
+                let plan = self.plan_encoded(pk_bytes, n, &bytes, None);
                 (Some(bytes), plan)
             }
             None => (None, Vec::new()),
         };
-        for p in new_plan.iter().filter(|p| self.def.indexes[p.index].unique) {
-            if let Some(existing) = tx.get_raw(&p.key)? {
-                let (owner, _) = Self::parse_entry(&existing.value)?;
-                if owner != *pk {
-                    return Err(Error::UniqueViolation {
-                        index: self.def.indexes[p.index].name.clone(),
-                        value: p.value.clone(),
-                        existing_primary_key: owner,
-                    });
-                }
+        // Entries already in place get an empty `entry` (a real one never is): not rewritten.
+        for p in new_plan
+            .iter_mut()
+            .filter(|p| self.def.indexes[p.index].unique)
+        {
+            let Some(existing) = tx.get_raw(&p.key)? else {
+                continue;
+            };
+            if let Some(owner) = Self::other_holder(&existing.value, pk, pk_bytes)? {
+                return Err(Error::UniqueViolation {
+                    index: self.def.indexes[p.index].name.clone(),
+                    value: p.value.clone(),
+                    existing_primary_key: owner,
+                });
+            }
+            if matches!(&existing.value, Value::Bytes(b) if *b == p.entry) {
+                p.entry.clear();
             }
         }
-        for p in &old_plan {
+        for p in old_plan {
             if new_plan.iter().any(|n| n.key == p.key) {
                 continue;
             }
@@ -419,41 +492,52 @@ where
                 let Some(existing) = tx.get_raw(&p.key)? else {
                     continue;
                 };
-                let (holder, _) = Self::parse_entry(&existing.value)?;
-                if holder != *pk {
+                if Self::other_holder(&existing.value, pk, pk_bytes)?.is_some() {
                     continue;
                 }
             }
             tx.mutate_raw(&p.key, MutationKind::Delete);
         }
-        for p in &new_plan {
+        for p in new_plan {
+            if p.entry.is_empty() {
+                continue;
+            }
             tx.mutate_raw(
                 &p.key,
                 MutationKind::Set {
-                    value: Value::from(p.entry.clone()),
+                    value: Value::from(p.entry),
                     expire_in: None,
                 },
             );
         }
         match new_bytes {
             Some(bytes) => tx.mutate_raw(
-                &record_key,
+                record_key,
                 MutationKind::Set {
                     value: Value::from(bytes),
                     expire_in: None,
                 },
             ),
-            None => tx.mutate_raw(&record_key, MutationKind::Delete),
+            None => tx.mutate_raw(record_key, MutationKind::Delete),
         }
         Ok(())
     }
 
-    /// Reads and decodes the record at `pk` inside a transaction.
-    fn read_in(&self, tx: &mut Transaction<'_, S>, pk: &Key) -> Result<Option<T>, Error> {
-        match tx.get_raw(&self.record_key(pk)?)? {
-            Some(e) => Ok(Some(self.decode(pk, value_bytes(&e.value)?)?)),
-            None => Ok(None),
-        }
+    /// Reads the record at `record_key` inside a transaction: decoded, with the entries it
+    /// has (planned from the stored bytes, so nothing is serialised again).
+    fn read_in(
+        &self,
+        tx: &mut Transaction<'_, S>,
+        pk: &Key,
+        record_key: &[u8],
+    ) -> Result<Option<(T, Vec<Planned>)>, Error> {
+        let Some(e) = tx.get_raw(record_key)? else {
+            return Ok(None);
+        };
+        let bytes = value_bytes(&e.value)?;
+        let record = self.decode(pk, bytes)?;
+        let plan = self.plan_encoded(self.pk_bytes(record_key), &record, bytes, None);
+        Ok(Some((record, plan)))
     }
 
     fn run<R>(
@@ -471,14 +555,81 @@ where
     /// retry bound. Nothing is written then.
     pub fn insert(&self, record: &T) -> Result<(), Error> {
         let pk = (self.def.primary_key)(record);
-        self.run(|tx| {
-            if self.read_in(tx, &pk)?.is_some() {
+        let record_key = self.record_key(&pk)?;
+        // The read-free attempt is the first of the bounded attempts, so a write still commits
+        // at most `max_attempts` times; with one attempt, it is the transaction's.
+        let unopposed = self.def.retry.max_attempts > 1;
+        if unopposed && self.insert_unopposed(&pk, &record_key, record) {
+            return Ok(());
+        }
+        let retry = TransactionOptions {
+            max_attempts: self.def.retry.max_attempts - u32::from(unopposed),
+            ..self.def.retry.clone()
+        };
+        let result = self.store.transaction_with(&retry, |tx| {
+            if let Some(e) = tx.get_raw(&record_key)? {
+                // Decoded only for its error: a stored record that does not decode says so.
+                self.decode(&pk, value_bytes(&e.value)?)?;
                 return Err(Error::AlreadyExists {
                     primary_key: pk.clone(),
                 });
             }
-            self.put_in(tx, &pk, None, Some(record))
-        })
+            self.put_in(tx, &pk, &record_key, &[], Some(record))
+        });
+        match result {
+            Err(Error::Store(tuplekv_engine::Error::TransactionConflict { attempts })) => {
+                Err(Error::Store(tuplekv_engine::Error::TransactionConflict {
+                    attempts: attempts + u32::from(unopposed),
+                }))
+            }
+            other => other,
+        }
+    }
+
+    /// The insert when nothing is in its way, in one commit without reads: it checks that the
+    /// record and every unique entry it claims are absent, then writes them and the other
+    /// entries, as the transaction would. Whether it committed; when it did not (something is
+    /// there, a limit, any error), nothing was written and the transaction runs, reading what
+    /// is there, so it reports the error it always did, in the same order.
+    fn insert_unopposed(&self, pk: &Key, record_key: &[u8], record: &T) -> bool {
+        let Ok(bytes) = self.encode(pk, record) else {
+            return false;
+        };
+        let plan = self.plan_encoded(self.pk_bytes(record_key), record, &bytes, None);
+        let mut write = AtomicWrite::default();
+        write.checks.push(Check {
+            key: KeyBytes::from(record_key),
+            versionstamp: None,
+        });
+        write.mutations.reserve(plan.len() + 1);
+        for p in plan {
+            if self.def.indexes[p.index].unique {
+                write.checks.push(Check {
+                    key: KeyBytes::from(p.key.as_slice()),
+                    versionstamp: None,
+                });
+            }
+            write.mutations.push(Mutation {
+                key: KeyBytes::from(p.key),
+                kind: MutationKind::Set {
+                    value: Value::from(p.entry),
+                    expire_in: None,
+                },
+            });
+        }
+        if write.checks.len() > CHECKS_MAX {
+            return false;
+        }
+        write.mutations.push(Mutation {
+            key: KeyBytes::from(record_key),
+            kind: MutationKind::Set {
+                value: Value::from(bytes),
+                expire_in: None,
+            },
+        });
+        self.store
+            .commit(write)
+            .is_ok_and(|result| result.is_committed())
     }
 
     /// Inserts the record, or replaces the one with its primary key; returns the old one.
@@ -487,9 +638,13 @@ where
     /// As [`Collection::insert`], without [`Error::AlreadyExists`].
     pub fn upsert(&self, record: &T) -> Result<Option<T>, Error> {
         let pk = (self.def.primary_key)(record);
+        let record_key = self.record_key(&pk)?;
         self.run(|tx| {
-            let old = self.read_in(tx, &pk)?;
-            self.put_in(tx, &pk, old.as_ref(), Some(record))?;
+            let (old, old_plan) = match self.read_in(tx, &pk, &record_key)? {
+                Some((old, plan)) => (Some(old), plan),
+                None => (None, Vec::new()),
+            };
+            self.put_in(tx, &pk, &record_key, &old_plan, Some(record))?;
             Ok(old)
         })
     }
@@ -520,13 +675,15 @@ where
     where
         T: Clone,
     {
+        let record_key = self.record_key(pk)?;
         self.run(|tx| {
-            let Some(old) = self.read_in(tx, pk)? else {
+            // The old record's entries are planned before `f` takes it, so it is not cloned.
+            let Some((old, old_plan)) = self.read_in(tx, pk, &record_key)? else {
                 return Err(Error::NotFound {
                     primary_key: pk.clone(),
                 });
             };
-            let new = f(old.clone());
+            let new = f(old);
             let new_pk = (self.def.primary_key)(&new);
             if new_pk != *pk {
                 return Err(Error::PrimaryKeyChanged {
@@ -534,7 +691,7 @@ where
                     to: new_pk,
                 });
             }
-            self.put_in(tx, pk, Some(&old), Some(&new))?;
+            self.put_in(tx, pk, &record_key, &old_plan, Some(&new))?;
             Ok(new)
         })
     }
@@ -544,12 +701,13 @@ where
     /// # Errors
     /// A store error or a conflict past the retry bound.
     pub fn delete(&self, pk: &Key) -> Result<Option<T>, Error> {
+        let record_key = self.record_key(pk)?;
         self.run(|tx| {
-            let old = self.read_in(tx, pk)?;
-            if old.is_some() {
-                self.put_in(tx, pk, old.as_ref(), None)?;
-            }
-            Ok(old)
+            let Some((old, old_plan)) = self.read_in(tx, pk, &record_key)? else {
+                return Ok(None);
+            };
+            self.put_in(tx, pk, &record_key, &old_plan, None)?;
+            Ok(Some(old))
         })
     }
 
@@ -599,15 +757,24 @@ where
         Ok(idx)
     }
 
-    /// Resolves one index entry read from `view` into its record.
+    /// Resolves one index entry read from `view` into its record. A pointer's record key is
+    /// the record prefix followed by the entry's primary key bytes, which the entry holds
+    /// encoded already.
     fn resolve(&self, view: &S::Snapshot, entry: &Entry) -> Result<Option<(Key, T)>, Error> {
-        let (pk, copy) = Self::parse_entry(&entry.value)?;
+        let (pk_bytes, copy) = Self::entry_parts(&entry.value)?;
+        let pk = decode_key(pk_bytes).map_err(codec_err)?;
         let record = match copy {
             Some(bytes) => Some(self.decode(&pk, bytes)?),
-            None => match view.get_raw(&self.record_key(&pk)?)? {
-                Some(e) => Some(self.decode(&pk, value_bytes(&e.value)?)?),
-                None => None,
-            },
+            None => {
+                let mut record_key =
+                    Vec::with_capacity(self.def.record_prefix.len() + pk_bytes.len());
+                record_key.extend_from_slice(&self.def.record_prefix);
+                record_key.extend_from_slice(pk_bytes);
+                match view.get_raw(&record_key)? {
+                    Some(e) => Some(self.decode(&pk, value_bytes(&e.value)?)?),
+                    None => None,
+                }
+            }
         };
         Ok(record.map(|r| (pk, r)))
     }
@@ -626,7 +793,7 @@ where
             });
         }
         let view = self.store.snapshot();
-        match view.get_raw(&self.key(&["u", &idx.name], &[value])?)? {
+        match view.get_raw(&self.entry_key(idx, value, &[]))? {
             Some(entry) => self.resolve(&view, &entry),
             None => Ok(None),
         }
@@ -807,6 +974,18 @@ where
 /// The keyspace of an index's entries: `"u"` (unique) or `"i"`.
 fn kind_of<T>(idx: &IndexSpec<T>) -> &'static str {
     if idx.unique { "u" } else { "i" }
+}
+
+/// The encoding of a key made of `names`.
+fn encode_names(names: &[&str]) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::with_capacity(32);
+    for name in names {
+        encode_part_into(&KeyPart::from(*name), &mut out).map_err(|e| Error::Codec {
+            primary_key: Key::empty(),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(out)
 }
 
 fn selector_err(e: SelectorError) -> Error {

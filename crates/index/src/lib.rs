@@ -65,8 +65,15 @@
 //! guide's pattern) because the checks a write needs are exactly its reads, including the
 //! *absence* of unique entries and of the record, and a transaction derives them from what was
 //! read, with no second list of checks to keep in step with the code. The commit carries the
-//! same conditions a hand-built atomic would (one per key read) plus the mutations, and the
-//! engine applies it all or nothing.
+//! same conditions a hand-built atomic would (one versionstamp check per key read) plus the
+//! mutations, and the engine applies it all or nothing.
+//!
+//! Two shortcuts keep the layer close to the hand-written pattern without weakening it. An
+//! insert's first attempt is that very commit built without reads: the record and every unique
+//! entry it claims must be absent. When something is there (or the commit is refused for any
+//! reason) nothing was written, and the transaction runs and reports what it finds, with the
+//! same errors; the attempt counts toward the retry bound. And a unique entry that already
+//! holds exactly what a write would set is read and checked but not rewritten.
 //!
 //! # Reads
 //! Queries read one snapshot: a pointer entry and the record it names are read from the same

@@ -305,8 +305,9 @@ fn a_record_over_the_value_limit_or_with_too_many_entries_writes_nothing() {
         c.upsert(&big),
         Err(Error::Store(tuplekv_engine::Error::ValueTooLarge { .. }))
     ));
-    // Replacing user 1's tags (t1, all) by n new ones is one commit of 2 deletes, 3 + n
-    // entry sets (email, color, city_age, the tags) and the record: 1001 for 995 tags.
+    // Replacing user 1's tags (t1, all) by n new ones is one commit of 2 deletes, 2 + n
+    // entry sets (color, city_age, the tags; the email entry is unchanged, so it is checked,
+    // not rewritten) and the record: 1001 for 996 tags.
     let with_tags = |n: usize| {
         let mut many = user(1, "ada@x", "green");
         many.tags = (0..n).map(|i| format!("tag{i}")).collect();
@@ -314,7 +315,7 @@ fn a_record_over_the_value_limit_or_with_too_many_entries_writes_nothing() {
     };
     let max = tuplekv_engine::limits::MUTATIONS_MAX;
     assert_eq!(
-        c.upsert(&with_tags(max - 5)),
+        c.upsert(&with_tags(max - 4)),
         Err(Error::Store(tuplekv_engine::Error::TooManyMutations {
             count: max + 1
         }))
@@ -322,9 +323,9 @@ fn a_record_over_the_value_limit_or_with_too_many_entries_writes_nothing() {
     assert_eq!(c.get(&key![1]).unwrap().unwrap(), user(1, "ada@x", "green"));
     assert_eq!(c.verify().unwrap(), before);
     // Exactly the limit commits.
-    c.upsert(&with_tags(max - 6)).unwrap();
+    c.upsert(&with_tags(max - 5)).unwrap();
     assert_eq!(c.count("tags", &key!["all"]).unwrap(), 0);
-    assert_eq!(c.count("tags", &key!["tag993"]).unwrap(), 1);
+    assert_eq!(c.count("tags", &key!["tag994"]).unwrap(), 1);
     assert!(c.verify().unwrap().is_clean());
 }
 
@@ -614,4 +615,47 @@ fn c_insert_three(c: &Collection<User, Database>) {
     for (id, email, color) in [(1, "a@x", "green"), (2, "b@x", "blue"), (3, "c@x", "green")] {
         c.insert(&user(id, email, color)).unwrap();
     }
+}
+
+#[test]
+fn an_unchanged_unique_entry_is_checked_not_rewritten() {
+    let db = Database::in_memory();
+    let c = users(db.clone());
+    c.insert(&user(1, "ada@x", "green")).unwrap();
+    let email = key!["users", "u", "email", "ada@x"];
+    let stamp = |k: &tuplekv_engine::Key| db.get(k).unwrap().map(|e| e.versionstamp);
+    let before = stamp(&email);
+    assert!(before.is_some());
+    c.update(&key![1], |mut u| {
+        u.color = "red".into();
+        u
+    })
+    .unwrap();
+    assert_eq!(stamp(&email), before);
+    // A changed value moves the entry.
+    c.update(&key![1], |mut u| {
+        u.email = "ada@new".into();
+        u
+    })
+    .unwrap();
+    assert_eq!(stamp(&email), None);
+    assert!(stamp(&key!["users", "u", "email", "ada@new"]).is_some());
+    assert!(c.verify().unwrap().is_clean());
+}
+
+#[test]
+fn an_insert_in_the_way_of_a_record_or_a_unique_value_fails_as_before() {
+    let c = users(Database::in_memory());
+    c.insert(&user(1, "ada@x", "green")).unwrap();
+    let before = c.verify().unwrap();
+    assert!(matches!(
+        c.insert(&user(1, "other@x", "blue")),
+        Err(Error::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        c.insert(&user(2, "ada@x", "blue")),
+        Err(Error::UniqueViolation { existing_primary_key, .. }) if existing_primary_key == key![1]
+    ));
+    assert_eq!(c.verify().unwrap(), before);
+    assert_eq!(c.count("color", &key!["blue"]).unwrap(), 0);
 }
