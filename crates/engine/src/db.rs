@@ -1120,9 +1120,19 @@ impl Drop for Snapshot {
             *count -= 1;
             if *count == 0 {
                 registry.counts.remove(&self.version);
+                // Versions kept for this snapshot may now be reclaimable. Retry the parked
+                // keys only when the oldest snapshot closes: that is what pins nearly all of
+                // them, and short snapshots closing above a long one would otherwise make
+                // every pass revisit them.
+                let oldest = registry
+                    .counts
+                    .keys()
+                    .next()
+                    .is_none_or(|&v| v > self.version);
                 drop(registry);
-                // Versions kept for this snapshot may now be reclaimable.
-                self.inner.reclaimer.wake_if_leftover();
+                if oldest {
+                    self.inner.reclaimer.wake_if_leftover();
+                }
             }
         }
     }

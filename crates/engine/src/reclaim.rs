@@ -17,14 +17,14 @@
 //! [`Database::reclaim_now`](crate::Database::reclaim_now).
 //!
 //! Keys a pass could not prune because an open snapshot still reads their old versions are
-//! *parked*, not queued again: they are retried when a snapshot closes, so a long-lived
+//! *parked*, not queued again: they are retried when the oldest snapshot closes, so a long-lived
 //! snapshot costs one visit per parked key per close, not a pass over them every few
 //! milliseconds. The parked set is bounded like the queue.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -96,6 +96,9 @@ struct Shared {
     parked_overflow: AtomicBool,
     /// Set by a closing snapshot: the next pass retries the parked keys.
     retry_parked: AtomicBool,
+    /// Bumped by every closing oldest snapshot, so a pass that parks keys can tell whether
+    /// one closed while it ran (it then found `leftover` still clear and woke nobody).
+    closes: AtomicU64,
     /// When the last background sweep ran, to space them by [`SWEEP_INTERVAL`].
     last_sweep: Mutex<Option<Instant>>,
     /// Held for a whole pass, so `reclaim_now` waits for a background pass that has taken
@@ -213,8 +216,9 @@ impl Reclaimer {
     }
 
     /// Wakes the thread to retry the parked keys if a pass left keys an open snapshot needed
-    /// (a snapshot closed).
+    /// (the oldest snapshot closed).
     pub(crate) fn wake_if_leftover(&self) {
+        self.shared.closes.fetch_add(1, Ordering::AcqRel);
         if self.shared.leftover.swap(false, Ordering::AcqRel) {
             self.shared.retry_parked.store(true, Ordering::Release);
             let _state = self.shared.state.lock();
@@ -253,6 +257,16 @@ fn enqueue(shared: &Shared, queue: &mut Vec<KeyBytes>, keys: impl IntoIterator<I
     }
 }
 
+/// Drops `leftover` once it holds more than [`QUEUE_MAX`] keys; says whether it did.
+fn cap(leftover: &mut Vec<KeyBytes>) -> bool {
+    if leftover.len() > QUEUE_MAX {
+        leftover.clear();
+        leftover.shrink_to(QUEUE_MAX);
+        return true;
+    }
+    false
+}
+
 /// Adds `keys` to the parked set, keeping it at most [`QUEUE_MAX`] like [`enqueue`]: past it,
 /// the set is dropped and the retry sweeps instead.
 fn park(shared: &Shared, keys: Vec<KeyBytes>) {
@@ -277,6 +291,7 @@ impl Inner {
         let shared = &self.reclaimer.shared;
         let _one_pass_at_a_time = shared.pass.lock();
         let now = now_ms();
+        let closes = shared.closes.load(Ordering::Acquire);
         let mut keys: Vec<KeyBytes> = std::mem::take(&mut *shared.garbage.lock());
         let mut sweep_wanted = shared.sweep.swap(false, Ordering::AcqRel);
         if all || shared.retry_parked.swap(false, Ordering::AcqRel) {
@@ -304,6 +319,9 @@ impl Inner {
             }
         }
         let mut leftover = Vec::new();
+        // Past QUEUE_MAX leftover keys (a long snapshot pins much of the map), stop collecting
+        // them: the retry sweeps instead, and the pass never holds more than that in memory.
+        let mut overflow = false;
         if sweep {
             // Every key is visited, so the queue and the due deadlines need no separate pass.
             let mut after: Option<KeyBytes> = None;
@@ -319,6 +337,7 @@ impl Inner {
                     break;
                 };
                 self.prune_batch(&batch, now, &mut leftover);
+                overflow |= cap(&mut leftover);
                 after = Some(last);
             }
         } else {
@@ -326,11 +345,20 @@ impl Inner {
             keys.dedup();
             for batch in keys.chunks(BATCH) {
                 self.prune_batch(batch, now, &mut leftover);
+                overflow |= cap(&mut leftover);
             }
         }
-        if !leftover.is_empty() {
+        if overflow {
+            shared.parked_overflow.store(true, Ordering::Release);
+        }
+        if !leftover.is_empty() || overflow {
             park(shared, leftover);
             shared.leftover.store(true, Ordering::Release);
+            // An oldest snapshot that closed during this pass found `leftover` clear: retry
+            // at once rather than wait for the next close.
+            if shared.closes.load(Ordering::Acquire) != closes {
+                self.reclaimer.wake_if_leftover();
+            }
         }
     }
 

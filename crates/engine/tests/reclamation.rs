@@ -196,3 +196,29 @@ fn keys_pinned_by_a_long_snapshot_are_parked_and_reclaimed_when_it_closes() {
         "{stats:?}"
     );
 }
+
+/// More pinned keys than the parked set holds: the pass stops collecting them (it once held
+/// every pinned key of a sweep in memory), and when the snapshot closes, a sweep reclaims them.
+#[test]
+fn more_pinned_keys_than_the_parked_set_holds_are_swept_once_the_snapshot_closes() {
+    const KEYS: u64 = 12_000; // above the queue's 8192
+    let db = Database::in_memory();
+    for i in 0..KEYS {
+        db.set(&key!["k", i], Value::U64(0)).unwrap();
+    }
+    let pinned = db.snapshot();
+    for i in 0..KEYS {
+        db.set(&key!["k", i], Value::U64(1)).unwrap();
+    }
+    db.reclaim_now();
+    let stats = db.stats();
+    assert!(stats.reclaim_parked <= 8192, "{stats:?}");
+    assert_eq!(stats.versions, 2 * KEYS as usize, "{stats:?}");
+    drop(pinned);
+    let stats = wait_for(&db, |s| s.versions == KEYS as usize);
+    assert_eq!(
+        (stats.keys, stats.versions),
+        (KEYS as usize, KEYS as usize),
+        "{stats:?}"
+    );
+}
