@@ -16,7 +16,9 @@
 //!
 //! # Guarantees
 //! - A commit is visible entirely or not at all, and its versionstamp order is the
-//!   serialization order of commits. A failed commit writes nothing and uses no versionstamp.
+//!   serialization order of commits. A failed commit writes nothing; a check conflict or a
+//!   refused write uses no versionstamp, and a durable batch whose log write fails leaves its
+//!   stamps unused for good (they are skipped, never handed out again).
 //! - Readers never block writers and never wait for them. A single-key `get` takes no lock;
 //!   snapshots, lists and `get_many` take the snapshot registry's mutex for a moment to register
 //!   (and, when dropped, unregister) their version, never the commit lock, so a reader waits at

@@ -77,6 +77,11 @@ pub trait Store: Send + Sync {
 
     /// Commits `write` if its checks hold.
     ///
+    /// What the layers above (transactions, indexes, sequences) rely on: commits are
+    /// serialised in versionstamp order; a versionstamp is never given to two commits (so "the
+    /// same versionstamp" means "unchanged"); checks and range checks see a value past its
+    /// deadline as absent; and a commit applies all of its mutations or none.
+    ///
     /// # Errors
     /// Limit violations and type errors; nothing is written then.
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error>;
