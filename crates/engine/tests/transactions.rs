@@ -358,3 +358,73 @@ fn reads_past_the_check_limit_commit_and_still_conflict() {
     .unwrap();
     assert!(db.get(&key!["done"]).unwrap().is_some());
 }
+
+/// A store that records the last operation a transaction commits through it.
+struct Recording {
+    db: Database,
+    last: std::sync::Mutex<Option<tuplekv_engine::AtomicWrite>>,
+}
+
+impl tuplekv_engine::Store for Recording {
+    type Snapshot = tuplekv_engine::Snapshot;
+
+    fn snapshot(&self) -> Self::Snapshot {
+        self.db.snapshot()
+    }
+
+    fn snapshot_versionstamp(snapshot: &Self::Snapshot) -> tuplekv_engine::Versionstamp {
+        snapshot.versionstamp()
+    }
+
+    fn commit(
+        &self,
+        write: tuplekv_engine::AtomicWrite,
+    ) -> Result<tuplekv_engine::CommitResult, Error> {
+        *self.last.lock().unwrap() = Some(write.clone());
+        tuplekv_engine::Store::commit(&self.db, write)
+    }
+}
+
+/// Key reads reach the store as versionstamp checks (one lookup shared with a write of the
+/// same key), what was read absent as an absence check, and a list as a range check.
+#[test]
+fn key_reads_commit_as_versionstamp_checks_and_lists_as_range_checks() {
+    use tuplekv_engine::{KeyBytes, Store};
+    let db = Database::in_memory();
+    let stamp = db.set(&key!["present"], b"v").unwrap();
+    let store = Recording {
+        db,
+        last: std::sync::Mutex::new(None),
+    };
+    store
+        .transaction(|tx| {
+            tx.get(&key!["present"])?;
+            tx.get(&key!["absent"])?;
+            tx.get(&key!["present"])?; // read twice, checked once
+            tx.list(&Selector::prefix(&key!["range"]), ListOptions::default())?;
+            tx.set(&key!["present"], b"w");
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    let write = store.last.lock().unwrap().take().unwrap();
+    let checks: Vec<(KeyBytes, Option<tuplekv_engine::Versionstamp>)> = write
+        .checks
+        .iter()
+        .map(|c| (c.key.clone(), c.versionstamp))
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            (
+                KeyBytes::from(tuplekv_engine::codec::encode_key(&key!["present"])),
+                Some(stamp)
+            ),
+            (
+                KeyBytes::from(tuplekv_engine::codec::encode_key(&key!["absent"])),
+                None
+            ),
+        ]
+    );
+    assert_eq!(write.range_checks.len(), 1, "{:?}", write.range_checks);
+    assert_eq!(write.mutations.len(), 1);
+}
