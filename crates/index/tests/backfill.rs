@@ -167,9 +167,15 @@ fn indexes_built_while_writers_run_end_consistent_with_the_records() {
             .filter(|p| p.index == index)
             .map(|p| p.records)
             .collect();
-        // Several batches per index (writers delete some records meanwhile, so not exactly
-        // RECORDS / BATCH), each adding between 1 and BATCH records.
-        assert!(steps.len() >= 5, "{index}: {steps:?}");
+        // Several batches per index, each adding between 1 and BATCH records. How many
+        // depends on how many records the writers left: they keep deleting while the build
+        // runs, and a slow (loaded) machine lets them delete most of the 300, so the count is
+        // checked against the records scanned, not against RECORDS / BATCH.
+        let scanned = steps.last().copied().unwrap_or(0);
+        assert!(
+            steps.len() as u64 >= scanned.div_ceil(BATCH as u64).max(1),
+            "{index}: {steps:?}"
+        );
         let mut last = 0;
         for s in steps {
             assert!(
