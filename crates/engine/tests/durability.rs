@@ -35,6 +35,16 @@ fn dump(db: &Database) -> Vec<(Vec<u8>, Value, Versionstamp)> {
         .collect()
 }
 
+/// Closes `db`, opens `dir` again with `opts`, checks that it holds exactly what `db` held
+/// (keys, values, versionstamps) and returns it.
+fn reopen_unchanged(db: Database, dir: &Path, opts: Options) -> Database {
+    let before = dump(&db);
+    db.close().unwrap();
+    let db = Database::open(dir, opts).unwrap();
+    assert_eq!(dump(&db), before);
+    db
+}
+
 fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = fs::read_dir(dir)
         .unwrap()
@@ -223,10 +233,7 @@ fn background_checkpoint_runs_while_commits_continue() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(!files(dir.path(), "ckpt").is_empty());
-    let before = dump(&db);
-    db.close().unwrap();
-    let db = Database::open(dir.path(), opts).unwrap();
-    assert_eq!(dump(&db), before);
+    reopen_unchanged(db, dir.path(), opts);
 }
 
 /// Writes `n` single-key commits and closes; returns the acknowledged stamps.
@@ -400,10 +407,7 @@ fn a_failed_checkpoint_leaves_the_log_and_data_intact() {
     assert!(files(dir.path(), "tmp").is_empty());
     db.set(&key!["k", 99u64], b"v").unwrap();
     faults.fail_rename(false);
-    let before = dump(&db);
-    db.close().unwrap();
-    let db = Database::open(dir.path(), opts).unwrap();
-    assert_eq!(dump(&db), before);
+    reopen_unchanged(db, dir.path(), opts);
     // The interrupted checkpoint's temporary file was cleaned up.
     assert!(files(dir.path(), "tmp").is_empty());
 }
@@ -656,10 +660,7 @@ fn a_segment_that_cannot_be_started_is_removed_and_the_database_still_opens() {
     db.set(&key!["b"], b"2").unwrap();
     db.checkpoint().unwrap();
     db.set(&key!["c"], b"3").unwrap();
-    let before = dump(&db);
-    db.close().unwrap();
-    let db = Database::open(dir.path(), opts).unwrap();
-    assert_eq!(dump(&db), before);
+    reopen_unchanged(db, dir.path(), opts);
 }
 
 #[test]
@@ -675,10 +676,7 @@ fn a_short_segment_header_left_by_a_crash_is_started_again() {
     let db = Database::open(dir.path(), options()).unwrap();
     assert_eq!(dump(&db), before);
     db.set(&key!["more"], b"x").unwrap();
-    let before = dump(&db);
-    db.close().unwrap();
-    let db = Database::open(dir.path(), options()).unwrap();
-    assert_eq!(dump(&db), before);
+    reopen_unchanged(db, dir.path(), options());
 }
 
 /// Runs `f` on another thread and waits at most ten seconds for it: a hang fails the test
@@ -785,10 +783,7 @@ fn segments_a_rebuild_could_not_remove_go_with_the_next_checkpoint() {
         1,
         "a replaced segment is left"
     );
-    let before = dump(&db);
-    db.close().unwrap();
-    let db = Database::open(dir.path(), opts).unwrap();
-    assert_eq!(dump(&db), before);
+    reopen_unchanged(db, dir.path(), opts);
 }
 
 /// A segment named as starting at version 0 underflowed recovery's bookkeeping: a panic in
