@@ -1437,12 +1437,7 @@ mod tests {
     fn race_with_unpublished(fail: bool) -> (CommitResult, Option<crate::Value>) {
         let dir = tempfile::tempdir().unwrap();
         let faults = Faults::new();
-        let options = Options {
-            fs: Arc::new(FaultyFs::new(Arc::clone(&faults))),
-            background_reclaim: false,
-            ..Options::default()
-        };
-        let db = Database::open(dir.path(), options).unwrap();
+        let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
         let wal = Arc::clone(db.inner.wal.as_ref().unwrap());
         faults.hold_syncs();
         std::thread::scope(|s| {
@@ -1475,12 +1470,7 @@ mod tests {
     fn a_checkpoint_after_a_failed_flush_fails_with_it() {
         let dir = tempfile::tempdir().unwrap();
         let faults = Faults::new();
-        let options = Options {
-            fs: Arc::new(FaultyFs::new(Arc::clone(&faults))),
-            background_reclaim: false,
-            ..Options::default()
-        };
-        let db = Database::open(dir.path(), options).unwrap();
+        let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
         let inner = &db.inner;
         let wal = inner.wal.as_ref().unwrap();
         // A commit applied and queued, as a committer leaves it before it flushes.
