@@ -12,7 +12,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -97,18 +96,9 @@ enum Kill {
 
 /// Runs the child (`exe`), kills it as `kill` says, and returns the acknowledged commits.
 fn run_child_and_kill(exe: &Path, dir: &Path, kill: Kill) -> Vec<Ack> {
-    let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "crash_child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(DIR_ENV, dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child =
+        tuplekv_testkit::config::spawn_crash_child(exe, "crash_child_process", DIR_ENV, dir)
+            .unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {

@@ -16,7 +16,6 @@
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use tuplekv_engine::{Database, Options, ReadView, key};
@@ -88,18 +87,10 @@ struct Round {
 
 /// Runs a child on `dir` and kills it with SIGKILL once it has printed `lines` lines.
 fn run_child_and_kill(dir: &Path, lines: usize) -> Round {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "crash_child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(DIR_ENV, dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut child =
+        tuplekv_testkit::config::spawn_crash_child(&exe, "crash_child_process", DIR_ENV, dir)
+            .unwrap();
     let mut round = Round::default();
     let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
     // Whether `line` is a number (the test harness prints its own lines too).

@@ -61,3 +61,23 @@ pub fn crash_seed(test: &str) -> u64 {
     println!("{test} seed: {seed} (set {CRASH_SEED_ENV}={seed} to repeat)");
     seed
 }
+
+/// Starts this test binary (`exe`) again as a crash-test child: it runs only the test named
+/// `child_test`, with `dir_env` set to `dir`, its stdout piped back (the child reports what
+/// was acknowledged there) and its stderr discarded. The caller kills it with SIGKILL.
+///
+/// # Errors
+/// If the process cannot be started.
+pub fn spawn_crash_child(
+    exe: &std::path::Path,
+    child_test: &str,
+    dir_env: &str,
+    dir: &std::path::Path,
+) -> std::io::Result<std::process::Child> {
+    std::process::Command::new(exe)
+        .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
+        .env(dir_env, dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+}
