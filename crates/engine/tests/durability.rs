@@ -730,10 +730,9 @@ fn a_sync_that_cannot_get_a_file_handle_reports_it() {
     assert_eq!(keys(&crashed), keys(&db));
 }
 
-/// `close` let go of the database before its final sync, so a failed sync could not
-/// rebuild the log from memory and the close failed, with acknowledged commits unsynced.
-#[test]
-fn close_rebuilds_the_log_when_its_final_sync_fails() {
+/// Commits, makes the final sync fail, ends the handle with `end`, and checks that a power
+/// cut after it loses nothing: the failed sync must rebuild the log from memory.
+fn final_sync_failure_loses_nothing(end: impl FnOnce(Database)) {
     let dir = tempfile::tempdir().unwrap();
     let faults = Faults::new();
     let db = Database::open(dir.path(), faulty(&faults, BUFFERED)).unwrap();
@@ -741,25 +740,23 @@ fn close_rebuilds_the_log_when_its_final_sync_fails() {
     db.set(&key!["b"], b"2").unwrap();
     let want = keys(&db);
     faults.fail_next_syncs(1);
-    db.close().unwrap();
+    end(db);
     let (_image, crashed) = after_power_cut(&faults, dir.path());
     assert_eq!(keys(&crashed), want);
+}
+
+/// `close` let go of the database before its final sync, so a failed sync could not
+/// rebuild the log from memory and the close failed, with acknowledged commits unsynced.
+#[test]
+fn close_rebuilds_the_log_when_its_final_sync_fails() {
+    final_sync_failure_loses_nothing(|db| db.close().unwrap());
 }
 
 /// Dropping the last handle without `close` runs the same final sync; it used to run after
 /// the in-memory state was freed, so a failed final sync could not rebuild the log.
 #[test]
 fn dropping_the_database_rebuilds_the_log_when_its_final_sync_fails() {
-    let dir = tempfile::tempdir().unwrap();
-    let faults = Faults::new();
-    let db = Database::open(dir.path(), faulty(&faults, BUFFERED)).unwrap();
-    db.set(&key!["a"], b"1").unwrap();
-    db.set(&key!["b"], b"2").unwrap();
-    let want = keys(&db);
-    faults.fail_next_syncs(1);
-    drop(db);
-    let (_image, crashed) = after_power_cut(&faults, dir.path());
-    assert_eq!(keys(&crashed), want);
+    final_sync_failure_loses_nothing(drop);
 }
 
 /// A rebuild that could not delete the segments it replaced forgot them, so they stayed on
