@@ -6,10 +6,12 @@
 //!   expiry)` behind an `ArcSwap`. A writer never edits a list in place: it builds a new one
 //!   and swaps it in, so a reader holding the old list keeps a consistent copy and nobody
 //!   waits for anybody.
-//! - Writers are serialised by one commit mutex, held only for the commit itself. The commit
-//!   evaluates its checks, stages its mutations (all errors surface here, before anything is
-//!   written), writes every new version tagged `last + 1`, and only then publishes `last + 1` in
-//!   the atomic `visible` counter. Readers ignore versions above the version they read at, so a
+//! - A commit first finds its keys' slots in the map without any lock (a key it writes gets
+//!   an empty version list if absent, which reads as absent), so committers search the map in
+//!   parallel. Then writers are serialised by one commit mutex, held only to check and swap
+//!   version lists: the commit evaluates its checks, stages its mutations (all errors surface
+//!   here, before anything is written), writes every new version tagged `last + 1`, and only
+//!   then publishes `last + 1` in the atomic `visible` counter. Readers ignore versions above the version they read at, so a
 //!   half-written commit is invisible and a commit appears entirely at once.
 //! - A read picks, in each key's list, the newest version at or below its read version. A
 //!   single-key read loads the list first and `visible` second, which makes it linearizable
@@ -161,6 +163,15 @@ impl Default for Options {
 
 /// A handle on one key's place in the map.
 type Slot<'a> = crossbeam_skiplist::map::Entry<'a, KeyBytes, ArcSwap<Chain>>;
+
+/// The map slots of one operation's keys, found by [`Inner::prepare`] before the commit lock
+/// is taken, so two committers search the map in parallel and the lock is held only to check
+/// and swap version lists. Indexed like the operation's checks and mutations; a delete's or
+/// check's slot is `None` if the key was absent. Refreshed under the lock before use.
+pub(crate) struct Slots<'a> {
+    checks: SmallVec<[Option<Slot<'a>>; 4]>,
+    mutations: SmallVec<[Option<Slot<'a>>; 4]>,
+}
 
 pub(crate) struct Inner {
     pub(crate) map: SkipMap<KeyBytes, ArcSwap<Chain>>,
@@ -736,15 +747,84 @@ impl Inner {
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
         validate(&write)?;
+        // The map searches happen here, before the commit lock: under it, a commit only
+        // compares and swaps version lists.
+        let mut slots = self.prepare(&write);
         if let Some(wal) = &self.wal {
-            return wal.commit(self, write);
+            return wal.commit(self, write, &mut slots);
         }
         let mut last = self.commit.lock();
-        let result = self.apply_write(write, &mut last, None)?;
-        self.publish(*last);
+        let result = self.apply_write(write, &mut slots, &mut last, None);
+        if let Ok(r) = &result
+            && r.is_committed()
+        {
+            self.publish(*last);
+        }
         drop(last);
         self.reclaimer.wake_if_pending();
-        Ok(result)
+        result
+    }
+
+    /// Looks up the map slots of `write`'s keys, without the commit lock. A key the
+    /// operation writes (anything but a delete) gets a slot even if absent: an empty version
+    /// list, which every read takes for an absent key. See [`Slots`].
+    pub(crate) fn prepare(&self, write: &AtomicWrite) -> Slots<'_> {
+        let mutations: SmallVec<[Option<Slot<'_>>; 4]> = write
+            .mutations
+            .iter()
+            .map(|m| match m.kind {
+                MutationKind::Delete => self.map.get(m.key.as_slice()),
+                _ => Some(self.slot_for_write(&m.key)),
+            })
+            .collect();
+        let checks = write
+            .checks
+            .iter()
+            .map(|c| {
+                let written = write.mutations.iter().position(|m| m.key == c.key);
+                match written.and_then(|i| mutations.get(i)).cloned().flatten() {
+                    Some(slot) => Some(slot),
+                    None => self.map.get(c.key.as_slice()),
+                }
+            })
+            .collect();
+        Slots { checks, mutations }
+    }
+
+    /// The slot of `key`, inserted empty if the key is absent.
+    fn slot_for_write(&self, key: &KeyBytes) -> Slot<'_> {
+        thread_local! {
+            // Shared by this thread's empty slots: no allocation per new key.
+            static EMPTY: Arc<Chain> = Arc::new(Chain::default());
+        }
+        self.map.get_or_insert_with(key.clone(), || {
+            let empty = EMPTY
+                .try_with(Arc::clone)
+                .unwrap_or_else(|_| Arc::new(Chain::default()));
+            ArcSwap::new(empty)
+        })
+    }
+
+    /// Makes a slot found before the commit lock current, with the lock held: a slot that was
+    /// absent may exist now, and an empty slot may have been removed by reclamation (which
+    /// only removes under the commit lock, so what is found here stays).
+    fn refresh<'a>(&'a self, slot: &mut Option<Slot<'a>>, key: &KeyBytes, write: bool) {
+        if slot.as_ref().is_none_or(Slot::is_removed) {
+            *slot = if write {
+                Some(self.slot_for_write(key))
+            } else {
+                self.map.get(key.as_slice())
+            };
+        }
+    }
+
+    /// After an operation wrote nothing: queues for removal the empty slots it inserted.
+    fn release(&self, slots: &Slots<'_>) {
+        for slot in slots.mutations.iter().flatten() {
+            if !slot.is_removed() && slot.value().load().versions.is_empty() {
+                self.reclaimer.mark(slot.key().clone());
+            }
+        }
     }
 
     /// Makes every version up to `version` visible to readers. Called with the commit lock,
@@ -792,10 +872,28 @@ impl Inner {
 
     /// Checks and applies one validated operation at version `*last + 1`, without publishing
     /// it; on success `*last` is that version. With `log`, also appends its log record and
-    /// the keys it wrote. Called with the commit lock held (`last` is its guard's value).
-    pub(crate) fn apply_write(
-        &self,
+    /// the keys it wrote. Called with the commit lock held (`last` is its guard's value);
+    /// `slots` are the operation's slots from [`Inner::prepare`]. An operation that writes
+    /// nothing (a conflict, a refused mutation) queues the empty slots it inserted for
+    /// removal.
+    pub(crate) fn apply_write<'a>(
+        &'a self,
         write: AtomicWrite,
+        slots: &mut Slots<'a>,
+        last: &mut u64,
+        log: Option<&mut LogSink>,
+    ) -> Result<CommitResult, Error> {
+        let result = self.try_apply_write(write, slots, last, log);
+        if !result.as_ref().is_ok_and(CommitResult::is_committed) {
+            self.release(slots);
+        }
+        result
+    }
+
+    fn try_apply_write<'a>(
+        &'a self,
+        write: AtomicWrite,
+        slots: &mut Slots<'a>,
         last: &mut u64,
         log: Option<&mut LogSink>,
     ) -> Result<CommitResult, Error> {
@@ -806,13 +904,9 @@ impl Inner {
         } = write;
         let mut now = None;
 
-        // Each key is looked up in the map once per commit: the slot found for a check is
-        // reused by a mutation of the same key, and the slot found while staging is the one
-        // written.
-        let check_slots: SmallVec<[Option<Slot<'_>>; 4]> =
-            checks.iter().map(|c| self.map.get(&c.key)).collect();
         let mut conflict = Conflict::default();
-        for (index, (check, slot)) in checks.iter().zip(&check_slots).enumerate() {
+        for (index, (check, slot)) in checks.iter().zip(slots.checks.iter_mut()).enumerate() {
+            self.refresh(slot, &check.key, false);
             let actual = Self::current(slot.as_ref(), &mut now).map(|(vs, _)| vs);
             if actual != check.versionstamp {
                 conflict.failed_checks.push(FailedCheck {
@@ -866,7 +960,7 @@ impl Inner {
         // Later mutations of a key see earlier ones; index the staged keys once there are many.
         let use_index = mutations.len() >= 16;
         let mut index: HashMap<KeyBytes, usize> = HashMap::new();
-        for m in mutations {
+        for (m, slot) in mutations.into_iter().zip(slots.mutations.iter_mut()) {
             let at = if use_index {
                 index.get(&m.key).copied()
             } else {
@@ -881,19 +975,21 @@ impl Inner {
                     .as_ref()
                     .filter(|(_, deadline)| deadline.is_none_or(|d| d > commit_now))
                     .map(|(v, _)| v);
-                entry.1 = apply(&m.kind, earlier, &mut now)?;
+                let result = apply(&m.kind, earlier, &mut now)?;
+                if result.is_some() && entry.2.is_none() {
+                    // A delete of an absent key, then a write: the write needs a slot.
+                    self.refresh(&mut entry.2, &m.key, true);
+                }
+                entry.1 = result;
                 continue;
             }
-            let slot = match checks.iter().position(|c| c.key == m.key) {
-                Some(i) => check_slots.get(i).cloned().flatten(),
-                None => self.map.get(&m.key),
-            };
+            self.refresh(slot, &m.key, !matches!(m.kind, MutationKind::Delete));
             let current = Self::current(slot.as_ref(), &mut now).map(|(_, v)| v);
             let result = apply(&m.kind, current.as_ref(), &mut now)?;
             if use_index {
                 index.insert(m.key.clone(), staged.len());
             }
-            staged.push((m.key, result, slot));
+            staged.push((m.key, result, slot.clone()));
         }
 
         let version = *last + 1;
@@ -937,19 +1033,24 @@ impl Inner {
         let tombstone = new.value.is_none();
         let expiry = new.expires_at;
         let Some(slot) = slot else {
-            if tombstone {
-                return; // deleting an absent key leaves nothing to write
-            }
-            if let Some(deadline) = expiry {
-                self.reclaimer.schedule_expiry(deadline, key.clone());
-            }
-            let mut versions = SmallVec::new();
-            versions.push(new);
-            self.map
-                .insert(key, ArcSwap::from_pointee(Chain { versions }));
+            // Only a delete has no slot, and deleting an absent key leaves nothing to write.
             return;
         };
         let old = slot.value().load();
+        if old.versions.is_empty() {
+            // A slot inserted empty by `prepare` (this operation's or another's).
+            if tombstone {
+                self.reclaimer.mark(key);
+                return;
+            }
+            if let Some(deadline) = expiry {
+                self.reclaimer.schedule_expiry(deadline, key);
+            }
+            let mut versions = SmallVec::new();
+            versions.push(new);
+            slot.value().store(Arc::new(Chain { versions }));
+            return;
+        }
         if expiry.is_none() && old.versions.first().is_some_and(|v| v.expires_at.is_some()) {
             // The key's deadline no longer applies; keep the expiry bookkeeping to one entry
             // per key that still has one.

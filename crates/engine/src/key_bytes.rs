@@ -12,7 +12,7 @@ use std::ops::Deref;
 use smallvec::SmallVec;
 
 /// An encoded key, inline up to [`KeyBytes::INLINE`] bytes.
-#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KeyBytes(SmallVec<[u8; KeyBytes::INLINE]>);
 
 impl KeyBytes {
@@ -30,6 +30,14 @@ impl KeyBytes {
     /// If the bytes are not a valid tuple (only possible for keys written raw).
     pub fn decode(&self) -> Result<tuplekv_codec::Key, tuplekv_codec::DecodeError> {
         tuplekv_codec::decode_key(&self.0)
+    }
+}
+
+impl Clone for KeyBytes {
+    /// One copy of the bytes (the derived clone copies byte by byte; keys are cloned into
+    /// every returned entry, so this is on the read path).
+    fn clone(&self) -> Self {
+        KeyBytes(SmallVec::from_slice(&self.0))
     }
 }
 

@@ -157,7 +157,12 @@ impl<V: ReadView> ListIter<V> {
                 self.range.start = next;
             }
         }
-        self.buffer.extend(batch);
+        // The buffer is empty here: take the batch's allocation rather than copy into it.
+        if self.buffer.is_empty() {
+            self.buffer = VecDeque::from(batch);
+        } else {
+            self.buffer.extend(batch);
+        }
         Ok(())
     }
 }

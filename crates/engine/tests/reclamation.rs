@@ -3,6 +3,7 @@
 //! background thread), and the background thread reclaims on its own, with no `reclaim_now`.
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tuplekv_engine::{Database, Options, ReadView, Stats, Value, key};
@@ -221,4 +222,98 @@ fn more_pinned_keys_than_the_parked_set_holds_are_swept_once_the_snapshot_closes
         (KEYS as usize, KEYS as usize),
         "{stats:?}"
     );
+}
+
+/// A commit reserves an empty slot for each key it writes before taking the commit lock. One
+/// that then fails (a conflict, a refused mutation) leaves slots that read as absent everywhere
+/// and are reclaimed.
+#[test]
+fn slots_reserved_by_failed_commits_read_as_absent_and_are_reclaimed() {
+    let db = without_thread();
+    db.set(&key!["guard"], b"x").unwrap();
+    db.set(&key!["text"], b"not a number").unwrap();
+    for i in 0..100u64 {
+        let conflict = db
+            .atomic()
+            .check(&key!["guard"], None)
+            .set(&key!["new", i], b"v")
+            .commit()
+            .unwrap();
+        assert!(!conflict.is_committed());
+        let refused = db
+            .atomic()
+            .set(&key!["other", i], b"v")
+            .sum(&key!["text"], 1)
+            .commit();
+        assert!(refused.is_err());
+    }
+    let snap = db.snapshot();
+    for prefix in ["new", "other"] {
+        assert_eq!(db.get(&key![prefix, 7u64]).unwrap(), None);
+        assert_eq!(snap.get(&key![prefix, 7u64]).unwrap(), None);
+        let listed = db
+            .list(
+                &tuplekv_engine::Selector::prefix(&key![prefix]),
+                Default::default(),
+            )
+            .unwrap()
+            .count();
+        assert_eq!(listed, 0);
+    }
+    drop(snap);
+    db.reclaim_now();
+    let stats = db.stats();
+    assert_eq!(stats.keys, 2, "{stats:?}");
+    assert_eq!(stats.versions, 2, "{stats:?}");
+}
+
+/// Reclamation removes empty slots under the commit lock while committers reserve slots
+/// without it: a committer whose slot was removed meanwhile must write into a fresh one, never
+/// into the removed one (its write would be lost).
+#[test]
+fn commits_racing_reclamation_of_their_reserved_slots_lose_no_write() {
+    let db = without_thread();
+    db.set(&key!["guard"], b"x").unwrap();
+    /// Stops the reclaiming thread however the loop ends, so a failed assertion fails the
+    /// test instead of hanging it.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Relaxed);
+        }
+    }
+    let reclaiming = AtomicBool::new(true);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while reclaiming.load(Ordering::Relaxed) {
+                db.reclaim_now();
+            }
+        });
+        let _stop = StopOnDrop(&reclaiming);
+        for i in 0..20_000u64 {
+            // A failed commit reserves the slot and queues it for removal; the next commit
+            // of the same key may find it reserved, removed, or gone.
+            let lost = db
+                .atomic()
+                .check(&key!["guard"], None)
+                .set(&key!["k", i], b"lost")
+                .commit()
+                .unwrap();
+            assert!(!lost.is_committed());
+            let won = db
+                .atomic()
+                .check(&key!["k", i], None)
+                .set(&key!["k", i], i)
+                .commit()
+                .unwrap();
+            assert!(won.is_committed(), "commit {i}: {won:?}");
+            assert_eq!(
+                db.get(&key!["k", i]).unwrap().map(|e| e.value),
+                Some(Value::U64(i)),
+                "commit {i}"
+            );
+        }
+    });
+    db.reclaim_now();
+    assert_eq!(db.stats().keys, 20_001);
 }

@@ -86,7 +86,7 @@ use parking_lot::{Condvar, Mutex};
 use smallvec::SmallVec;
 
 use crate::atomic::{AtomicWrite, CommitResult, MutationKind};
-use crate::db::{Chain, Inner, Options, Version, now_ms};
+use crate::db::{Chain, Inner, Options, Slots, Version, now_ms};
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
 use crate::value::Versionstamp;
@@ -370,7 +370,12 @@ impl Wal {
     /// until they are published (the answer is then final) or rolled back (it then runs
     /// again), so a loser never sees the old value after being told it lost, and is never
     /// blamed on a commit that did not happen.
-    pub(crate) fn commit(&self, inner: &Inner, write: AtomicWrite) -> Result<CommitResult, Error> {
+    pub(crate) fn commit<'a>(
+        &self,
+        inner: &'a Inner,
+        write: AtomicWrite,
+        slots: &mut Slots<'a>,
+    ) -> Result<CommitResult, Error> {
         let slot: Slot = Arc::new(Mutex::new(None));
         // Announce the commit before queueing on the commit lock, so a flusher knows more
         // frames are on their way (see `await_durable`).
@@ -395,7 +400,7 @@ impl Wal {
                     .max(self.rolled_back_to.load(Ordering::Acquire));
                 let retry = (seen > settled && depends_on_state(&this)).then(|| this.clone());
                 let mut pending = self.pending.lock();
-                let result = inner.apply_write(this, &mut last, Some(&mut pending.sink));
+                let result = inner.apply_write(this, slots, &mut last, Some(&mut pending.sink));
                 if let Ok(r) = &result
                     && r.is_committed()
                 {
@@ -1476,11 +1481,12 @@ mod tests {
         // A commit applied and queued, as a committer leaves it before it flushes.
         let slot: Slot = Arc::new(Mutex::new(None));
         {
+            let write = db.atomic().set(&key!["k"], 1u64).as_write().clone();
+            let mut slots = inner.prepare(&write);
             let mut last = inner.commit.lock();
             let mut pending = wal.pending.lock();
-            let write = db.atomic().set(&key!["k"], 1u64).as_write().clone();
             let result = inner
-                .apply_write(write, &mut last, Some(&mut pending.sink))
+                .apply_write(write, &mut slots, &mut last, Some(&mut pending.sink))
                 .unwrap();
             assert!(result.is_committed());
             pending.waiters.push((*last, Arc::clone(&slot)));
