@@ -14,12 +14,14 @@
 //! # Commit path
 //! A committer applies its operation to memory under the commit lock *without publishing it*
 //! (readers keep reading the last published version; later committers see it, so commits
-//! stay serial), appends its frame to the pending batch, releases the lock, and waits. Whoever
-//! waits while no flush is running becomes the flusher: it takes the whole pending batch,
-//! writes it with one `write`, syncs once ([`Durability::Sync`]), publishes it, and wakes
-//! everyone. Commits keep being applied and batched while a sync runs, so one `fdatasync`
-//! serves every committer that arrived meanwhile: throughput grows with the number of
-//! committers. If the write or the sync fails, the batch and every commit applied after it
+//! stay serial), appends its frame to the pending batch, releases the lock, and waits on its
+//! own slot. A committer that queues while nobody leads becomes the leader: it takes the whole
+//! pending batch, writes it with one `write`, syncs once ([`Durability::Sync`]), publishes it,
+//! wakes exactly the committers of that batch, and hands the lead to the first committer that
+//! queued meanwhile (no thundering herd: on a small machine, waking and re-sleeping idle
+//! waiters cost more CPU than the commits). Commits keep being applied and batched while a
+//! sync runs, so one `fdatasync` serves every committer that arrived meanwhile: throughput
+//! grows with the number of committers. If the write or the sync fails, the batch and every commit applied after it
 //! are removed from memory, and their committers get [`Error::Io`]: a commit is acknowledged
 //! only once it is on disk, and readers never see one that is not.
 //!
@@ -186,9 +188,6 @@ struct Segment {
     older: Vec<(u64, PathBuf)>,
 }
 
-/// How many times a flusher yields, at most, waiting for announced commits to queue.
-const GATHER_ROUNDS_MAX: u32 = 64;
-
 /// Why a segment is started (see [`Wal::start_segment`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Start {
@@ -198,17 +197,56 @@ enum Start {
     Rebuild,
 }
 
-/// Decrements the count of announced commits when dropped (also on an early error return).
-struct Arrived<'a>(&'a AtomicUsize);
+/// Where a committer waiting for durability finds its outcome.
+type Slot = Arc<Waiter>;
 
-impl Drop for Arrived<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
+/// A committer waiting for durability: it sleeps on its own condition variable until its
+/// outcome arrives or it is handed the lead (to flush the next batch), so a flush wakes
+/// exactly the committers it carried, and one more to lead.
+#[derive(Default)]
+struct Waiter {
+    state: Mutex<WaiterState>,
+    wake: Condvar,
 }
 
-/// Where a committer waiting for durability finds its outcome.
-type Slot = Arc<Mutex<Option<Result<(), Error>>>>;
+#[derive(Default)]
+struct WaiterState {
+    outcome: Option<Result<(), Error>>,
+    lead: bool,
+}
+
+/// What wakes a [`Waiter`].
+enum Woken {
+    /// Its commit is durable and published (`Ok`), or failed and was rolled back.
+    Outcome(Result<(), Error>),
+    /// It now leads: it flushes the pending batch.
+    Lead,
+}
+
+impl Waiter {
+    fn finish(&self, outcome: Result<(), Error>) {
+        self.state.lock().outcome = Some(outcome);
+        self.wake.notify_one();
+    }
+
+    fn hand_lead(&self) {
+        self.state.lock().lead = true;
+        self.wake.notify_one();
+    }
+
+    fn wait(&self) -> Woken {
+        let mut state = self.state.lock();
+        loop {
+            if let Some(outcome) = state.outcome.take() {
+                return Woken::Outcome(outcome);
+            }
+            if std::mem::take(&mut state.lead) {
+                return Woken::Lead;
+            }
+            self.wake.wait(&mut state);
+        }
+    }
+}
 
 /// Commits applied to memory (unpublished) whose frames are not yet handed to a flusher.
 #[derive(Default)]
@@ -217,8 +255,12 @@ struct Pending {
     sink: LogSink,
     /// Their versions and their committers' slots, in version order.
     waiters: Vec<(u64, Slot)>,
-    /// Whether someone is writing to the log (flushing a batch, or rotating the segment).
+    /// Whether someone leads: gathers and writes a batch, or rotates the segment. A leader
+    /// that finishes hands the lead straight to the first queued committer, if any.
     flushing: bool,
+    /// Callers of [`Wal::exclusively`] waiting for the lead: while there are any, a leader
+    /// that finishes releases the lead instead of handing it on, so they are not starved.
+    exclusive_wanted: usize,
 }
 
 /// A batch taken from [`Pending`] by a flusher.
@@ -246,8 +288,6 @@ pub(crate) struct Wal {
     sync_lock: Mutex<()>,
     pending: Mutex<Pending>,
     flushed: Condvar,
-    /// Commits that have announced themselves but not yet queued their frame.
-    arriving: AtomicUsize,
     /// Bumped (under the commit lock) whenever a failed batch is rolled back.
     rollbacks: AtomicU64,
     /// The commit counter when a failed batch was last rolled back (written under the commit
@@ -376,12 +416,9 @@ impl Wal {
         write: AtomicWrite,
         slots: &mut Slots<'a>,
     ) -> Result<CommitResult, Error> {
-        let slot: Slot = Arc::new(Mutex::new(None));
-        // Announce the commit before queueing on the commit lock, so a flusher knows more
-        // frames are on their way (see `await_durable`).
-        self.arriving.fetch_add(1, Ordering::AcqRel);
-        let mut arrived = Some(Arrived(&self.arriving));
+        let slot: Slot = Arc::default();
         let mut write = Some(write);
+        let mut lead = false;
         loop {
             let Some(this) = write.take() else {
                 unreachable!("a write is put back before every retry")
@@ -405,12 +442,16 @@ impl Wal {
                     && r.is_committed()
                 {
                     pending.waiters.push((*last, Arc::clone(&slot)));
+                    // Nobody leads: this committer does.
+                    if !pending.flushing {
+                        pending.flushing = true;
+                        lead = true;
+                    }
                 }
-                drop(arrived.take());
                 (result, seen, rollbacks, retry)
             };
             if result.as_ref().is_ok_and(CommitResult::is_committed) {
-                self.await_durable(inner, &slot)?;
+                self.await_durable(inner, &slot, lead)?;
                 inner.reclaimer.wake_if_pending();
                 return result;
             }
@@ -443,45 +484,38 @@ impl Wal {
         settled
     }
 
-    /// Waits for the outcome in `slot`, flushing the pending batch whenever nobody else is.
-    fn await_durable(&self, inner: &Inner, slot: &Slot) -> Result<(), Error> {
-        let mut pending = self.pending.lock();
+    /// Waits for the outcome in `slot`; while this committer leads (`lead`, or handed the
+    /// lead meanwhile), flushes the pending batch first, which carries its own commit.
+    fn await_durable(&self, inner: &Inner, slot: &Slot, mut lead: bool) -> Result<(), Error> {
         loop {
-            if let Some(outcome) = slot.lock().take() {
-                return outcome;
-            }
-            if !pending.flushing && !pending.waiters.is_empty() {
-                // Commits announced but not yet queued are microseconds away: wait for them
-                // (briefly, bounded) so one sync covers them too. This is what makes a batch
-                // hold every active committer rather than those already queued.
-                let mut waited = 0;
-                while self.arriving.load(Ordering::Acquire) > 0 && waited < GATHER_ROUNDS_MAX {
-                    drop(pending);
-                    std::thread::yield_now();
-                    waited += 1;
-                    pending = self.pending.lock();
-                    if pending.flushing {
-                        break;
+            if lead {
+                let batch = {
+                    let mut pending = self.pending.lock();
+                    Batch {
+                        sink: std::mem::take(&mut pending.sink),
+                        waiters: std::mem::take(&mut pending.waiters),
                     }
-                }
-                if pending.flushing {
-                    continue;
-                }
-                pending.flushing = true;
-                let batch = Batch {
-                    sink: std::mem::take(&mut pending.sink),
-                    waiters: std::mem::take(&mut pending.waiters),
                 };
-                drop(pending);
                 // The outcome reaches every committer of the batch through its slot.
                 let _ = self.flush(inner, batch);
-                pending = self.pending.lock();
-                pending.flushing = false;
-                self.flushed.notify_all();
-                continue;
+                self.pass_lead();
             }
-            self.flushed.wait(&mut pending);
+            match slot.wait() {
+                Woken::Outcome(outcome) => return outcome,
+                Woken::Lead => lead = true,
+            }
         }
+    }
+
+    /// Ends a lead: hands it to the first queued committer, or releases it if none is queued
+    /// or an exclusive writer waits for it.
+    fn pass_lead(&self) {
+        let mut pending = self.pending.lock();
+        match pending.waiters.first() {
+            Some((_, next)) if pending.exclusive_wanted == 0 => next.hand_lead(),
+            _ => pending.flushing = false,
+        }
+        self.flushed.notify_all();
     }
 
     /// Writes (and syncs) one batch, then publishes it; on failure rolls back the batch and
@@ -501,7 +535,7 @@ impl Wal {
             Ok(()) => {
                 inner.publish(newest);
                 for (_, slot) in &batch.waiters {
-                    *slot.lock() = Some(Ok(()));
+                    slot.finish(Ok(()));
                 }
                 return Ok(());
             }
@@ -530,7 +564,7 @@ impl Wal {
             Err(_) => error,
         };
         for (_, slot) in batch.waiters.iter().chain(&later) {
-            *slot.lock() = Some(Err(error.clone()));
+            slot.finish(Err(error.clone()));
         }
         Err(error)
     }
@@ -544,9 +578,11 @@ impl Wal {
         f: impl FnOnce() -> Result<T, Error>,
     ) -> Result<T, Error> {
         let mut pending = self.pending.lock();
+        pending.exclusive_wanted += 1;
         while pending.flushing {
             self.flushed.wait(&mut pending);
         }
+        pending.exclusive_wanted -= 1;
         pending.flushing = true;
         let batch = Batch {
             sink: std::mem::take(&mut pending.sink),
@@ -554,9 +590,8 @@ impl Wal {
         };
         drop(pending);
         let out = self.flush(inner, batch).and_then(|()| f());
-        let mut pending = self.pending.lock();
-        pending.flushing = false;
-        self.flushed.notify_all();
+        // Committers that queued meanwhile wait for a leader.
+        self.pass_lead();
         out
     }
 
@@ -1368,7 +1403,6 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
         sync_lock: Mutex::new(()),
         pending: Mutex::new(Pending::default()),
         flushed: Condvar::new(),
-        arriving: AtomicUsize::new(0),
         rollbacks: AtomicU64::new(0),
         rolled_back_to: AtomicU64::new(0),
         settling: AtomicUsize::new(0),
@@ -1479,7 +1513,7 @@ mod tests {
         let inner = &db.inner;
         let wal = inner.wal.as_ref().unwrap();
         // A commit applied and queued, as a committer leaves it before it flushes.
-        let slot: Slot = Arc::new(Mutex::new(None));
+        let slot: Slot = Arc::default();
         {
             let write = db.atomic().set(&key!["k"], 1u64).as_write().clone();
             let mut slots = inner.prepare(&write);
@@ -1494,7 +1528,7 @@ mod tests {
         faults.fail_next_syncs(1);
         let err = wal.checkpoint(inner).unwrap_err();
         assert!(err.to_string().contains("fsync failed (injected)"), "{err}");
-        assert!(slot.lock().take().unwrap().is_err());
+        assert!(matches!(slot.wait(), Woken::Outcome(Err(_))));
         assert_eq!(db.get(&key!["k"]).unwrap(), None);
     }
 
