@@ -205,9 +205,16 @@ fn index(c: &mut Criterion) {
         }
     }
     let fresh = AtomicU64::new(PRELOAD);
+    // Each measurement starts with no reclamation pending from the one before: the
+    // background reclaimer would otherwise run during (only) the next measurement.
+    let settle = || {
+        ours.store().reclaim_now();
+        hand.reclaim_now();
+    };
 
     let mut g = c.benchmark_group("index/insert");
     g.throughput(Throughput::Elements(1));
+    settle();
     g.bench_function("tuplekv", |b| {
         b.iter(|| {
             assert!(
@@ -216,6 +223,7 @@ fn index(c: &mut Criterion) {
             )
         })
     });
+    settle();
     g.bench_function("hand_engine", |b| {
         b.iter(|| {
             assert!(hand_insert(
@@ -225,6 +233,7 @@ fn index(c: &mut Criterion) {
         })
     });
     if let Ok(d) = &deno {
+        settle();
         g.bench_function("denokv_sqlite", |b| {
             b.iter(|| assert!(deno_insert(d, &user(fresh.fetch_add(1, Ordering::Relaxed)))))
         });
@@ -234,6 +243,7 @@ fn index(c: &mut Criterion) {
     let mut g = c.benchmark_group("index/update_color");
     g.throughput(Throughput::Elements(1));
     let mut n = 0u64;
+    settle();
     g.bench_function("tuplekv", |b| {
         b.iter(|| {
             n += 1;
@@ -244,6 +254,7 @@ fn index(c: &mut Criterion) {
             assert!(res.is_ok());
         })
     });
+    settle();
     g.bench_function("hand_engine", |b| {
         b.iter(|| {
             n += 1;
@@ -251,6 +262,7 @@ fn index(c: &mut Criterion) {
         })
     });
     if let Ok(d) = &deno {
+        settle();
         g.bench_function("denokv_sqlite", |b| {
             b.iter(|| {
                 n += 1;
@@ -264,6 +276,7 @@ fn index(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     let emails: Vec<String> = (0..PRELOAD).map(|i| user(i).email).collect();
     let mut i = 0usize;
+    settle();
     g.bench_function("tuplekv", |b| {
         b.iter(|| {
             i = (i + 7919) % emails.len();
@@ -274,6 +287,7 @@ fn index(c: &mut Criterion) {
             );
         })
     });
+    settle();
     g.bench_function("hand_engine", |b| {
         b.iter(|| {
             i = (i + 7919) % emails.len();
@@ -281,6 +295,7 @@ fn index(c: &mut Criterion) {
         })
     });
     if let Ok(d) = &deno {
+        settle();
         g.bench_function("denokv_sqlite", |b| {
             b.iter(|| {
                 i = (i + 7919) % emails.len();
@@ -294,6 +309,7 @@ fn index(c: &mut Criterion) {
     let mut g = c.benchmark_group("index/delete");
     g.throughput(Throughput::Elements(1));
     let next = || fresh.fetch_add(1, Ordering::Relaxed);
+    settle();
     g.bench_function("tuplekv", |b| {
         b.iter_batched(
             || {
@@ -305,6 +321,7 @@ fn index(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    settle();
     g.bench_function("hand_engine", |b| {
         b.iter_batched(
             || {
@@ -317,6 +334,7 @@ fn index(c: &mut Criterion) {
         )
     });
     if let Ok(d) = &deno {
+        settle();
         g.bench_function("denokv_sqlite", |b| {
             b.iter_batched(
                 || {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use tuplekv_engine::durable::PREALLOCATE_STEP;
 use tuplekv_engine::durable::fs::{Faults, FaultyFs};
 use tuplekv_engine::{
     ByteRange, Database, Durability, Error, Options, ReadView, Value, Versionstamp, key,
@@ -1009,4 +1010,86 @@ fn io_failures_under_concurrent_commits_fail_exactly_the_unacknowledged_ones() {
     let db = Database::open(dir.path(), opts).unwrap();
     assert_eq!(dump(&db), before);
     assert_eq!(total(&db), ok);
+}
+
+/// Copies the database files of `from` into `to` as they are now: what a crash (of the
+/// process or the machine, everything synced) would leave.
+fn copy_files(from: &Path, to: &Path) {
+    for entry in fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap();
+        if name != "LOCK" {
+            fs::copy(&path, to.join(name)).unwrap();
+        }
+    }
+}
+
+/// A segment is filled with zeros ahead of its records, so syncing a commit overwrites
+/// allocated blocks instead of growing the file. A crash leaves the zeros on disk: recovery
+/// reads them as the log's unused end (nothing reported, nothing lost), appends continue where
+/// the records end, and closing trims the zeros.
+#[test]
+fn a_preallocated_tail_left_by_a_crash_is_unused_space_not_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    for i in 0..10u64 {
+        db.set(&key!["k", i], b"v").unwrap();
+    }
+    let before = dump(&db);
+    let crashed = tempfile::tempdir().unwrap();
+    copy_files(dir.path(), crashed.path());
+    db.close().unwrap();
+
+    let seg = newest_segment(crashed.path());
+    let bytes = fs::read(&seg).unwrap();
+    assert!(
+        bytes.len() as u64 >= PREALLOCATE_STEP,
+        "{} bytes",
+        bytes.len()
+    );
+    assert!(bytes.ends_with(&[0; 4096]));
+    let db = Database::open(crashed.path(), options()).unwrap();
+    assert_eq!(dump(&db), before);
+    assert_eq!(db.recovery_report().unwrap().truncated, None);
+    db.set(&key!["after"], b"x").unwrap();
+    db.close().unwrap();
+    let trimmed = fs::read(&seg).unwrap();
+    assert!(trimmed.len() < 4096, "{} bytes", trimmed.len());
+    assert_ne!(trimmed.last(), Some(&0));
+    let db = Database::open(crashed.path(), options()).unwrap();
+    assert!(db.get(&key!["after"]).unwrap().is_some());
+    assert_eq!(
+        db.get(&key!["k", 9u64]).unwrap().map(|e| e.value),
+        Some(Value::from(b"v"))
+    );
+}
+
+/// A torn last record followed by preallocated zeros is still a torn tail: cut and reported,
+/// with the records before it kept.
+#[test]
+fn a_torn_record_before_preallocated_zeros_is_cut_as_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    let mut ends = Vec::new();
+    for i in 0..3u64 {
+        db.set(&key!["k", i], b"some value").unwrap();
+        ends.push(
+            fs::read(newest_segment(dir.path()))
+                .unwrap()
+                .iter()
+                .rposition(|&b| b != 0),
+        );
+    }
+    let crashed = tempfile::tempdir().unwrap();
+    copy_files(dir.path(), crashed.path());
+    db.close().unwrap();
+    let seg = newest_segment(crashed.path());
+    let mut bytes = fs::read(&seg).unwrap();
+    let last = ends[2].unwrap() - 2;
+    bytes[last] ^= 0x10;
+    fs::write(&seg, &bytes).unwrap();
+    let db = Database::open(crashed.path(), options()).unwrap();
+    assert!(db.recovery_report().unwrap().truncated.is_some());
+    assert_eq!(db.get(&key!["k", 2u64]).unwrap(), None);
+    assert!(db.get(&key!["k", 1u64]).unwrap().is_some());
 }

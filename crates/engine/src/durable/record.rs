@@ -228,11 +228,20 @@ pub(crate) fn read_frame(bytes: &[u8]) -> Frame<'_> {
 }
 
 /// Whether a valid frame starts anywhere in `bytes` after its first byte: tells damage in the
-/// middle of a file (something valid follows) from a torn tail (nothing does).
+/// middle of a file (something valid follows) from a torn tail (nothing does). Offsets whose
+/// length field is zero are skipped without a checksum: no frame is empty, and a segment's
+/// preallocated tail is all zeros.
 pub(crate) fn valid_frame_after(bytes: &[u8]) -> Option<usize> {
     (1..bytes.len().saturating_sub(FRAME_HEADER_LEN - 1)).find(|&i| {
-        matches!(read_frame(&bytes[i..]), Frame::Valid { payload, .. } if decode_payload(payload).is_some())
+        bytes.get(i..i + 4).is_some_and(|len| len != [0; 4])
+            && matches!(read_frame(&bytes[i..]), Frame::Valid { payload, .. } if decode_payload(payload).is_some())
     })
+}
+
+/// Whether `bytes` are all zero: the unused end of a log segment (space preallocated, or
+/// written but never synced before a power cut), which recovery stops at without a report.
+pub(crate) fn all_zero(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0)
 }
 
 /// A cursor over a payload; every read fails softly on short input.
