@@ -621,7 +621,7 @@ pub(crate) fn validate(write: &AtomicWrite) -> Result<(), Error> {
 type Staged = Option<(Value, Option<u64>)>;
 
 fn apply(
-    kind: &MutationKind,
+    kind: MutationKind,
     current: Option<&Value>,
     now: &mut Option<u64>,
 ) -> Result<Staged, Error> {
@@ -637,12 +637,12 @@ fn apply(
                 let now = *now.get_or_insert_with(now_ms);
                 now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             });
-            Ok(Some((value.clone(), deadline)))
+            Ok(Some((value, deadline)))
         }
         MutationKind::Delete => Ok(None),
-        MutationKind::Sum(n) => u64_op("sum", *n, u64::wrapping_add),
-        MutationKind::Min(n) => u64_op("min", *n, u64::min),
-        MutationKind::Max(n) => u64_op("max", *n, u64::max),
+        MutationKind::Sum(n) => u64_op("sum", n, u64::wrapping_add),
+        MutationKind::Min(n) => u64_op("min", n, u64::min),
+        MutationKind::Max(n) => u64_op("max", n, u64::max),
     }
 }
 
@@ -738,11 +738,17 @@ impl Inner {
 
     /// The stamp and value a key's slot has now, for checks and mutations. Called with the
     /// commit lock held, so every version in the map is published.
-    fn current(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<(Versionstamp, Value)> {
+    fn current(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Value> {
+        let chain = slot?.value().load();
+        chain.versions.first()?.live_value(now).cloned()
+    }
+
+    /// The stamp of the value [`Inner::current`] returns, without copying the value.
+    fn current_stamp(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Versionstamp> {
         let chain = slot?.value().load();
         let newest = chain.versions.first()?;
-        let value = newest.live_value(now)?;
-        Some((Versionstamp::from_version(newest.version), value.clone()))
+        newest.live_value(now)?;
+        Some(Versionstamp::from_version(newest.version))
     }
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
@@ -907,7 +913,7 @@ impl Inner {
         let mut conflict = Conflict::default();
         for (index, (check, slot)) in checks.iter().zip(slots.checks.iter_mut()).enumerate() {
             self.refresh(slot, &check.key, false);
-            let actual = Self::current(slot.as_ref(), &mut now).map(|(vs, _)| vs);
+            let actual = Self::current_stamp(slot.as_ref(), &mut now);
             if actual != check.versionstamp {
                 conflict.failed_checks.push(FailedCheck {
                     index,
@@ -955,8 +961,8 @@ impl Inner {
         }
 
         // Stage every mutation before writing anything, so an error leaves no trace.
-        let mut staged: Vec<(KeyBytes, Staged, Option<Slot<'_>>)> =
-            Vec::with_capacity(mutations.len());
+        let mut staged: SmallVec<[(KeyBytes, Staged, Option<Slot<'_>>); 4]> =
+            SmallVec::with_capacity(mutations.len());
         // Later mutations of a key see earlier ones; index the staged keys once there are many.
         let use_index = mutations.len() >= 16;
         let mut index: HashMap<KeyBytes, usize> = HashMap::new();
@@ -975,7 +981,7 @@ impl Inner {
                     .as_ref()
                     .filter(|(_, deadline)| deadline.is_none_or(|d| d > commit_now))
                     .map(|(v, _)| v);
-                let result = apply(&m.kind, earlier, &mut now)?;
+                let result = apply(m.kind, earlier, &mut now)?;
                 if result.is_some() && entry.2.is_none() {
                     // A delete of an absent key, then a write: the write needs a slot.
                     self.refresh(&mut entry.2, &m.key, true);
@@ -984,8 +990,12 @@ impl Inner {
                 continue;
             }
             self.refresh(slot, &m.key, !matches!(m.kind, MutationKind::Delete));
-            let current = Self::current(slot.as_ref(), &mut now).map(|(_, v)| v);
-            let result = apply(&m.kind, current.as_ref(), &mut now)?;
+            // A set or delete does not depend on what it replaces: no copy of it.
+            let current = match m.kind {
+                MutationKind::Set { .. } | MutationKind::Delete => None,
+                _ => Self::current(slot.as_ref(), &mut now),
+            };
+            let result = apply(m.kind, current.as_ref(), &mut now)?;
             if use_index {
                 index.insert(m.key.clone(), staged.len());
             }
