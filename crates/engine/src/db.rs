@@ -19,11 +19,13 @@
 //!   version, so writers keep what they need.
 //! - Old versions: when a writer replaces a key's list it keeps only what some reader can
 //!   still see: the newest version at or below the last published one, the newest at or below
-//!   each open snapshot's version, and anything not yet published. With no snapshot open, a
-//!   million overwrites of one key leave at most two versions (one after reclamation); an old
+//!   each open snapshot's version, and anything not yet published. Right after publishing, an
+//!   in-memory commit prunes the keys it wrote again (readers of the latest state now read
+//!   its versions) and removes the keys it deleted, so with no snapshot open a million
+//!   overwrites of one key leave one version and a deleted key is gone at once; an old
 //!   snapshot pins one version per key, not every version written since. Versions kept for a
-//!   snapshot, tombstones,
-//!   and expired values are reclaimed by a background thread (`reclaim.rs`).
+//!   snapshot, expired values, and the garbage of durable commits (published later, by the
+//!   log) are reclaimed by a background thread (`reclaim.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -171,6 +173,9 @@ type Slot<'a> = crossbeam_skiplist::map::Entry<'a, KeyBytes, ArcSwap<Chain>>;
 pub(crate) struct Slots<'a> {
     checks: SmallVec<[Option<Slot<'a>>; 4]>,
     mutations: SmallVec<[Option<Slot<'a>>; 4]>,
+    /// Keys an in-memory commit left with a version readers no longer need once it is
+    /// published (or a tombstone): pruned right after publishing, under the commit lock.
+    written: SmallVec<[(KeyBytes, Slot<'a>); 2]>,
 }
 
 pub(crate) struct Inner {
@@ -765,6 +770,7 @@ impl Inner {
             && r.is_committed()
         {
             self.publish(*last);
+            self.prune_written(&mut slots);
         }
         drop(last);
         self.reclaimer.wake_if_pending();
@@ -794,7 +800,11 @@ impl Inner {
                 }
             })
             .collect();
-        Slots { checks, mutations }
+        Slots {
+            checks,
+            mutations,
+            written: SmallVec::new(),
+        }
     }
 
     /// The slot of `key`, inserted empty if the key is absent.
@@ -821,6 +831,26 @@ impl Inner {
             } else {
                 self.map.get(key.as_slice())
             };
+        }
+    }
+
+    /// Right after a commit is published: drops the versions it replaced that no reader can
+    /// see any more (readers at the last published version now read the new one), and
+    /// removes keys it deleted, unless an open snapshot still reads them. This keeps
+    /// overwrites and deletes off the background thread, which then handles only what
+    /// snapshots pinned and expiry. Called with the commit lock held.
+    fn prune_written(&self, slots: &mut Slots<'_>) {
+        if slots.written.is_empty() {
+            return;
+        }
+        // Taken after publishing: a snapshot registered before it is in the registry, and
+        // one registered after reads at the new version.
+        let retention = self.retention();
+        let mut now = None;
+        for (key, slot) in slots.written.drain(..) {
+            if self.prune_slot(&slot, &retention, &mut now) {
+                self.reclaimer.mark(key);
+            }
         }
     }
 
@@ -1003,6 +1033,7 @@ impl Inner {
         }
 
         let version = *last + 1;
+        let durable = log.is_some();
         if let Some(log) = log {
             log.frames.commit(
                 version,
@@ -1023,7 +1054,15 @@ impl Inner {
                 value,
                 expires_at,
             };
-            self.write_version(key, new, slot, &mut retention);
+            if let Some((key, slot)) = self.write_version(key, new, slot, &mut retention) {
+                // A durable commit is published by the log's flusher, later: leave its
+                // garbage to the background thread.
+                if durable {
+                    self.reclaimer.mark(key);
+                } else {
+                    slots.written.push((key, slot));
+                }
+            }
         }
         *last = version;
         Ok(CommitResult::Committed {
@@ -1032,26 +1071,27 @@ impl Inner {
     }
 
     /// Installs a new version of `key`, whose map slot (if any) is `slot`. Called with the
-    /// commit lock held.
-    fn write_version(
+    /// commit lock held. Returns the key and slot if they hold garbage (an older version, or
+    /// a tombstone) once this commit is published.
+    fn write_version<'a>(
         &self,
         key: KeyBytes,
         new: Version,
-        slot: Option<Slot<'_>>,
+        slot: Option<Slot<'a>>,
         retention: &mut Option<Retention>,
-    ) {
+    ) -> Option<(KeyBytes, Slot<'a>)> {
         let tombstone = new.value.is_none();
         let expiry = new.expires_at;
         let Some(slot) = slot else {
             // Only a delete has no slot, and deleting an absent key leaves nothing to write.
-            return;
+            return None;
         };
         let old = slot.value().load();
         if old.versions.is_empty() {
             // A slot inserted empty by `prepare` (this operation's or another's).
             if tombstone {
                 self.reclaimer.mark(key);
-                return;
+                return None;
             }
             if let Some(deadline) = expiry {
                 self.reclaimer.schedule_expiry(deadline, key);
@@ -1059,7 +1099,7 @@ impl Inner {
             let mut versions = SmallVec::new();
             versions.push(new);
             slot.value().store(Arc::new(Chain { versions }));
-            return;
+            return None;
         }
         if expiry.is_none() && old.versions.first().is_some_and(|v| v.expires_at.is_some()) {
             // The key's deadline no longer applies; keep the expiry bookkeeping to one entry
@@ -1075,18 +1115,24 @@ impl Inner {
         if let Some(deadline) = expiry {
             self.reclaimer.schedule_expiry(deadline, key.clone());
         }
-        if garbage {
-            self.reclaimer.mark(key);
-        }
+        garbage.then_some((key, slot))
     }
 
     /// Prunes one key's list to what readers need (`retention`), and removes the key if
     /// nothing live is left. Called with the commit lock held. Returns whether the key still
     /// holds garbage (more than one version, or a dead one).
     pub(crate) fn prune(&self, key: &[u8], retention: &Retention, now: u64) -> bool {
-        let Some(slot) = self.map.get(key) else {
+        match self.map.get(key) {
+            Some(slot) => self.prune_slot(&slot, retention, &mut Some(now)),
+            None => false,
+        }
+    }
+
+    /// [`Inner::prune`] on a slot already found.
+    fn prune_slot(&self, slot: &Slot<'_>, retention: &Retention, now: &mut Option<u64>) -> bool {
+        if slot.is_removed() {
             return false;
-        };
+        }
         let old = slot.value().load();
         let mut versions: SmallVec<[Version; 1]> = retention.keep(&old.versions).cloned().collect();
         // A dead version (tombstone or expired) at the end of the list reads the same as no
@@ -1095,7 +1141,11 @@ impl Inner {
         // the slot gone, its commit-time range check would see nothing). A transaction that
         // read a value while it was live carries the value's deadline in its range check, so
         // expired values need not wait for readers.
-        let dead = |v: &Version| v.value.is_none() || v.expires_at.is_some_and(|d| d <= now);
+        let mut dead = |v: &Version| {
+            v.value.is_none()
+                || v.expires_at
+                    .is_some_and(|d| d <= *now.get_or_insert_with(now_ms))
+        };
         let oldest_reader = retention
             .points
             .iter()
@@ -1113,7 +1163,7 @@ impl Inner {
             slot.remove();
             return false;
         }
-        let still_garbage = versions.len() > 1 || versions.iter().any(dead);
+        let still_garbage = versions.len() > 1 || versions.iter().any(&mut dead);
         if versions.len() != old.versions.len() {
             slot.value().store(Arc::new(Chain { versions }));
         }

@@ -1,8 +1,9 @@
 //! Background reclamation: versions no snapshot needs any more, tombstones, and expired
 //! values.
 //!
-//! Writers prune a key's versions whenever they write it; what they cannot prune yet (versions
-//! an open snapshot still reads, tombstones, values with a deadline) they *mark* here. A
+//! Writers prune a key's versions whenever they write it (an in-memory commit again right after
+//! publishing); what they cannot prune yet (versions an open snapshot still reads, a durable
+//! commit's garbage, values with a deadline) they *mark* here. A
 //! background thread wakes when something is marked, when the oldest snapshot closes, at the
 //! next expiry deadline, and at least once a second, and prunes the marked keys in small
 //! batches under the commit lock, so it never holds writers up for long. Expired values are
