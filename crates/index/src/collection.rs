@@ -443,6 +443,13 @@ where
     /// transaction, so the commit checks it. A unique entry that already holds exactly the
     /// bytes it would be written with is left as it is: the read still checks it, and
     /// rewriting it would only add a version for the store to reclaim.
+    ///
+    /// A unique entry the old record has and `new` keeps unchanged (same value, same bytes)
+    /// is neither read nor written. Once the index is built it points at this record, and
+    /// only a commit that also writes this record (checked through the record's read) can
+    /// change that. While the index is being built it may be missing, or held by another
+    /// record that had the value before: leaving it alone then introduces no duplicate (the
+    /// record already had the value) and the build finds any that existed.
     fn put_in(
         &self,
         tx: &mut Transaction<'_, S>,
@@ -465,6 +472,13 @@ where
             .iter_mut()
             .filter(|p| self.def.indexes[p.index].unique)
         {
+            if old_plan
+                .iter()
+                .any(|o| o.key == p.key && o.entry == p.entry)
+            {
+                p.entry.clear();
+                continue;
+            }
             let Some(existing) = tx.get_raw(&p.key)? else {
                 continue;
             };

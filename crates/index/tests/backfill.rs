@@ -281,6 +281,54 @@ fn an_update_during_a_build_keeps_the_unique_entry_another_record_holds() {
     );
 }
 
+/// An update that keeps a unique value neither reads nor rewrites its entry. During a build
+/// the entry may be held by another record that took the value first (record 1 takes `y@x`
+/// while record 10, which had it already, is not yet indexed): the update of record 10's other
+/// fields succeeds and leaves record 1's entry alone, and the build reports the duplicate,
+/// which existed before the update (so the index does not go live).
+#[test]
+fn an_update_keeping_a_unique_value_during_a_build_leaves_the_holder_and_the_build_reports_it() {
+    let db = Database::in_memory();
+    let plain = Collection::builder("users", |u: &User| key![u.id])
+        .open(db.clone())
+        .unwrap();
+    let user = |id: u64, email: &str| User {
+        id,
+        email: email.into(),
+        color: 0,
+        tags: vec![],
+    };
+    plain.insert(&user(5, "a@x")).unwrap();
+    plain.insert(&user(10, "y@x")).unwrap();
+    let c = indexed(db);
+    let report = c
+        .backfill(1, |p| {
+            if p.index == "email" && p.records == 1 {
+                c.insert(&user(1, "y@x")).unwrap();
+                let updated = c
+                    .update(&key![10], |mut u| {
+                        u.color = 7;
+                        u
+                    })
+                    .unwrap();
+                assert_eq!(updated.color, 7);
+            }
+        })
+        .unwrap();
+    assert_eq!(report.duplicates.len(), 1, "{report:?}");
+    let dup = &report.duplicates[0];
+    assert_eq!(
+        (dup.value.clone(), dup.holder.clone(), dup.other.clone()),
+        (key!["y@x"], Some(key![1]), key![10])
+    );
+    // A build that finds duplicates does not go live.
+    assert!(
+        !report.completed.contains(&"email".to_owned()),
+        "{report:?}"
+    );
+    assert_eq!(c.get(&key![10]).unwrap().unwrap().color, 7);
+}
+
 /// A document for the commit-limit tests: many tags, a large body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Doc {
