@@ -530,7 +530,8 @@ impl Database {
 /// Counts of what the store holds in memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Keys in the map, including deleted ones not yet reclaimed.
+    /// Keys in the map, including deleted ones not yet reclaimed and the empty slots of
+    /// commits in flight or of failed commits (queued for reclamation).
     pub keys: usize,
     /// Versions held across all keys.
     pub versions: usize,
