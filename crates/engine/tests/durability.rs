@@ -257,20 +257,35 @@ fn a_torn_tail_is_cut_at_every_possible_length() {
     let probe = tempfile::tempdir().unwrap();
     write_commits(probe.path(), 2);
     let two = fs::read(newest_segment(probe.path())).unwrap().len();
+    // The last batch is a `synced` mark, then the commit. A cut right after the mark leaves
+    // whole frames only: nothing is torn there, and the mark, which holds no data, stays.
+    let mut clean_cuts = Vec::new();
+    // Where the last whole frame ends: after two commits, or after the mark.
+    let mut good = two;
     for cut in two + 1..whole.len() {
         fs::write(&seg, &whole[..cut]).unwrap();
         let db = Database::open(dir.path(), options()).unwrap();
         assert_eq!(db.get(&key!["k", 2u64]).unwrap(), None, "cut at {cut}");
         assert!(db.get(&key!["k", 1u64]).unwrap().is_some());
-        let (path, offset, dropped) = db.recovery_report().unwrap().truncated.clone().unwrap();
-        assert_eq!(
-            (path, offset, dropped),
-            (seg.clone(), two as u64, (cut - two) as u64)
-        );
+        let truncated = db.recovery_report().unwrap().truncated.clone();
         db.close().unwrap();
-        // The cut is persistent: the file now ends at the last good record.
-        assert_eq!(fs::read(&seg).unwrap().len(), two);
+        match truncated {
+            Some((path, offset, dropped)) => {
+                assert_eq!(
+                    (path, offset, dropped),
+                    (seg.clone(), good as u64, (cut - good) as u64)
+                );
+                // The cut is persistent: the file now ends at the last good record.
+                assert_eq!(fs::read(&seg).unwrap().len(), good);
+            }
+            None => {
+                clean_cuts.push(cut);
+                good = cut;
+                assert_eq!(fs::read(&seg).unwrap().len(), cut);
+            }
+        }
     }
+    assert_eq!(clean_cuts.len(), 1, "{clean_cuts:?}");
 }
 
 #[test]
@@ -1092,4 +1107,50 @@ fn a_torn_record_before_preallocated_zeros_is_cut_as_a_torn_tail() {
     assert!(db.recovery_report().unwrap().truncated.is_some());
     assert_eq!(db.get(&key!["k", 2u64]).unwrap(), None);
     assert!(db.get(&key!["k", 1u64]).unwrap().is_some());
+}
+
+/// A write over preallocated space can reach the disk page by page in any order, so a crash
+/// can leave a hole before frames that did land. With no `synced` mark after the hole saying
+/// it had been durable, that is a torn tail: cut and reported, not refused as damage.
+#[test]
+fn a_hole_before_frames_that_reached_the_disk_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    write_commits(dir.path(), 3);
+    let seg = newest_segment(dir.path());
+    let mut bytes = fs::read(&seg).unwrap();
+    let probe = tempfile::tempdir().unwrap();
+    write_commits(probe.path(), 2);
+    let two = fs::read(newest_segment(probe.path())).unwrap().len();
+    // The last batch's first page never landed: its `synced` mark reads as zeros, its commit
+    // frame is whole.
+    bytes[two..two + 12].fill(0);
+    fs::write(&seg, &bytes).unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    assert_eq!(
+        db.recovery_report().unwrap().truncated,
+        Some((seg.clone(), two as u64, (bytes.len() - two) as u64))
+    );
+    assert_eq!(db.get(&key!["k", 2u64]).unwrap(), None);
+    assert!(db.get(&key!["k", 1u64]).unwrap().is_some());
+    db.close().unwrap();
+    assert_eq!(fs::read(&seg).unwrap().len(), two);
+}
+
+/// The same hole in a batch that a later batch's mark says was durable is real damage.
+#[test]
+fn a_hole_in_a_batch_a_later_mark_calls_durable_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_commits(dir.path(), 3);
+    let seg = newest_segment(dir.path());
+    let mut bytes = fs::read(&seg).unwrap();
+    let probe = tempfile::tempdir().unwrap();
+    write_commits(probe.path(), 1);
+    let one = fs::read(newest_segment(probe.path())).unwrap().len();
+    bytes[one..one + 12].fill(0);
+    fs::write(&seg, &bytes).unwrap();
+    let err = Database::open(dir.path(), options()).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupt { path, offset, .. } if *path == seg && *offset == one as u64),
+        "{err}"
+    );
 }

@@ -66,12 +66,14 @@
 //! [`PREALLOCATE_STEP`] ahead of its records (so a sync overwrites allocated blocks rather
 //! than growing the file), and closing, or moving on to a new segment, trims them. A
 //! segment wholly below the checkpoint (the next one starts at or below its version + 1) is
-//! a leftover of an interrupted deletion and is not read. A frame whose checksum fails at the
-//! end of the newest segment, with nothing valid after it, is a torn write from a crash: it
-//! is cut off, and the cut is logged (`log::warn!`) and reported in
-//! [`RecoveryReport::truncated`]. A newest segment with a partial header is started again.
-//! Damage anywhere else is [`Error::Corrupt`], naming the file and offset, and so is a
-//! missing file: a first segment starting above the checkpoint's version + 1 (or above
+//! a leftover of an interrupted deletion and is not read. A frame whose checksum fails in the
+//! newest segment is a torn write from a crash, cut off with everything after it, unless a
+//! later `synced` mark shows the damaged bytes had been durable (a mark starts every batch
+//! write and records how much of the segment was on stable storage then): a write over
+//! preallocated space can reach the disk page by page, leaving a hole before records that
+//! did. The cut is logged (`log::warn!`) and reported in [`RecoveryReport::truncated`]. A
+//! newest segment with a partial header is started again. Other damage is
+//! [`Error::Corrupt`], naming the file and offset, and so is a missing file: a first segment starting above the checkpoint's version + 1 (or above
 //! version 1 without a checkpoint), or a segment starting above the last version of the one
 //! before it + 1. Versions may legitimately skip inside a segment (a rolled-back batch
 //! consumes its versions), but never across a segment boundary. Never silent data loss.
@@ -471,8 +473,10 @@ impl Wal {
                     && r.is_committed()
                 {
                     pending.waiters.push((*last, Arc::clone(&slot)));
-                    // Nobody leads: this committer does.
-                    if !pending.flushing {
+                    // Nobody leads: this committer does, unless an exclusive writer (a
+                    // checkpoint, an explicit sync) is waiting for the lead; it flushes this
+                    // batch itself and hands the lead on after.
+                    if !pending.flushing && pending.exclusive_wanted == 0 {
                         pending.flushing = true;
                         lead = true;
                     }
@@ -636,7 +640,12 @@ impl Wal {
         if let Some(cause) = &seg.poisoned {
             return Err(cause.clone());
         }
-        let end = seg.len + buf.len() as u64;
+        // Each write starts with the segment's durable length, for recovery to tell a torn
+        // write from damage (see `record`).
+        let mut mark = FrameWriter::default();
+        mark.synced(seg.synced);
+        let end = seg.len + (mark.buf.len() + buf.len()) as u64;
+        let n = end - seg.len;
         if end > seg.allocated {
             let to = end + PREALLOCATE_STEP;
             match seg.file.preallocate(seg.allocated.max(seg.len), to) {
@@ -645,7 +654,9 @@ impl Wal {
                 Err(e) => log::warn!("tuplekv: could not preallocate {}: {e}", seg.path.display()),
             }
         }
-        if let Err(e) = seg.file.write_all(buf) {
+        // One write call for both (a copy costs less than a second system call).
+        mark.buf.extend_from_slice(buf);
+        if let Err(e) = seg.file.write_all(&mark.buf) {
             let error = io_error("appending to the log", &seg.path, &e);
             // A failed write drops no data already written: cut the partial frames off (and
             // make the cut durable) and the file is as good as before.
@@ -675,7 +686,6 @@ impl Wal {
             seg.poisoned = Some(error.clone());
             return Err(error);
         }
-        let n = buf.len() as u64;
         seg.len += n;
         if sync {
             seg.synced = seg.len;
@@ -1161,6 +1171,7 @@ impl Rebuilt {
                 }
                 Ok(true)
             }
+            Payload::Synced { .. } => Ok(false),
             _ => Err(corrupt(path, offset, "checkpoint frame in a log segment")),
         }
     }
@@ -1369,7 +1380,16 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
                 // Unused space: preallocated, or never reached the disk. Not damage.
                 break;
             }
-            if !newest || record::valid_frame_after(&bytes[at..]).is_some() {
+            // In the newest segment, records after the damage may be what reached the disk of
+            // a write cut by a crash (an in-place write lands page by page, in any order). They
+            // are a torn tail unless a `synced` mark after the damage says the damaged bytes
+            // had been on stable storage: then the damage is real. Elsewhere, any damage is.
+            let real = if newest {
+                record::durable_mark_after(&bytes[at..], at as u64).is_some()
+            } else {
+                true
+            };
+            if real {
                 return Err(corrupt(
                     &path,
                     at,

@@ -16,12 +16,20 @@
 //!               op 0 = delete, 1 = set (followed by a value)
 //! 2 entries     count: u32 | count × (version: u64 | key | value)      (checkpoint body)
 //! 3 end         version: u64 | entries: u64                            (checkpoint trailer)
+//! 4 synced      upto: u64                    (log segment: starts every batch write; the
+//!               segment's first `upto` bytes were on stable storage when it was written)
 //! key   = len: u16 | bytes
 //! value = tag: u8 (0 bytes, 1 u64, 2 v8) | expires_at: u64 (Unix ms, 0 = never) |
 //!         len: u32 | bytes          (a u64 is 8 little-endian bytes)
 //! ```
 //!
 //! One commit is one frame, so recovery applies a commit entirely or not at all.
+//!
+//! A `synced` mark tells a torn write from damage. A segment's zero-filled tail is overwritten
+//! in place, so a write cut by a crash can leave a hole *before* frames that did reach the
+//! disk. Bytes can only be missing if no sync covered them, and every mark after such bytes
+//! says so (`upto` at or below their offset). A mark claiming them durable means they were
+//! intact once, so damage there is real.
 
 use bytes::Bytes;
 
@@ -46,6 +54,7 @@ pub(crate) const CHECKPOINT_FRAME_BYTES: usize = 256 << 10;
 const KIND_COMMIT: u8 = 1;
 const KIND_ENTRIES: u8 = 2;
 const KIND_END: u8 = 3;
+const KIND_SYNCED: u8 = 4;
 
 const OP_DELETE: u8 = 0;
 const OP_SET: u8 = 1;
@@ -69,6 +78,8 @@ pub(crate) enum Payload {
     Entries(Vec<(KeyBytes, u64, Stored)>),
     /// The checkpoint trailer.
     End { version: u64, entries: u64 },
+    /// A log segment's durable length when the frames after this one were written.
+    Synced { upto: u64 },
 }
 
 /// The header of a file: magic and a version.
@@ -182,6 +193,13 @@ impl FrameWriter {
         self.finish();
     }
 
+    /// Appends a `synced` mark: the segment's first `upto` bytes are on stable storage.
+    pub(crate) fn synced(&mut self, upto: u64) {
+        self.begin(KIND_SYNCED);
+        self.buf.extend_from_slice(&upto.to_le_bytes());
+        self.finish();
+    }
+
     /// Appends a checkpoint trailer.
     pub(crate) fn end(&mut self, version: u64, entries: u64) {
         self.begin(KIND_END);
@@ -227,15 +245,28 @@ pub(crate) fn read_frame(bytes: &[u8]) -> Frame<'_> {
     }
 }
 
-/// Whether a valid frame starts anywhere in `bytes` after its first byte: tells damage in the
-/// middle of a file (something valid follows) from a torn tail (nothing does). Offsets whose
-/// length field is zero are skipped without a checksum: no frame is empty, and a segment's
-/// preallocated tail is all zeros.
-pub(crate) fn valid_frame_after(bytes: &[u8]) -> Option<usize> {
-    (1..bytes.len().saturating_sub(FRAME_HEADER_LEN - 1)).find(|&i| {
-        bytes.get(i..i + 4).is_some_and(|len| len != [0; 4])
-            && matches!(read_frame(&bytes[i..]), Frame::Valid { payload, .. } if decode_payload(payload).is_some())
-    })
+/// Where, in `bytes` (a segment's bytes from offset `at` on, where a frame is damaged), a valid
+/// `synced` mark says the segment was durable past `at`: proof that the damaged bytes were
+/// once on stable storage whole, so the damage is not a torn write. `None`: every frame after
+/// the damage was written while it could still have been lost in a crash.
+pub(crate) fn durable_mark_after(bytes: &[u8], at: u64) -> Option<usize> {
+    let mut i = 1;
+    while i + FRAME_HEADER_LEN <= bytes.len() {
+        if bytes[i..i + 4] != [0; 4]
+            && let Frame::Valid { payload, len } = read_frame(&bytes[i..])
+            && let Some(decoded) = decode_payload(payload)
+        {
+            if let Payload::Synced { upto } = decoded
+                && upto > at
+            {
+                return Some(i);
+            }
+            i += len;
+            continue;
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Whether `bytes` are all zero: the unused end of a log segment (space preallocated, or
@@ -333,6 +364,7 @@ pub(crate) fn decode_payload(payload: &[u8]) -> Option<Payload> {
             version: r.u64()?,
             entries: r.u64()?,
         },
+        KIND_SYNCED => Payload::Synced { upto: r.u64()? },
         _ => return None,
     };
     r.bytes.is_empty().then_some(decoded)
@@ -393,11 +425,32 @@ mod tests {
         }
     }
 
+    /// Damage at offset 1000 of a segment, then a commit and a mark: the damage is real only
+    /// if the mark says the segment was durable past 1000.
     #[test]
-    fn a_valid_frame_after_damage_is_found() {
-        let mut bytes = vec![0xAB; 5];
-        bytes.extend_from_slice(&commit_frame().buf);
-        assert_eq!(valid_frame_after(&bytes), Some(5));
-        assert_eq!(valid_frame_after(&[0xAB; 40]), None);
+    fn a_synced_mark_after_damage_tells_real_damage_from_a_torn_write() {
+        let after_damage = |upto: u64| {
+            let mut bytes = vec![0xAB; 5];
+            bytes.extend_from_slice(&[0; 7]);
+            bytes.extend_from_slice(&commit_frame().buf);
+            let mut mark = FrameWriter::default();
+            mark.synced(upto);
+            bytes.extend_from_slice(&mark.buf);
+            bytes.extend_from_slice(&[0; 64]);
+            bytes
+        };
+        let bytes = after_damage(1001);
+        let mark_at = 12 + commit_frame().buf.len();
+        assert_eq!(durable_mark_after(&bytes, 1000), Some(mark_at));
+        assert_eq!(durable_mark_after(&after_damage(1000), 1000), None);
+        assert_eq!(durable_mark_after(&after_damage(16), 1000), None);
+        assert_eq!(durable_mark_after(&[0xAB; 40], 0), None);
+        assert_eq!(
+            decode_payload(match read_frame(&bytes[mark_at..]) {
+                Frame::Valid { payload, .. } => payload,
+                other => panic!("{other:?}"),
+            }),
+            Some(Payload::Synced { upto: 1001 })
+        );
     }
 }
