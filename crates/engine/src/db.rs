@@ -1194,6 +1194,10 @@ impl Store for Database {
         snapshot.versionstamp()
     }
 
+    fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        ReadView::get_raw(self, key)
+    }
+
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
         self.inner.commit(write)
     }

@@ -75,6 +75,16 @@ pub trait Store: Send + Sync {
     /// The stamp a snapshot reads at.
     fn snapshot_versionstamp(snapshot: &Self::Snapshot) -> Versionstamp;
 
+    /// The entry at an encoded key in the latest committed state: one linearizable read,
+    /// which a store may serve without registering a snapshot. The default reads through a
+    /// fresh snapshot.
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLargeForRead`].
+    fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        self.snapshot().get_raw(key)
+    }
+
     /// Commits `write` if its checks hold.
     ///
     /// What the layers above (transactions, indexes, sequences) rely on: commits are

@@ -806,10 +806,47 @@ where
                 index: format!("{index} (not unique: use list_by)"),
             });
         }
+        let entry_key = self.entry_key(idx, value, &[]);
+        if let Some(found) = self.get_by_latest(idx, value, &entry_key)? {
+            return Ok(found);
+        }
         let view = self.store.snapshot();
-        match view.get_raw(&self.entry_key(idx, value, &[]))? {
+        match view.get_raw(&entry_key)? {
             Some(entry) => self.resolve(&view, &entry),
             None => Ok(None),
+        }
+    }
+
+    /// [`Collection::get_by`] with two single-key reads of the latest state and no snapshot:
+    /// the entry, then the record it points at. A writer may move the value between the two
+    /// reads; the answer stands if the record read still has the value (the index is built,
+    /// so then it is the value's one holder), and is `None` (read again from one snapshot)
+    /// if not.
+    fn get_by_latest(
+        &self,
+        idx: &IndexSpec<T>,
+        value: &Key,
+        entry_key: &[u8],
+    ) -> Result<Option<Option<(Key, T)>>, Error> {
+        let Some(entry) = self.store.get_latest_raw(entry_key)? else {
+            return Ok(Some(None));
+        };
+        let (pk_bytes, copy) = Self::entry_parts(&entry.value)?;
+        let pk = decode_key(pk_bytes).map_err(codec_err)?;
+        if let Some(bytes) = copy {
+            return Ok(Some(Some((pk.clone(), self.decode(&pk, bytes)?))));
+        }
+        let mut record_key = Vec::with_capacity(self.def.record_prefix.len() + pk_bytes.len());
+        record_key.extend_from_slice(&self.def.record_prefix);
+        record_key.extend_from_slice(pk_bytes);
+        let Some(found) = self.store.get_latest_raw(&record_key)? else {
+            return Ok(None);
+        };
+        let record = self.decode(&pk, value_bytes(&found.value)?)?;
+        if (idx.extract)(&record).contains(value) {
+            Ok(Some(Some((pk, record))))
+        } else {
+            Ok(None)
         }
     }
 

@@ -261,3 +261,55 @@ fn racing_upserts_and_deletes_keep_unique_values_unique_while_reclaiming() {
         assert!(report.is_clean(), "round {round}: {report:?}");
     }
 }
+
+/// `get_by` reads the entry and then the record without a snapshot. A writer moving the value
+/// between the two reads must not make it return a record that no longer has the value: it
+/// then reads both again from one snapshot. Two records swap a unique code back and forth
+/// while a reader asks for one code; every answer must hold that code.
+#[test]
+fn get_by_never_returns_a_record_without_the_value_asked_for() {
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Tag {
+        id: u8,
+        code: u8,
+    }
+    let c = Collection::builder("tags", |t: &Tag| key![t.id])
+        .unique("code", |t| Some(key![t.code]))
+        .open(Database::in_memory())
+        .unwrap();
+    c.insert(&Tag { id: 1, code: 1 }).unwrap();
+    /// Stops the writer however the reader ends, so a failed assertion fails the test
+    /// instead of hanging it.
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let rounds = 200_000u32;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Record 1 moves between codes 1 and 2, so the code-1 entry comes and goes.
+            let mut code = 1u8;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                code = 3 - code;
+                c.update(&key![1u8], |mut t| {
+                    t.code = code;
+                    t
+                })
+                .unwrap();
+            }
+        });
+        let _stop = StopOnDrop(&stop);
+        for _ in 0..rounds {
+            if let Some((pk, tag)) = c.get_by("code", &key![1u8]).unwrap() {
+                assert_eq!(
+                    (pk, tag.code),
+                    (key![1u8], 1),
+                    "an answer without the value"
+                );
+            }
+        }
+    });
+}
