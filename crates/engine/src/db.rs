@@ -11,17 +11,18 @@
 //!   parallel. Then writers are serialised by one commit mutex, held only to check and swap
 //!   version lists: the commit evaluates its checks, stages its mutations (all errors surface
 //!   here, before anything is written), writes every new version tagged `last + 1`, and only
-//!   then publishes `last + 1` in the atomic `visible` counter. Readers ignore versions above the version they read at, so a
-//!   half-written commit is invisible and a commit appears entirely at once.
+//!   then publishes `last + 1` in the atomic `visible` counter. Readers ignore versions above
+//!   the version they read at, so a half-written commit is invisible and a commit appears
+//!   entirely at once.
 //! - A read picks, in each key's list, the newest version at or below its read version. A
 //!   single-key read loads the list first and `visible` second, which makes it linearizable
 //!   without registering. Multi-key reads (snapshots, lists, `get_many`) register their
 //!   version, so writers keep what they need.
-//! - Old versions: when a writer replaces a key's list it keeps only what some reader can
-//!   still see: the newest version at or below the last published one, the newest at or below
-//!   each open snapshot's version, and anything not yet published. Right after publishing, an
-//!   in-memory commit prunes the keys it wrote again (readers of the latest state now read
-//!   its versions) and removes the keys it deleted, so with no snapshot open a million
+//! - Old versions: a key's list keeps only what some reader can still see: the newest version
+//!   at or below the last published one, the newest at or below each open snapshot's
+//!   version, and anything not yet published. A durable commit drops the rest as it writes;
+//!   an in-memory commit right after publishing (readers of the latest state then read its
+//!   versions), when it also removes the keys it deleted, so with no snapshot open a million
 //!   overwrites of one key leave one version and a deleted key is gone at once; an old
 //!   snapshot pins one version per key, not every version written since. Versions kept for a
 //!   snapshot, expired values, and the garbage of durable commits (published later, by the
@@ -742,8 +743,8 @@ impl Inner {
         out
     }
 
-    /// The stamp and value a key's slot has now, for checks and mutations. Called with the
-    /// commit lock held, so every version in the map is published.
+    /// The value a key's slot has now, for mutations that read it. Called with the commit
+    /// lock held, so every version in the map is published.
     fn current(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Value> {
         let chain = slot?.value().load();
         chain.versions.first()?.live_value(now).cloned()
@@ -1055,7 +1056,8 @@ impl Inner {
                 value,
                 expires_at,
             };
-            if let Some((key, slot)) = self.write_version(key, new, slot, &mut retention) {
+            let now_or_later = durable.then_some(&mut retention);
+            if let Some((key, slot)) = self.write_version(key, new, slot, now_or_later) {
                 // A durable commit is published by the log's flusher, later: leave its
                 // garbage to the background thread.
                 if durable {
@@ -1073,13 +1075,15 @@ impl Inner {
 
     /// Installs a new version of `key`, whose map slot (if any) is `slot`. Called with the
     /// commit lock held. Returns the key and slot if they hold garbage (an older version, or
-    /// a tombstone) once this commit is published.
+    /// a tombstone) once this commit is published. With `retention` (taken at most once per
+    /// commit), older versions no reader needs are dropped now; without, all are kept for the
+    /// caller to prune after publishing.
     fn write_version<'a>(
         &self,
         key: KeyBytes,
         new: Version,
         slot: Option<Slot<'a>>,
-        retention: &mut Option<Retention>,
+        retention: Option<&mut Option<Retention>>,
     ) -> Option<(KeyBytes, Slot<'a>)> {
         let tombstone = new.value.is_none();
         let expiry = new.expires_at;
@@ -1107,10 +1111,17 @@ impl Inner {
             // per key that still has one.
             self.reclaimer.cancel_expiry(&key);
         }
-        let retention = retention.get_or_insert_with(|| self.retention());
         let mut versions: SmallVec<[Version; 1]> = SmallVec::with_capacity(2);
         versions.push(new);
-        versions.extend(retention.keep(&old.versions).cloned());
+        match retention {
+            // Pruned once this commit is published (`prune_written`): keep everything until
+            // then rather than take the snapshot registry twice.
+            None => versions.extend(old.versions.iter().cloned()),
+            Some(retention) => {
+                let retention = retention.get_or_insert_with(|| self.retention());
+                versions.extend(retention.keep(&old.versions).cloned());
+            }
+        }
         let garbage = tombstone || versions.len() > 1;
         slot.value().store(Arc::new(Chain { versions }));
         if let Some(deadline) = expiry {
