@@ -775,6 +775,15 @@ where
     /// the record prefix followed by the entry's primary key bytes, which the entry holds
     /// encoded already.
     fn resolve(&self, view: &S::Snapshot, entry: &Entry) -> Result<Option<(Key, T)>, Error> {
+        self.resolve_with(entry, |key| view.get_raw(key))
+    }
+
+    /// [`Collection::resolve`], reading the record with `read`.
+    fn resolve_with(
+        &self,
+        entry: &Entry,
+        read: impl FnOnce(&[u8]) -> Result<Option<Entry>, tuplekv_engine::Error>,
+    ) -> Result<Option<(Key, T)>, Error> {
         let (pk_bytes, copy) = Self::entry_parts(&entry.value)?;
         let pk = decode_key(pk_bytes).map_err(codec_err)?;
         let record = match copy {
@@ -784,7 +793,7 @@ where
                     Vec::with_capacity(self.def.record_prefix.len() + pk_bytes.len());
                 record_key.extend_from_slice(&self.def.record_prefix);
                 record_key.extend_from_slice(pk_bytes);
-                match view.get_raw(&record_key)? {
+                match read(&record_key)? {
                     Some(e) => Some(self.decode(&pk, value_bytes(&e.value)?)?),
                     None => None,
                 }
@@ -831,22 +840,12 @@ where
         let Some(entry) = self.store.get_latest_raw(entry_key)? else {
             return Ok(Some(None));
         };
-        let (pk_bytes, copy) = Self::entry_parts(&entry.value)?;
-        let pk = decode_key(pk_bytes).map_err(codec_err)?;
-        if let Some(bytes) = copy {
-            return Ok(Some(Some((pk.clone(), self.decode(&pk, bytes)?))));
-        }
-        let mut record_key = Vec::with_capacity(self.def.record_prefix.len() + pk_bytes.len());
-        record_key.extend_from_slice(&self.def.record_prefix);
-        record_key.extend_from_slice(pk_bytes);
-        let Some(found) = self.store.get_latest_raw(&record_key)? else {
-            return Ok(None);
-        };
-        let record = self.decode(&pk, value_bytes(&found.value)?)?;
-        if (idx.extract)(&record).contains(value) {
-            Ok(Some(Some((pk, record))))
-        } else {
-            Ok(None)
+        // A covering entry carries its record, so it always has the value.
+        match self.resolve_with(&entry, |key| self.store.get_latest_raw(key))? {
+            Some((pk, record)) if (idx.extract)(&record).contains(value) => {
+                Ok(Some(Some((pk, record))))
+            }
+            _ => Ok(None),
         }
     }
 
