@@ -21,9 +21,9 @@
 //! queued meanwhile (no thundering herd: on a small machine, waking and re-sleeping idle
 //! waiters cost more CPU than the commits). Commits keep being applied and batched while a
 //! sync runs, so one `fdatasync` serves every committer that arrived meanwhile: throughput
-//! grows with the number of committers. If the write or the sync fails, the batch and every commit applied after it
-//! are removed from memory, and their committers get [`Error::Io`]: a commit is acknowledged
-//! only once it is on disk, and readers never see one that is not.
+//! grows with the number of committers. If the write or the sync fails, the batch and every
+//! commit applied after it are removed from memory, and their committers get [`Error::Io`]: a
+//! commit is acknowledged only once it is on disk, and readers never see one that is not.
 //!
 //! A commit whose checks fail (or whose mutation is refused) against versions not yet
 //! published waits until they are published, then answers; if they are rolled back instead,
@@ -73,10 +73,11 @@
 //! preallocated space can reach the disk page by page, leaving a hole before records that
 //! did. The cut is logged (`log::warn!`) and reported in [`RecoveryReport::truncated`]. A
 //! newest segment with a partial header is started again. Other damage is
-//! [`Error::Corrupt`], naming the file and offset, and so is a missing file: a first segment starting above the checkpoint's version + 1 (or above
-//! version 1 without a checkpoint), or a segment starting above the last version of the one
-//! before it + 1. Versions may legitimately skip inside a segment (a rolled-back batch
-//! consumes its versions), but never across a segment boundary. Never silent data loss.
+//! [`Error::Corrupt`], naming the file and offset, and so is a missing file: a first segment
+//! starting above the checkpoint's version + 1 (or above version 1 without a checkpoint), or
+//! a segment starting above the last version of the one before it + 1. Versions may
+//! legitimately skip inside a segment (a rolled-back batch consumes its versions), but never
+//! across a segment boundary. Never silent data loss.
 
 pub mod fs;
 pub(crate) mod record;
@@ -197,8 +198,9 @@ struct Segment {
 
 /// How far ahead of its records the current segment is filled with zeros. An append that
 /// grows a file makes `fdatasync` commit file metadata too; overwriting zeros already on disk
-/// does not, which on this project's reference machine (ext4) cuts a sync from about 200 us
-/// to 125 us. Recovery reads a tail of zeros as the log's unused end.
+/// does not, which on the machine the benchmarks ran on (ext4) cut the median sync from
+/// 150–200 us to 100–125 us (`examples/wal_probe.rs` measures both). Recovery reads a tail of
+/// zeros as the log's unused end.
 pub const PREALLOCATE_STEP: u64 = 4 << 20;
 
 /// Why a segment is started (see [`Wal::start_segment`]).
