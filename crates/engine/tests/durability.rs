@@ -247,6 +247,14 @@ fn write_commits(dir: &Path, n: u64) -> Vec<Versionstamp> {
     stamps
 }
 
+/// The length of the segment [`write_commits`] leaves for `n` commits: where commit `n + 1`
+/// starts in a longer log written the same way.
+fn log_len(n: u64) -> usize {
+    let probe = tempfile::tempdir().unwrap();
+    write_commits(probe.path(), n);
+    fs::read(newest_segment(probe.path())).unwrap().len()
+}
+
 #[test]
 fn a_torn_tail_is_cut_at_every_possible_length() {
     let dir = tempfile::tempdir().unwrap();
@@ -254,9 +262,7 @@ fn a_torn_tail_is_cut_at_every_possible_length() {
     let seg = newest_segment(dir.path());
     let whole = fs::read(&seg).unwrap();
     // The last record starts where the log of two commits ends.
-    let probe = tempfile::tempdir().unwrap();
-    write_commits(probe.path(), 2);
-    let two = fs::read(newest_segment(probe.path())).unwrap().len();
+    let two = log_len(2);
     // The last batch is a `synced` mark, then the commit. A cut right after the mark leaves
     // whole frames only: nothing is torn there, and the mark, which holds no data, stays.
     let mut clean_cuts = Vec::new();
@@ -1118,9 +1124,7 @@ fn a_hole_before_frames_that_reached_the_disk_is_a_torn_tail() {
     write_commits(dir.path(), 3);
     let seg = newest_segment(dir.path());
     let mut bytes = fs::read(&seg).unwrap();
-    let probe = tempfile::tempdir().unwrap();
-    write_commits(probe.path(), 2);
-    let two = fs::read(newest_segment(probe.path())).unwrap().len();
+    let two = log_len(2);
     // The last batch's first page never landed: its `synced` mark reads as zeros, its commit
     // frame is whole.
     bytes[two..two + 12].fill(0);
@@ -1143,9 +1147,7 @@ fn a_hole_in_a_batch_a_later_mark_calls_durable_is_an_error() {
     write_commits(dir.path(), 3);
     let seg = newest_segment(dir.path());
     let mut bytes = fs::read(&seg).unwrap();
-    let probe = tempfile::tempdir().unwrap();
-    write_commits(probe.path(), 1);
-    let one = fs::read(newest_segment(probe.path())).unwrap().len();
+    let one = log_len(1);
     bytes[one..one + 12].fill(0);
     fs::write(&seg, &bytes).unwrap();
     let err = Database::open(dir.path(), options()).unwrap_err();

@@ -229,6 +229,28 @@ fn indexes_built_while_writers_run_end_consistent_with_the_records() {
     }
 }
 
+/// A user with no colour or tags.
+fn user(id: u64, email: &str) -> User {
+    User {
+        id,
+        email: email.into(),
+        color: 0,
+        tags: vec![],
+    }
+}
+
+/// Records 5 (`a@x`) and 10 (`y@x`) stored before the indexes were declared: the indexed
+/// collection over them, not yet built.
+fn records_5_and_10_before_the_indexes() -> Collection<User, Database> {
+    let db = Database::in_memory();
+    let plain = Collection::builder("users", |u: &User| key![u.id])
+        .open(db.clone())
+        .unwrap();
+    plain.insert(&user(5, "a@x")).unwrap();
+    plain.insert(&user(10, "y@x")).unwrap();
+    indexed(db)
+}
+
 /// An update during a build must not delete a unique entry another record holds. Record 10
 /// has `y@x` but no entry yet (the build has not reached it); record 1 takes `y@x` (nothing
 /// stops it); then record 10 moves from `y@x` to `w@x`. The update used to delete every old
@@ -236,19 +258,7 @@ fn indexes_built_while_writers_run_end_consistent_with_the_records() {
 /// record could take `y@x`.
 #[test]
 fn an_update_during_a_build_keeps_the_unique_entry_another_record_holds() {
-    let db = Database::in_memory();
-    let plain = Collection::builder("users", |u: &User| key![u.id])
-        .open(db.clone())
-        .unwrap();
-    let user = |id: u64, email: &str| User {
-        id,
-        email: email.into(),
-        color: 0,
-        tags: vec![],
-    };
-    plain.insert(&user(5, "a@x")).unwrap();
-    plain.insert(&user(10, "y@x")).unwrap();
-    let c = indexed(db);
+    let c = records_5_and_10_before_the_indexes();
     let report = c
         .backfill(1, |p| {
             // After the first batch of the email index: record 5 is indexed, record 10 not.
@@ -288,19 +298,7 @@ fn an_update_during_a_build_keeps_the_unique_entry_another_record_holds() {
 /// which existed before the update (so the index does not go live).
 #[test]
 fn an_update_keeping_a_unique_value_during_a_build_leaves_the_holder_and_the_build_reports_it() {
-    let db = Database::in_memory();
-    let plain = Collection::builder("users", |u: &User| key![u.id])
-        .open(db.clone())
-        .unwrap();
-    let user = |id: u64, email: &str| User {
-        id,
-        email: email.into(),
-        color: 0,
-        tags: vec![],
-    };
-    plain.insert(&user(5, "a@x")).unwrap();
-    plain.insert(&user(10, "y@x")).unwrap();
-    let c = indexed(db);
+    let c = records_5_and_10_before_the_indexes();
     let report = c
         .backfill(1, |p| {
             if p.index == "email" && p.records == 1 {
