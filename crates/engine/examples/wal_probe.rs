@@ -30,6 +30,28 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
+/// Writes measured by [`report_syncs`].
+const SYNC_ROUNDS: usize = 300;
+
+/// Writes 100 bytes and `fdatasync`s them [`SYNC_ROUNDS`] times at `f`'s position, and prints
+/// the latency percentiles under `label`.
+fn report_syncs(label: &str, f: &mut std::fs::File) {
+    let mut lat = Vec::new();
+    for _ in 0..SYNC_ROUNDS {
+        let t = Instant::now();
+        f.write_all(&[7u8; 100]).unwrap();
+        f.sync_data().unwrap();
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    println!(
+        "{label}: p50 {:?}  p99 {:?}  => at most {:.0} syncs/s in series",
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        1.0 / percentile(&lat, 0.5).as_secs_f64()
+    );
+}
+
 fn main() {
     let base: PathBuf = arg("--dir").map_or_else(std::env::temp_dir, PathBuf::from);
     let log_mib: u64 = arg("--log-mib").map_or(1024, |v| v.parse().unwrap());
@@ -39,28 +61,15 @@ fn main() {
         .unwrap();
     println!("directory: {}", dir.path().display());
 
-    // 1. Raw fdatasync latency of a 100-byte append.
+    // 1. Raw fdatasync latency of a 100-byte write: appended, and over zeros already on disk
+    //    (as the log writes its preallocated segments).
     let path = dir.path().join("fsync-probe");
     let mut f = OpenOptions::new()
         .create(true)
         .append(true)
         .open(&path)
         .unwrap();
-    let mut lat = Vec::new();
-    for _ in 0..300 {
-        let t = Instant::now();
-        f.write_all(&[7u8; 100]).unwrap();
-        f.sync_data().unwrap();
-        lat.push(t.elapsed());
-    }
-    lat.sort();
-    println!(
-        "raw append+fdatasync (100 B): p50 {:?}  p99 {:?}  => at most {:.0} syncs/s in series",
-        percentile(&lat, 0.5),
-        percentile(&lat, 0.99),
-        1.0 / percentile(&lat, 0.5).as_secs_f64()
-    );
-    // The same over zeros already on disk, as the log writes its preallocated segments.
+    report_syncs("raw append+fdatasync (100 B)", &mut f);
     let path = dir.path().join("fsync-probe-prealloc");
     let mut f = OpenOptions::new()
         .create(true)
@@ -68,23 +77,12 @@ fn main() {
         .write(true)
         .open(&path)
         .unwrap();
-    f.write_all(&[0u8; 300 * 100]).unwrap();
+    f.write_all(&[0u8; SYNC_ROUNDS * 100]).unwrap();
     f.sync_all().unwrap();
     f.seek(SeekFrom::Start(0)).unwrap();
-    let mut lat = Vec::new();
-    for _ in 0..300 {
-        let t = Instant::now();
-        f.write_all(&[7u8; 100]).unwrap();
-        f.sync_data().unwrap();
-        lat.push(t.elapsed());
-    }
-    lat.sort();
-    println!(
-        "raw overwrite+fdatasync of preallocated zeros (100 B): p50 {:?}  p99 {:?}  => at most \
-         {:.0} syncs/s in series",
-        percentile(&lat, 0.5),
-        percentile(&lat, 0.99),
-        1.0 / percentile(&lat, 0.5).as_secs_f64()
+    report_syncs(
+        "raw overwrite+fdatasync of preallocated zeros (100 B)",
+        &mut f,
     );
 
     // 2. Group commit: Sync commits/s of a 2-check-2-set atomic with 1, 4 and 16 committers.
