@@ -1,8 +1,8 @@
 //! [`Database`]: the in-memory MVCC store.
 //!
 //! # Design
-//! - Keys live in a lock-free ordered map (`crossbeam_skiplist::SkipMap`) from encoded key to a
-//!   *version list*: an immutable, newest-first list of `(version, value or tombstone,
+//! - Keys live in a lock-free ordered map ([`KeyMap`], a crossbeam skiplist) from encoded key
+//!   to a *version list*: an immutable, newest-first list of `(version, value or tombstone,
 //!   expiry)` behind an `ArcSwap`. A writer never edits a list in place: it builds a new one
 //!   and swaps it in, so a reader holding the old list keeps a consistent copy and nobody
 //!   waits for anybody.
@@ -29,14 +29,12 @@
 //!   log) are reclaimed by a background thread (`reclaim.rs`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use crossbeam_skiplist::SkipMap;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tuplekv_codec::{ByteRange, Key, Selector};
@@ -46,6 +44,7 @@ use crate::durable::fs::{FileSystem, OsFs};
 use crate::durable::{self, Durability, LogSink, OpenDir, RecoveryReport, Wal};
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
+use crate::keymap::{KeyMap, Slot};
 use crate::limits::*;
 use crate::list::{ListIter, ListOptions};
 use crate::reclaim::Reclaimer;
@@ -85,6 +84,18 @@ impl Chain {
     pub(crate) fn at(&self, at: u64) -> Option<&Version> {
         self.versions.iter().find(|v| v.version <= at)
     }
+}
+
+/// The entry `key` shows at version `at`, if live: its newest version at or below `at`.
+fn entry_at(key: &KeyBytes, chain: &Chain, at: u64, now: &mut Option<u64>) -> Option<Entry> {
+    let version = chain.at(at)?;
+    let value = version.live_value(now)?;
+    Some(Entry {
+        key: key.clone(),
+        value: value.clone(),
+        versionstamp: Versionstamp::from_version(version.version),
+        expires_at: version.expires_at,
+    })
 }
 
 /// Milliseconds since the Unix epoch.
@@ -164,9 +175,6 @@ impl Default for Options {
     }
 }
 
-/// A handle on one key's place in the map.
-type Slot<'a> = crossbeam_skiplist::map::Entry<'a, KeyBytes, ArcSwap<Chain>>;
-
 /// The map slots of one operation's keys, found by [`Inner::prepare`] before the commit lock
 /// is taken, so two committers search the map in parallel and the lock is held only to check
 /// and swap version lists. Indexed like the operation's checks and mutations; a delete's or
@@ -180,7 +188,7 @@ pub(crate) struct Slots<'a> {
 }
 
 pub(crate) struct Inner {
-    pub(crate) map: SkipMap<KeyBytes, ArcSwap<Chain>>,
+    pub(crate) map: KeyMap,
     /// Serialises commits; holds the last committed version.
     pub(crate) commit: Mutex<u64>,
     /// The last version whose writes are all in place.
@@ -235,7 +243,7 @@ impl Database {
     /// An empty in-memory database.
     pub fn with_options(options: Options) -> Database {
         let inner = Arc::new(Inner {
-            map: SkipMap::new(),
+            map: KeyMap::default(),
             commit: Mutex::new(0),
             visible: AtomicU64::new(0),
             snapshots: Mutex::new(Registry::default()),
@@ -283,7 +291,7 @@ impl Database {
     /// damaged beyond a torn tail (naming the file and offset), [`Error::Io`] for I/O errors.
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Database, Error> {
         let recovered = durable::recover(dir.as_ref(), &options)?;
-        let map = SkipMap::new();
+        let map = KeyMap::default();
         let mut expiring = Vec::new();
         for (key, version) in recovered.entries {
             if let Some(deadline) = version.expires_at {
@@ -667,16 +675,11 @@ impl Inner {
 
     /// Reads `key` at version `at` (which must be registered or be the latest published).
     pub(crate) fn read_at(&self, key: &[u8], at: u64) -> Option<Entry> {
-        let slot = self.map.get(key)?;
-        let chain = slot.value().load();
-        let version = chain.at(at)?;
-        let value = version.live_value(&mut None)?;
-        Some(Entry {
-            key: slot.key().clone(),
-            value: value.clone(),
-            versionstamp: Versionstamp::from_version(version.version),
-            expires_at: version.expires_at,
-        })
+        self.map
+            .read(key, |key, chain| {
+                entry_at(key, &chain.load(), at, &mut None)
+            })
+            .flatten()
     }
 
     /// Reads the latest state of one key without registering: load the list, then the visible
@@ -684,17 +687,13 @@ impl Inner {
     /// published after it was loaded, because writers only drop versions below the last
     /// published one.
     fn read_latest(&self, key: &[u8]) -> Option<Entry> {
-        let slot = self.map.get(key)?;
-        let chain = slot.value().load();
-        let at = self.visible.load(Ordering::Acquire);
-        let version = chain.at(at)?;
-        let value = version.live_value(&mut None)?;
-        Some(Entry {
-            key: slot.key().clone(),
-            value: value.clone(),
-            versionstamp: Versionstamp::from_version(version.version),
-            expires_at: version.expires_at,
-        })
+        self.map
+            .read(key, |key, chain| {
+                let chain = chain.load();
+                let at = self.visible.load(Ordering::Acquire);
+                entry_at(key, &chain, at, &mut None)
+            })
+            .flatten()
     }
 
     pub(crate) fn scan_at(
@@ -704,42 +703,18 @@ impl Inner {
         limit: usize,
         at: u64,
     ) -> Vec<Entry> {
-        let bounds = (
-            Bound::Included(range.start.as_slice()),
-            Bound::Excluded(range.end.as_slice()),
-        );
         let mut out = Vec::with_capacity(limit.min(128));
         if range.is_empty() || limit == 0 {
             return out;
         }
         let mut now = None;
-        let mut visit = |slot: crossbeam_skiplist::map::Entry<'_, KeyBytes, ArcSwap<Chain>>| {
-            let chain = slot.value().load();
-            if let Some(v) = chain.at(at)
-                && let Some(value) = v.live_value(&mut now)
-            {
-                out.push(Entry {
-                    key: slot.key().clone(),
-                    value: value.clone(),
-                    versionstamp: Versionstamp::from_version(v.version),
-                    expires_at: v.expires_at,
-                });
-            }
-            out.len() < limit
-        };
-        if reverse {
-            for slot in self.map.range::<[u8], _>(bounds).rev() {
-                if !visit(slot) {
-                    break;
+        self.map
+            .scan(&range.start, &range.end, reverse, |key, chain| {
+                if let Some(entry) = entry_at(key, &chain.load(), at, &mut now) {
+                    out.push(entry);
                 }
-            }
-        } else {
-            for slot in self.map.range::<[u8], _>(bounds) {
-                if !visit(slot) {
-                    break;
-                }
-            }
-        }
+                out.len() < limit
+            });
         out
     }
 
@@ -966,8 +941,8 @@ impl Inner {
                 conflict.range_changed = true;
                 break;
             }
-            let newer = |slot: Slot<'_>| {
-                slot.value()
+            let newer = |chain: &ArcSwap<Chain>| {
+                chain
                     .load()
                     .versions
                     .first()
@@ -978,10 +953,16 @@ impl Inner {
                 && rc.end.ends_with(&[0])
                 && rc.end.starts_with(&rc.start);
             let changed = if point {
-                self.map.get(&rc.start[..]).is_some_and(newer)
+                self.map
+                    .read(&rc.start, |_, chain| newer(chain))
+                    .unwrap_or(false)
             } else {
-                let bounds = (Bound::Included(&rc.start[..]), Bound::Excluded(&rc.end[..]));
-                self.map.range::<[u8], _>(bounds).any(newer)
+                let mut changed = false;
+                self.map.scan(&rc.start, &rc.end, false, |_, chain| {
+                    changed = newer(chain);
+                    !changed
+                });
+                changed
             };
             if changed {
                 conflict.range_changed = true;

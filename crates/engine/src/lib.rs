@@ -45,6 +45,7 @@ mod db;
 pub mod durable;
 mod error;
 mod key_bytes;
+mod keymap;
 pub mod limits;
 mod list;
 mod reclaim;

@@ -24,7 +24,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -327,13 +326,7 @@ impl Inner {
             // Every key is visited, so the queue and the due deadlines need no separate pass.
             let mut after: Option<KeyBytes> = None;
             loop {
-                let lower = after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
-                let batch: Vec<KeyBytes> = self
-                    .map
-                    .range::<KeyBytes, _>((lower, Bound::Unbounded))
-                    .take(BATCH)
-                    .map(|e| e.key().clone())
-                    .collect();
+                let batch = self.map.keys_after(after.as_deref(), BATCH);
                 let Some(last) = batch.last().cloned() else {
                     break;
                 };
