@@ -1,8 +1,8 @@
 //! [`Collection`]: the definition (name, primary key, indexes), the write path that keeps
 //! records and index entries in one commit, and the queries.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -10,10 +10,10 @@ use tuplekv_codec::{
     ByteRange, Key, KeyPart, Selector, SelectorError, decode_key, encode_key, encode_key_into,
     encode_part_into,
 };
-use tuplekv_engine::limits::CHECKS_MAX;
+use tuplekv_engine::limits::{CHECKS_MAX, MUTATIONS_MAX};
 use tuplekv_engine::{
     AtomicWrite, Check, Entry, KeyBytes, ListCursor, ListIter, ListOptions, Mutation, MutationKind,
-    ReadView, Store, Transaction, TransactionOptions, Value,
+    ReadView, Store, Transaction, TransactionOptions, Value, Versionstamp,
 };
 
 use crate::error::Error;
@@ -30,9 +30,32 @@ pub(crate) struct IndexSpec<T> {
     pub(crate) extract: Extract<T>,
     /// Whether the index is known to be complete (cached once seen).
     pub(crate) ready: AtomicBool,
+    /// The versionstamp of the index's state key when this handle read it as *ready*: a
+    /// write without a transaction checks that the state key still has it (see
+    /// [`Collection::guard_built`]).
+    pub(crate) ready_stamp: Mutex<Option<Versionstamp>>,
+    /// The encoded `[collection, "meta", "index", name]` (set by `open`).
+    pub(crate) state_key: Vec<u8>,
     /// The encoded `[collection, "u" | "i", name]` every entry key starts with, computed once
     /// by `open` so the write and read paths append bytes instead of encoding names again.
     pub(crate) prefix: Vec<u8>,
+}
+
+impl<T> IndexSpec<T> {
+    /// See [`IndexSpec::ready_stamp`].
+    pub(crate) fn ready_stamp(&self) -> Option<Versionstamp> {
+        *self
+            .ready_stamp
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn set_ready_stamp(&self, stamp: Option<Versionstamp>) {
+        *self
+            .ready_stamp
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = stamp;
+    }
 }
 
 /// The definition of a collection, shared by its clones.
@@ -70,6 +93,8 @@ impl<T> CollectionBuilder<T> {
             covering: false,
             extract,
             ready: AtomicBool::new(false),
+            ready_stamp: Mutex::new(None),
+            state_key: Vec::new(),
             prefix: Vec::new(),
         });
         self
@@ -148,6 +173,7 @@ impl<T> CollectionBuilder<T> {
         def.record_prefix = encode_names(&[&def.name, "id"])?;
         for idx in &mut def.indexes {
             idx.prefix = encode_names(&[&def.name, kind_of(idx), &idx.name])?;
+            idx.state_key = encode_names(&[&def.name, "meta", "index", &idx.name])?;
         }
         let collection = Collection {
             store,
@@ -570,17 +596,11 @@ where
     pub fn insert(&self, record: &T) -> Result<(), Error> {
         let pk = (self.def.primary_key)(record);
         let record_key = self.record_key(&pk)?;
-        // The read-free attempt is the first of the bounded attempts, so a write still commits
-        // at most `max_attempts` times; with one attempt, it is the transaction's.
-        let unopposed = self.def.retry.max_attempts > 1;
-        if unopposed && self.insert_unopposed(&pk, &record_key, record) {
-            return Ok(());
-        }
-        let retry = TransactionOptions {
-            max_attempts: self.def.retry.max_attempts - u32::from(unopposed),
-            ..self.def.retry.clone()
+        let lost = match self.try_unopposed(|| self.insert_unopposed(&pk, &record_key, record)) {
+            Ok(done) => return done,
+            Err(lost) => lost,
         };
-        let result = self.store.transaction_with(&retry, |tx| {
+        self.run_after(lost, |tx| {
             if let Some(e) = tx.get_raw(&record_key)? {
                 // Decoded only for its error: a stored record that does not decode says so.
                 self.decode(&pk, value_bytes(&e.value)?)?;
@@ -589,25 +609,88 @@ where
                 });
             }
             self.put_in(tx, &pk, &record_key, &[], Some(record))
-        });
-        match result {
+        })
+    }
+
+    /// Runs `attempt`, a write without a transaction, when the retry bound leaves room for
+    /// it: `Ok` with its answer if it finished, else `Err` with whether it spent a commit.
+    fn try_unopposed<R>(&self, attempt: impl FnOnce() -> Unopposed<R>) -> Result<R, bool> {
+        if self.def.retry.max_attempts <= 1 {
+            return Err(false);
+        }
+        match attempt() {
+            Unopposed::Done(answer) => Ok(answer),
+            Unopposed::Declined => Err(false),
+            Unopposed::Lost => Err(true),
+        }
+    }
+
+    /// Runs `f` as a transaction after a write without one (see [`Collection::try_unopposed`]);
+    /// a `lost` attempt counts as one of the bounded attempts, so a write still commits at
+    /// most `max_attempts` times.
+    fn run_after<R>(
+        &self,
+        lost: bool,
+        f: impl FnMut(&mut Transaction<'_, S>) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let retry = TransactionOptions {
+            max_attempts: self.def.retry.max_attempts - u32::from(lost),
+            ..self.def.retry.clone()
+        };
+        match self.store.transaction_with(&retry, f) {
             Err(Error::Store(tuplekv_engine::Error::TransactionConflict { attempts })) => {
                 Err(Error::Store(tuplekv_engine::Error::TransactionConflict {
-                    attempts: attempts + u32::from(unopposed),
+                    attempts: attempts + u32::from(lost),
                 }))
             }
             other => other,
         }
     }
 
+    /// Adds to `write` the checks that make it stand only while every unique index is built
+    /// as this handle last saw it: the index's state key still has the versionstamp it had
+    /// when read as *ready*, so the index was neither dropped nor rebuilt since. A built
+    /// unique index has exactly one entry per value, the holder's, which lets a write without
+    /// a transaction delete a record's unique entries without reading them. Whether every
+    /// unique index is known to be built (if not, the write must run as a transaction).
+    fn guard_built(&self, write: &mut AtomicWrite) -> bool {
+        for idx in self.def.indexes.iter().filter(|i| i.unique) {
+            let Some(stamp) = idx.ready_stamp() else {
+                return false;
+            };
+            write.checks.push(Check {
+                key: KeyBytes::from(idx.state_key.as_slice()),
+                versionstamp: Some(stamp),
+            });
+        }
+        true
+    }
+
+    /// Commits `write` if it is within the commit limits: `Done` if it committed, `Lost` if
+    /// not (a conflict, or an error the transaction will report), `Declined` past a limit.
+    fn commit_unopposed<R>(&self, write: AtomicWrite, answer: R) -> Unopposed<Result<R, Error>> {
+        if write.checks.len() > CHECKS_MAX || write.mutations.len() > MUTATIONS_MAX {
+            return Unopposed::Declined;
+        }
+        match self.store.commit(write) {
+            Ok(result) if result.is_committed() => Unopposed::Done(Ok(answer)),
+            _ => Unopposed::Lost,
+        }
+    }
+
     /// The insert when nothing is in its way, in one commit without reads: it checks that the
     /// record and every unique entry it claims are absent, then writes them and the other
-    /// entries, as the transaction would. Whether it committed; when it did not (something is
-    /// there, a limit, any error), nothing was written and the transaction runs, reading what
-    /// is there, so it reports the error it always did, in the same order.
-    fn insert_unopposed(&self, pk: &Key, record_key: &[u8], record: &T) -> bool {
+    /// entries, as the transaction would. When it does not commit (something is there, a
+    /// limit, any error), nothing was written and the transaction runs, reading what is
+    /// there, so it reports the error it always did, in the same order.
+    fn insert_unopposed(
+        &self,
+        pk: &Key,
+        record_key: &[u8],
+        record: &T,
+    ) -> Unopposed<Result<(), Error>> {
         let Ok(bytes) = self.encode(pk, record) else {
-            return false;
+            return Unopposed::Declined;
         };
         let plan = self.plan_encoded(self.pk_bytes(record_key), record, &bytes, None);
         let mut write = AtomicWrite::default();
@@ -623,27 +706,129 @@ where
                     versionstamp: None,
                 });
             }
-            write.mutations.push(Mutation {
-                key: KeyBytes::from(p.key),
-                kind: MutationKind::Set {
-                    value: Value::from(p.entry),
-                    expire_in: None,
-                },
-            });
+            write.mutations.push(set_mutation(p.key, p.entry));
         }
-        if write.checks.len() > CHECKS_MAX {
-            return false;
-        }
-        write.mutations.push(Mutation {
+        write
+            .mutations
+            .push(set_mutation(record_key.to_vec(), bytes));
+        self.commit_unopposed(write, ())
+    }
+
+    /// The record at `record_key` as the latest state has it, with its versionstamp, decoded
+    /// and planned; `Err` with the answer when there is none, `Ok(None)` when it cannot be
+    /// used (a read or decoding error, which the transaction then reports).
+    fn read_latest(
+        &self,
+        pk: &Key,
+        record_key: &[u8],
+    ) -> Result<Option<(T, Versionstamp, Vec<Planned>)>, ()> {
+        let Ok(found) = self.store.get_latest_raw(record_key) else {
+            return Ok(None);
+        };
+        let Some(entry) = found else {
+            return Err(());
+        };
+        let Ok(bytes) = value_bytes(&entry.value) else {
+            return Ok(None);
+        };
+        let Ok(record) = self.decode(pk, bytes) else {
+            return Ok(None);
+        };
+        let plan = self.plan_encoded(self.pk_bytes(record_key), &record, bytes, None);
+        Ok(Some((record, entry.versionstamp, plan)))
+    }
+
+    /// The delete without a transaction, as the guide writes it by hand: read the record's
+    /// latest version, then one commit that checks it is unchanged (and that every unique
+    /// index is built, [`Collection::guard_built`]) and deletes it with its entries.
+    fn delete_unopposed(&self, pk: &Key, record_key: &[u8]) -> Unopposed<Result<Option<T>, Error>> {
+        let (old, stamp, plan) = match self.read_latest(pk, record_key) {
+            Ok(Some(found)) => found,
+            Ok(None) => return Unopposed::Declined,
+            Err(()) => return Unopposed::Done(Ok(None)),
+        };
+        let mut write = AtomicWrite::default();
+        write.checks.push(Check {
             key: KeyBytes::from(record_key),
-            kind: MutationKind::Set {
-                value: Value::from(bytes),
-                expire_in: None,
-            },
+            versionstamp: Some(stamp),
         });
-        self.store
-            .commit(write)
-            .is_ok_and(|result| result.is_committed())
+        if !self.guard_built(&mut write) {
+            return Unopposed::Declined;
+        }
+        write.mutations.reserve(plan.len() + 1);
+        for p in plan {
+            write.mutations.push(delete_mutation(p.key));
+        }
+        write.mutations.push(delete_mutation(record_key.to_vec()));
+        self.commit_unopposed(write, Some(old))
+    }
+
+    /// The update without a transaction: read the record's latest version, apply `f`, then one
+    /// commit that checks the record is unchanged and every unique value it newly claims is
+    /// free, and moves the entries that changed. A unique value held by another record makes
+    /// the commit fail, and the transaction then reports it. Giving up a unique value deletes
+    /// its entry unread, so then every unique index must be built
+    /// ([`Collection::guard_built`]); a kept unique entry is left alone, as in
+    /// [`Collection::put_in`].
+    fn update_unopposed(
+        &self,
+        pk: &Key,
+        record_key: &[u8],
+        f: &mut impl FnMut(T) -> T,
+    ) -> Unopposed<Result<T, Error>> {
+        let (old, stamp, old_plan) = match self.read_latest(pk, record_key) {
+            Ok(Some(found)) => found,
+            Ok(None) => return Unopposed::Declined,
+            Err(()) => {
+                return Unopposed::Done(Err(Error::NotFound {
+                    primary_key: pk.clone(),
+                }));
+            }
+        };
+        let mut write = AtomicWrite::default();
+        write.checks.push(Check {
+            key: KeyBytes::from(record_key),
+            versionstamp: Some(stamp),
+        });
+        let new = f(old);
+        let new_pk = (self.def.primary_key)(&new);
+        if new_pk != *pk {
+            return Unopposed::Done(Err(Error::PrimaryKeyChanged {
+                from: pk.clone(),
+                to: new_pk,
+            }));
+        }
+        let bytes = match self.encode(pk, &new) {
+            Ok(bytes) => bytes,
+            Err(e) => return Unopposed::Done(Err(e)),
+        };
+        let new_plan = self.plan_encoded(self.pk_bytes(record_key), &new, &bytes, None);
+        let mut gives_up_unique = false;
+        for o in &old_plan {
+            if !new_plan.iter().any(|n| n.key == o.key) {
+                gives_up_unique |= self.def.indexes[o.index].unique;
+                write.mutations.push(delete_mutation(o.key.clone()));
+            }
+        }
+        if gives_up_unique && !self.guard_built(&mut write) {
+            return Unopposed::Declined;
+        }
+        for n in new_plan {
+            match old_plan.iter().find(|o| o.key == n.key) {
+                Some(o) if o.entry == n.entry => continue,
+                Some(_) => {}
+                None if self.def.indexes[n.index].unique => write.checks.push(Check {
+                    key: KeyBytes::from(n.key.as_slice()),
+                    versionstamp: None,
+                }),
+                None => {}
+            }
+            write.mutations.push(set_mutation(n.key, n.entry));
+        }
+        write
+            .mutations
+            .push(set_mutation(record_key.to_vec(), bytes));
+        self.commit_unopposed(write, new)
     }
 
     /// Inserts the record, or replaces the one with its primary key; returns the old one.
@@ -690,7 +875,11 @@ where
         T: Clone,
     {
         let record_key = self.record_key(pk)?;
-        self.run(|tx| {
+        let lost = match self.try_unopposed(|| self.update_unopposed(pk, &record_key, &mut f)) {
+            Ok(done) => return done,
+            Err(lost) => lost,
+        };
+        self.run_after(lost, |tx| {
             // The old record's entries are planned before `f` takes it, so it is not cloned.
             let Some((old, old_plan)) = self.read_in(tx, pk, &record_key)? else {
                 return Err(Error::NotFound {
@@ -716,7 +905,11 @@ where
     /// A store error or a conflict past the retry bound.
     pub fn delete(&self, pk: &Key) -> Result<Option<T>, Error> {
         let record_key = self.record_key(pk)?;
-        self.run(|tx| {
+        let lost = match self.try_unopposed(|| self.delete_unopposed(pk, &record_key)) {
+            Ok(done) => return done,
+            Err(lost) => lost,
+        };
+        self.run_after(lost, |tx| {
             let Some((old, old_plan)) = self.read_in(tx, pk, &record_key)? else {
                 return Ok(None);
             };
@@ -753,12 +946,15 @@ where
             return Ok(true);
         }
         let state = self.store.snapshot().get_raw(&self.state_key(&idx.name)?)?;
-        let ready =
-            matches!(state.map(|e| e.value), Some(Value::Bytes(b)) if b.as_ref() == STATE_READY);
-        if ready {
+        let ready_at = state.and_then(|e| match e.value {
+            Value::Bytes(b) if b.as_ref() == STATE_READY => Some(e.versionstamp),
+            _ => None,
+        });
+        if let Some(stamp) = ready_at {
+            idx.set_ready_stamp(Some(stamp));
             idx.ready.store(true, Ordering::Release);
         }
-        Ok(ready)
+        Ok(ready_at.is_some())
     }
 
     fn queryable(&self, index: &str) -> Result<&IndexSpec<T>, Error> {
@@ -1059,6 +1255,33 @@ pub(crate) fn codec_err(e: tuplekv_codec::DecodeError) -> Error {
     Error::Codec {
         primary_key: Key::empty(),
         message: e.to_string(),
+    }
+}
+
+/// How a write without a transaction went (see [`Collection::try_unopposed`]).
+enum Unopposed<R> {
+    /// It finished: committed, or found the answer the transaction would give.
+    Done(R),
+    /// It did not try to commit (something it relies on is not known).
+    Declined,
+    /// Its commit did not go through (a conflict, or an error the transaction reports).
+    Lost,
+}
+
+fn set_mutation(key: Vec<u8>, value: Vec<u8>) -> Mutation {
+    Mutation {
+        key: KeyBytes::from(key),
+        kind: MutationKind::Set {
+            value: Value::from(value),
+            expire_in: None,
+        },
+    }
+}
+
+fn delete_mutation(key: Vec<u8>) -> Mutation {
+    Mutation {
+        key: KeyBytes::from(key),
+        kind: MutationKind::Delete,
     }
 }
 

@@ -68,12 +68,18 @@
 //! same conditions a hand-built atomic would (one versionstamp check per key read) plus the
 //! mutations, and the engine applies it all or nothing.
 //!
-//! Two shortcuts keep the layer close to the hand-written pattern without weakening it. An
-//! insert's first attempt is that very commit built without reads: the record and every unique
-//! entry it claims must be absent. When something is there (or the commit is refused for any
-//! reason) nothing was written, and the transaction runs and reports what it finds, with the
-//! same errors; the attempt counts toward the retry bound. And a unique entry that already
-//! holds exactly what a write would set is read and checked but not rewritten.
+//! Two shortcuts keep the layer close to the hand-written pattern without weakening it. First,
+//! an insert, update or delete first tries that very commit without a transaction, as the guide
+//! writes it: an insert checks that the record and every unique value it claims are absent; an
+//! update or delete reads the record's latest version and checks it is unchanged (an update
+//! also checks that each unique value it newly claims is absent). Deleting a unique entry
+//! without reading it is right only when the index is built, where the entry of a value the
+//! record has is the record's, so such a commit also checks that every unique index's state is
+//! still the *ready* one this handle read (not dropped or rebuilt since, by any handle). When
+//! anything is in the way (or the commit is refused for any reason) nothing was written, and
+//! the transaction runs and reports what it finds, with the same errors; the attempt counts
+//! toward the retry bound, and an update's closure may then run again. Second, a unique entry
+//! that already holds exactly what a write would set is read and checked but not rewritten.
 //!
 //! # Reads
 //! Queries read one snapshot: a pointer entry and the record it names are read from the same

@@ -659,3 +659,54 @@ fn an_insert_in_the_way_of_a_record_or_a_unique_value_fails_as_before() {
     assert_eq!(c.verify().unwrap(), before);
     assert_eq!(c.count("color", &key!["blue"]).unwrap(), 0);
 }
+
+/// A delete without a transaction removes a record's unique entries unread, which is only
+/// right while the unique index is the built one the handle saw. After another handle drops
+/// and rebuilds it, a record not yet backfilled has no entry and another record can take its
+/// value: the stale handle's delete must then read the entry and leave the other's alone.
+#[test]
+fn a_stale_handle_leaves_a_unique_entry_another_record_took_during_a_rebuild() {
+    let db = Database::in_memory();
+    let stale = users(db.clone());
+    stale.insert(&user(1, "a@x", "green")).unwrap();
+    let fresh = users(db.clone());
+    assert_eq!(fresh.drop_index("email").unwrap(), 1);
+    // Record 1 is not backfilled yet, so record 2 can take its address.
+    fresh.insert(&user(2, "a@x", "blue")).unwrap();
+    let entry = key!["users", "u", "email", "a@x"];
+    let holder = db.get(&entry).unwrap().unwrap().value;
+    assert!(stale.delete(&key![1]).unwrap().is_some());
+    assert_eq!(db.get(&entry).unwrap().map(|e| e.value), Some(holder));
+    assert!(fresh.backfill(10, |_| {}).unwrap().duplicates.is_empty());
+    assert_eq!(
+        fresh.get_by("email", &key!["a@x"]).unwrap().unwrap().0,
+        key![2]
+    );
+    assert!(fresh.verify().unwrap().is_clean());
+}
+
+/// The same for an update that gives the value up.
+#[test]
+fn a_stale_handle_updating_away_from_a_value_leaves_the_new_holders_entry() {
+    let db = Database::in_memory();
+    let stale = users(db.clone());
+    stale.insert(&user(1, "a@x", "green")).unwrap();
+    let fresh = users(db.clone());
+    fresh.drop_index("email").unwrap();
+    fresh.insert(&user(2, "a@x", "blue")).unwrap();
+    let entry = key!["users", "u", "email", "a@x"];
+    let holder = db.get(&entry).unwrap().unwrap().value;
+    stale
+        .update(&key![1], |mut u| {
+            u.email = "b@x".into();
+            u
+        })
+        .unwrap();
+    assert_eq!(db.get(&entry).unwrap().map(|e| e.value), Some(holder));
+    assert!(fresh.backfill(10, |_| {}).unwrap().duplicates.is_empty());
+    assert_eq!(
+        fresh.get_by("email", &key!["b@x"]).unwrap().unwrap().0,
+        key![1]
+    );
+    assert!(fresh.verify().unwrap().is_clean());
+}
