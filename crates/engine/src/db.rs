@@ -86,6 +86,26 @@ impl Chain {
     }
 }
 
+/// A published-to-be version list of `versions`, built in `spare` (an empty list nobody else
+/// holds, allocated before the commit lock) when there is one.
+fn chain_of(spare: Option<Arc<Chain>>, versions: impl IntoIterator<Item = Version>) -> Arc<Chain> {
+    match spare {
+        Some(mut chain) => match Arc::get_mut(&mut chain) {
+            Some(unshared) => {
+                unshared.versions.clear();
+                unshared.versions.extend(versions);
+                chain
+            }
+            None => Arc::new(Chain {
+                versions: versions.into_iter().collect(),
+            }),
+        },
+        None => Arc::new(Chain {
+            versions: versions.into_iter().collect(),
+        }),
+    }
+}
+
 /// The entry `key` shows at version `at`, if live: its newest version at or below `at`.
 fn entry_at(key: &KeyBytes, chain: &Chain, at: u64, now: &mut Option<u64>) -> Option<Entry> {
     let version = chain.at(at)?;
@@ -185,6 +205,11 @@ pub(crate) struct Slots<'a> {
     /// Keys an in-memory commit left with a version readers no longer need once it is
     /// published (or a tombstone): pruned right after publishing, under the commit lock.
     written: SmallVec<[(KeyBytes, Slot<'a>); 2]>,
+    /// Empty version lists allocated before the lock, one per key the operation may write,
+    /// sized for the versions the key had then: under the lock a commit fills them in
+    /// rather than allocate (an allocation that grows the heap faults pages in, and under
+    /// the lock every other committer waits for it).
+    spare: SmallVec<[Arc<Chain>; 4]>,
 }
 
 pub(crate) struct Inner {
@@ -777,10 +802,22 @@ impl Inner {
                 }
             })
             .collect();
+        let spare = mutations
+            .iter()
+            .zip(&write.mutations)
+            .filter(|(_, m)| !matches!(m.kind, MutationKind::Delete))
+            .map(|(slot, _)| {
+                let kept = slot.as_ref().map_or(0, |s| s.value().load().versions.len());
+                Arc::new(Chain {
+                    versions: SmallVec::with_capacity(1 + kept),
+                })
+            })
+            .collect();
         Slots {
             checks,
             mutations,
             written: SmallVec::new(),
+            spare,
         }
     }
 
@@ -1038,7 +1075,8 @@ impl Inner {
                 expires_at,
             };
             let now_or_later = durable.then_some(&mut retention);
-            if let Some((key, slot)) = self.write_version(key, new, slot, now_or_later) {
+            let spare = slots.spare.pop();
+            if let Some((key, slot)) = self.write_version(key, new, slot, spare, now_or_later) {
                 // A durable commit is published by the log's flusher, later: leave its
                 // garbage to the background thread.
                 if durable {
@@ -1064,6 +1102,7 @@ impl Inner {
         key: KeyBytes,
         new: Version,
         slot: Option<Slot<'a>>,
+        spare: Option<Arc<Chain>>,
         retention: Option<&mut Option<Retention>>,
     ) -> Option<(KeyBytes, Slot<'a>)> {
         let tombstone = new.value.is_none();
@@ -1082,9 +1121,7 @@ impl Inner {
             if let Some(deadline) = expiry {
                 self.reclaimer.schedule_expiry(deadline, key);
             }
-            let mut versions = SmallVec::new();
-            versions.push(new);
-            slot.value().store(Arc::new(Chain { versions }));
+            slot.value().store(chain_of(spare, [new]));
             return None;
         }
         if expiry.is_none() && old.versions.first().is_some_and(|v| v.expires_at.is_some()) {
@@ -1092,19 +1129,18 @@ impl Inner {
             // per key that still has one.
             self.reclaimer.cancel_expiry(&key);
         }
-        let mut versions: SmallVec<[Version; 1]> = SmallVec::with_capacity(2);
-        versions.push(new);
-        match retention {
+        let kept: SmallVec<[&Version; 2]> = match retention {
             // Pruned once this commit is published (`prune_written`): keep everything until
             // then rather than take the snapshot registry twice.
-            None => versions.extend(old.versions.iter().cloned()),
+            None => old.versions.iter().collect(),
             Some(retention) => {
                 let retention = retention.get_or_insert_with(|| self.retention());
-                versions.extend(retention.keep(&old.versions).cloned());
+                retention.keep(&old.versions).collect()
             }
-        }
-        let garbage = tombstone || versions.len() > 1;
-        slot.value().store(Arc::new(Chain { versions }));
+        };
+        let garbage = tombstone || !kept.is_empty();
+        let chain = chain_of(spare, std::iter::once(new).chain(kept.into_iter().cloned()));
+        slot.value().store(chain);
         if let Some(deadline) = expiry {
             self.reclaimer.schedule_expiry(deadline, key.clone());
         }
