@@ -767,9 +767,9 @@ where
     /// commit that checks the record is unchanged and every unique value it newly claims is
     /// free, and moves the entries that changed. A unique value held by another record makes
     /// the commit fail, and the transaction then reports it. Giving up a unique value deletes
-    /// its entry unread, so then every unique index must be built
-    /// ([`Collection::guard_built`]); a kept unique entry is left alone, as in
-    /// [`Collection::put_in`].
+    /// its entry unread, and keeping one in a covering index rewrites its entry unread, so
+    /// then every unique index must be built ([`Collection::guard_built`]); a kept pointer
+    /// entry is left alone, as in [`Collection::put_in`].
     fn update_unopposed(
         &self,
         pk: &Key,
@@ -803,27 +803,31 @@ where
             Err(e) => return Unopposed::Done(Err(e)),
         };
         let new_plan = self.plan_encoded(self.pk_bytes(record_key), &new, &bytes, None);
-        let mut gives_up_unique = false;
+        // Whether the commit deletes or overwrites a unique entry of a value the record had,
+        // without reading it: right only on a built index.
+        let mut unread_unique = false;
         for o in &old_plan {
             if !new_plan.iter().any(|n| n.key == o.key) {
-                gives_up_unique |= self.def.indexes[o.index].unique;
+                unread_unique |= self.def.indexes[o.index].unique;
                 write.mutations.push(delete_mutation(o.key.clone()));
             }
         }
-        if gives_up_unique && !self.guard_built(&mut write) {
-            return Unopposed::Declined;
-        }
         for n in new_plan {
+            let unique = self.def.indexes[n.index].unique;
             match old_plan.iter().find(|o| o.key == n.key) {
                 Some(o) if o.entry == n.entry => continue,
-                Some(_) => {}
-                None if self.def.indexes[n.index].unique => write.checks.push(Check {
+                // A covering entry's copy of the record changed.
+                Some(_) => unread_unique |= unique,
+                None if unique => write.checks.push(Check {
                     key: KeyBytes::from(n.key.as_slice()),
                     versionstamp: None,
                 }),
                 None => {}
             }
             write.mutations.push(set_mutation(n.key, n.entry));
+        }
+        if unread_unique && !self.guard_built(&mut write) {
+            return Unopposed::Declined;
         }
         write
             .mutations

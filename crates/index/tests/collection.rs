@@ -710,3 +710,28 @@ fn a_stale_handle_updating_away_from_a_value_leaves_the_new_holders_entry() {
     );
     assert!(fresh.verify().unwrap().is_clean());
 }
+
+/// And for an update that keeps a value of a covering unique index: the entry's copy of the
+/// record changes, and the stale handle must not overwrite another record's entry with it.
+#[test]
+fn a_stale_handle_keeping_a_covered_value_does_not_overwrite_the_new_holders_entry() {
+    let db = Database::in_memory();
+    let stale = users(db.clone());
+    stale.insert(&user(2, "b@x", "blue")).unwrap();
+    let fresh = users(db.clone());
+    fresh.drop_index("nickname").unwrap();
+    let mut taker = user(4, "d@x", "red");
+    taker.nickname = Some("nick2".into());
+    fresh.insert(&taker).unwrap();
+    let entry = key!["users", "u", "nickname", "nick2"];
+    let holder = db.get(&entry).unwrap().unwrap().value;
+    let result = stale.update(&key![2], |mut u| {
+        u.color = "green".into();
+        u
+    });
+    assert!(
+        matches!(&result, Err(Error::UniqueViolation { existing_primary_key, .. }) if *existing_primary_key == key![4]),
+        "{result:?}"
+    );
+    assert_eq!(db.get(&entry).unwrap().map(|e| e.value), Some(holder));
+}
