@@ -205,10 +205,10 @@ pub(crate) struct Slots<'a> {
     /// Keys an in-memory commit left with a version readers no longer need once it is
     /// published (or a tombstone): pruned right after publishing, under the commit lock.
     written: SmallVec<[(KeyBytes, Slot<'a>); 2]>,
-    /// Empty version lists allocated before the lock, one per key the operation may write,
-    /// sized for the versions the key had then: under the lock a commit fills them in
-    /// rather than allocate (an allocation that grows the heap faults pages in, and under
-    /// the lock every other committer waits for it).
+    /// Empty version lists allocated before the lock, one per key the operation may write:
+    /// under the lock a commit fills them in rather than allocate (an allocation that grows
+    /// the heap faults pages in, and under the lock every other committer waits for it). A
+    /// list of one version needs nothing more; a longer one still allocates its versions.
     spare: SmallVec<[Arc<Chain>; 4]>,
 }
 
@@ -802,16 +802,13 @@ impl Inner {
                 }
             })
             .collect();
-        let spare = mutations
+        // Not sized from the key's current list: loading a hot key's list here, while another
+        // committer swaps it, costs more than growing the list under the lock.
+        let spare = write
+            .mutations
             .iter()
-            .zip(&write.mutations)
-            .filter(|(_, m)| !matches!(m.kind, MutationKind::Delete))
-            .map(|(slot, _)| {
-                let kept = slot.as_ref().map_or(0, |s| s.value().load().versions.len());
-                Arc::new(Chain {
-                    versions: SmallVec::with_capacity(1 + kept),
-                })
-            })
+            .filter(|m| !matches!(m.kind, MutationKind::Delete))
+            .map(|_| Arc::new(Chain::default()))
             .collect();
         Slots {
             checks,
