@@ -1,8 +1,8 @@
 //! [`Collection`]: the definition (name, primary key, indexes), the write path that keeps
 //! records and index entries in one commit, and the queries.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -30,32 +30,9 @@ pub(crate) struct IndexSpec<T> {
     pub(crate) extract: Extract<T>,
     /// Whether the index is known to be complete (cached once seen).
     pub(crate) ready: AtomicBool,
-    /// The versionstamp of the index's state key when this handle read it as *ready*: a
-    /// write without a transaction checks that the state key still has it (see
-    /// [`Collection::guard_built`]).
-    pub(crate) ready_stamp: Mutex<Option<Versionstamp>>,
-    /// The encoded `[collection, "meta", "index", name]` (set by `open`).
-    pub(crate) state_key: Vec<u8>,
     /// The encoded `[collection, "u" | "i", name]` every entry key starts with, computed once
     /// by `open` so the write and read paths append bytes instead of encoding names again.
     pub(crate) prefix: Vec<u8>,
-}
-
-impl<T> IndexSpec<T> {
-    /// See [`IndexSpec::ready_stamp`].
-    pub(crate) fn ready_stamp(&self) -> Option<Versionstamp> {
-        *self
-            .ready_stamp
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn set_ready_stamp(&self, stamp: Option<Versionstamp>) {
-        *self
-            .ready_stamp
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = stamp;
-    }
 }
 
 /// The definition of a collection, shared by its clones.
@@ -93,8 +70,6 @@ impl<T> CollectionBuilder<T> {
             covering: false,
             extract,
             ready: AtomicBool::new(false),
-            ready_stamp: Mutex::new(None),
-            state_key: Vec::new(),
             prefix: Vec::new(),
         });
         self
@@ -173,7 +148,6 @@ impl<T> CollectionBuilder<T> {
         def.record_prefix = encode_names(&[&def.name, "id"])?;
         for idx in &mut def.indexes {
             idx.prefix = encode_names(&[&def.name, kind_of(idx), &idx.name])?;
-            idx.state_key = encode_names(&[&def.name, "meta", "index", &idx.name])?;
         }
         let collection = Collection {
             store,
@@ -570,14 +544,14 @@ where
         tx: &mut Transaction<'_, S>,
         pk: &Key,
         record_key: &[u8],
-    ) -> Result<Option<(T, Vec<Planned>)>, Error> {
+    ) -> Result<Option<(T, Versionstamp, Vec<Planned>)>, Error> {
         let Some(e) = tx.get_raw(record_key)? else {
             return Ok(None);
         };
         let bytes = value_bytes(&e.value)?;
         let record = self.decode(pk, bytes)?;
         let plan = self.plan_encoded(self.pk_bytes(record_key), &record, bytes, None);
-        Ok(Some((record, plan)))
+        Ok(Some((record, e.versionstamp, plan)))
     }
 
     fn run<R>(
@@ -647,33 +621,47 @@ where
         }
     }
 
-    /// Adds to `write` the checks that make it stand only while every unique index is built
-    /// as this handle last saw it: the index's state key still has the versionstamp it had
-    /// when read as *ready*, so the index was neither dropped nor rebuilt since. A built
-    /// unique index has exactly one entry per value, the holder's, which lets a write without
-    /// a transaction delete a record's unique entries without reading them. Whether every
-    /// unique index is known to be built (if not, the write must run as a transaction).
-    fn guard_built(&self, write: &mut AtomicWrite) -> bool {
-        for idx in self.def.indexes.iter().filter(|i| i.unique) {
-            let Some(stamp) = idx.ready_stamp() else {
-                return false;
-            };
-            write.checks.push(Check {
-                key: KeyBytes::from(idx.state_key.as_slice()),
-                versionstamp: Some(stamp),
-            });
+    /// Adds to `write` what giving up the unique entry at `key` takes, as
+    /// [`Collection::put_in`] does it, from a read of the latest state: the entry is deleted
+    /// if it points at this record (`pk`, encoded as `pk_bytes`) and left alone if another
+    /// record holds it (possible while an index is built, or after a writer that does not
+    /// declare the index), and either way the commit checks it is still what was read.
+    /// `false` if it cannot be read or parsed (the transaction then reports the error).
+    fn give_up_unique(
+        &self,
+        write: &mut AtomicWrite,
+        key: Vec<u8>,
+        pk: &Key,
+        pk_bytes: &[u8],
+    ) -> bool {
+        let Ok(existing) = self.store.get_latest_raw(&key) else {
+            return false;
+        };
+        let mine = match &existing {
+            None => false,
+            Some(e) => match Self::other_holder(&e.value, pk, pk_bytes) {
+                Ok(other) => other.is_none(),
+                Err(_) => return false,
+            },
+        };
+        write.checks.push(Check {
+            key: KeyBytes::from(key.as_slice()),
+            versionstamp: existing.map(|e| e.versionstamp),
+        });
+        if mine {
+            write.mutations.push(delete_mutation(key));
         }
         true
     }
 
     /// Commits `write` if it is within the commit limits: `Done` if it committed, `Lost` if
     /// not (a conflict, or an error the transaction will report), `Declined` past a limit.
-    fn commit_unopposed<R>(&self, write: AtomicWrite, answer: R) -> Unopposed<Result<R, Error>> {
+    fn commit_unopposed(&self, write: AtomicWrite) -> Unopposed<()> {
         if write.checks.len() > CHECKS_MAX || write.mutations.len() > MUTATIONS_MAX {
             return Unopposed::Declined;
         }
         match self.store.commit(write) {
-            Ok(result) if result.is_committed() => Unopposed::Done(Ok(answer)),
+            Ok(result) if result.is_committed() => Unopposed::Done(()),
             _ => Unopposed::Lost,
         }
     }
@@ -711,7 +699,7 @@ where
         write
             .mutations
             .push(set_mutation(record_key.to_vec(), bytes));
-        self.commit_unopposed(write, ())
+        self.commit_unopposed(write).map(Ok)
     }
 
     /// The record at `record_key` as the latest state has it, with its versionstamp, decoded
@@ -739,42 +727,50 @@ where
     }
 
     /// The delete without a transaction, as the guide writes it by hand: read the record's
-    /// latest version, then one commit that checks it is unchanged (and that every unique
-    /// index is built, [`Collection::guard_built`]) and deletes it with its entries.
+    /// latest version, then one commit that checks it is unchanged and deletes it with its
+    /// entries. Unique entries are read first and deleted only if they are the record's
+    /// ([`Collection::give_up_unique`]).
     fn delete_unopposed(&self, pk: &Key, record_key: &[u8]) -> Unopposed<Result<Option<T>, Error>> {
         let (old, stamp, plan) = match self.read_latest(pk, record_key) {
             Ok(Some(found)) => found,
             Ok(None) => return Unopposed::Declined,
             Err(()) => return Unopposed::Done(Ok(None)),
         };
+        let pk_bytes = self.pk_bytes(record_key);
         let mut write = AtomicWrite::default();
         write.checks.push(Check {
             key: KeyBytes::from(record_key),
             versionstamp: Some(stamp),
         });
-        if !self.guard_built(&mut write) {
-            return Unopposed::Declined;
-        }
         write.mutations.reserve(plan.len() + 1);
         for p in plan {
-            write.mutations.push(delete_mutation(p.key));
+            if !self.def.indexes[p.index].unique {
+                write.mutations.push(delete_mutation(p.key));
+            } else if !self.give_up_unique(&mut write, p.key, pk, pk_bytes) {
+                return Unopposed::Declined;
+            }
         }
         write.mutations.push(delete_mutation(record_key.to_vec()));
-        self.commit_unopposed(write, Some(old))
+        self.commit_unopposed(write).map(|()| Ok(Some(old)))
     }
 
     /// The update without a transaction: read the record's latest version, apply `f`, then one
-    /// commit that checks the record is unchanged and every unique value it newly claims is
-    /// free, and moves the entries that changed. A unique value held by another record makes
-    /// the commit fail, and the transaction then reports it. Giving up a unique value deletes
-    /// its entry unread, and keeping one in a covering index rewrites its entry unread, so
-    /// then every unique index must be built ([`Collection::guard_built`]); a kept pointer
-    /// entry is left alone, as in [`Collection::put_in`].
+    /// commit that checks the record is unchanged and writes the entry changes
+    /// [`Collection::put_in`] would: unique values the record gives up are read and deleted
+    /// only if they are its own ([`Collection::give_up_unique`]); a unique value it newly
+    /// claims is checked absent (held by another record, the commit fails and the
+    /// transaction reports the violation); a kept unique pointer entry is left alone; a kept
+    /// covering one is read and rewritten only if it is the record's; non-unique entries are
+    /// all written.
+    ///
+    /// When this does not finish, the record it read and what `f` made of it are left in
+    /// `made`, so the transaction reuses them rather than call `f` again on the same version.
     fn update_unopposed(
         &self,
         pk: &Key,
         record_key: &[u8],
         f: &mut impl FnMut(T) -> T,
+        made: &mut Option<(Versionstamp, T)>,
     ) -> Unopposed<Result<T, Error>> {
         let (old, stamp, old_plan) = match self.read_latest(pk, record_key) {
             Ok(Some(found)) => found,
@@ -785,11 +781,6 @@ where
                 }));
             }
         };
-        let mut write = AtomicWrite::default();
-        write.checks.push(Check {
-            key: KeyBytes::from(record_key),
-            versionstamp: Some(stamp),
-        });
         let new = f(old);
         let new_pk = (self.def.primary_key)(&new);
         if new_pk != *pk {
@@ -802,37 +793,90 @@ where
             Ok(bytes) => bytes,
             Err(e) => return Unopposed::Done(Err(e)),
         };
-        let new_plan = self.plan_encoded(self.pk_bytes(record_key), &new, &bytes, None);
-        // Whether the commit deletes or overwrites a unique entry of a value the record had,
-        // without reading it: right only on a built index.
-        let mut unread_unique = false;
+        let pk_bytes = self.pk_bytes(record_key);
+        let new_plan = self.plan_encoded(pk_bytes, &new, &bytes, None);
+        let mut write = AtomicWrite::default();
+        write.checks.push(Check {
+            key: KeyBytes::from(record_key),
+            versionstamp: Some(stamp),
+        });
+        let mut readable = true;
         for o in &old_plan {
-            if !new_plan.iter().any(|n| n.key == o.key) {
-                unread_unique |= self.def.indexes[o.index].unique;
+            if new_plan.iter().any(|n| n.key == o.key) {
+                continue;
+            }
+            if !self.def.indexes[o.index].unique {
                 write.mutations.push(delete_mutation(o.key.clone()));
+            } else if !self.give_up_unique(&mut write, o.key.clone(), pk, pk_bytes) {
+                readable = false;
             }
         }
         for n in new_plan {
-            let unique = self.def.indexes[n.index].unique;
-            match old_plan.iter().find(|o| o.key == n.key) {
-                Some(o) if o.entry == n.entry => continue,
-                // A covering entry's copy of the record changed.
-                Some(_) => unread_unique |= unique,
-                None if unique => write.checks.push(Check {
-                    key: KeyBytes::from(n.key.as_slice()),
-                    versionstamp: None,
-                }),
-                None => {}
+            if readable && self.def.indexes[n.index].unique {
+                match old_plan.iter().find(|o| o.key == n.key) {
+                    Some(o) if o.entry == n.entry => continue,
+                    // A kept value of a covering index: the entry's copy of the record changed.
+                    Some(_) => match self.keep_unique(&mut write, &n, pk, pk_bytes) {
+                        Some(true) => {}
+                        Some(false) => continue,
+                        None => readable = false,
+                    },
+                    None => write.checks.push(Check {
+                        key: KeyBytes::from(n.key.as_slice()),
+                        versionstamp: None,
+                    }),
+                }
             }
             write.mutations.push(set_mutation(n.key, n.entry));
-        }
-        if unread_unique && !self.guard_built(&mut write) {
-            return Unopposed::Declined;
         }
         write
             .mutations
             .push(set_mutation(record_key.to_vec(), bytes));
-        self.commit_unopposed(write, new)
+        let outcome = if readable {
+            self.commit_unopposed(write)
+        } else {
+            Unopposed::Declined
+        };
+        match outcome {
+            Unopposed::Done(()) => Unopposed::Done(Ok(new)),
+            Unopposed::Declined => {
+                *made = Some((stamp, new));
+                Unopposed::Declined
+            }
+            Unopposed::Lost => {
+                *made = Some((stamp, new));
+                Unopposed::Lost
+            }
+        }
+    }
+
+    /// Adds to `write` the check for rewriting the unique entry `n` of a value the record
+    /// keeps, from a read of the latest state, as [`Collection::put_in`] does: `Some(true)`
+    /// if the entry is to be written (absent, or the record's with other bytes),
+    /// `Some(false)` if it already holds exactly `n`'s bytes, `None` if another record holds
+    /// it or it cannot be read (the transaction then reports that).
+    fn keep_unique(
+        &self,
+        write: &mut AtomicWrite,
+        n: &Planned,
+        pk: &Key,
+        pk_bytes: &[u8],
+    ) -> Option<bool> {
+        let existing = self.store.get_latest_raw(&n.key).ok()?;
+        let write_it = match &existing {
+            None => true,
+            Some(e) => {
+                if Self::other_holder(&e.value, pk, pk_bytes).ok()?.is_some() {
+                    return None;
+                }
+                !matches!(&e.value, Value::Bytes(b) if *b == n.entry)
+            }
+        };
+        write.checks.push(Check {
+            key: KeyBytes::from(n.key.as_slice()),
+            versionstamp: existing.map(|e| e.versionstamp),
+        });
+        Some(write_it)
     }
 
     /// Inserts the record, or replaces the one with its primary key; returns the old one.
@@ -844,7 +888,7 @@ where
         let record_key = self.record_key(&pk)?;
         self.run(|tx| {
             let (old, old_plan) = match self.read_in(tx, &pk, &record_key)? {
-                Some((old, plan)) => (Some(old), plan),
+                Some((old, _, plan)) => (Some(old), plan),
                 None => (None, Vec::new()),
             };
             self.put_in(tx, &pk, &record_key, &old_plan, Some(record))?;
@@ -852,8 +896,9 @@ where
         })
     }
 
-    /// Read-modify-write: replaces the record at `pk` by `f(record)`; `f` may run again if a
-    /// concurrent write conflicts. Returns the new record.
+    /// Read-modify-write: replaces the record at `pk` by `f(record)`. `f` runs once for each
+    /// version of the record the update reads: again only if a concurrent write changed the
+    /// record, or conflicted with the update. Returns the new record.
     ///
     /// # Examples
     /// ```
@@ -879,18 +924,24 @@ where
         T: Clone,
     {
         let record_key = self.record_key(pk)?;
-        let lost = match self.try_unopposed(|| self.update_unopposed(pk, &record_key, &mut f)) {
+        let mut made = None;
+        let attempt = || self.update_unopposed(pk, &record_key, &mut f, &mut made);
+        let lost = match self.try_unopposed(attempt) {
             Ok(done) => return done,
             Err(lost) => lost,
         };
         self.run_after(lost, |tx| {
             // The old record's entries are planned before `f` takes it, so it is not cloned.
-            let Some((old, old_plan)) = self.read_in(tx, pk, &record_key)? else {
+            let Some((old, stamp, old_plan)) = self.read_in(tx, pk, &record_key)? else {
                 return Err(Error::NotFound {
                     primary_key: pk.clone(),
                 });
             };
-            let new = f(old);
+            // What the first attempt made of this very version, if it read the same one.
+            let new = match made.take() {
+                Some((read, new)) if read == stamp => new,
+                _ => f(old),
+            };
             let new_pk = (self.def.primary_key)(&new);
             if new_pk != *pk {
                 return Err(Error::PrimaryKeyChanged {
@@ -914,7 +965,7 @@ where
             Err(lost) => lost,
         };
         self.run_after(lost, |tx| {
-            let Some((old, old_plan)) = self.read_in(tx, pk, &record_key)? else {
+            let Some((old, _, old_plan)) = self.read_in(tx, pk, &record_key)? else {
                 return Ok(None);
             };
             self.put_in(tx, pk, &record_key, &old_plan, None)?;
@@ -950,15 +1001,12 @@ where
             return Ok(true);
         }
         let state = self.store.snapshot().get_raw(&self.state_key(&idx.name)?)?;
-        let ready_at = state.and_then(|e| match e.value {
-            Value::Bytes(b) if b.as_ref() == STATE_READY => Some(e.versionstamp),
-            _ => None,
-        });
-        if let Some(stamp) = ready_at {
-            idx.set_ready_stamp(Some(stamp));
+        let ready =
+            matches!(state.map(|e| e.value), Some(Value::Bytes(b)) if b.as_ref() == STATE_READY);
+        if ready {
             idx.ready.store(true, Ordering::Release);
         }
-        Ok(ready_at.is_some())
+        Ok(ready)
     }
 
     fn queryable(&self, index: &str) -> Result<&IndexSpec<T>, Error> {
@@ -1270,6 +1318,16 @@ enum Unopposed<R> {
     Declined,
     /// Its commit did not go through (a conflict, or an error the transaction reports).
     Lost,
+}
+
+impl<R> Unopposed<R> {
+    fn map<U>(self, f: impl FnOnce(R) -> U) -> Unopposed<U> {
+        match self {
+            Unopposed::Done(r) => Unopposed::Done(f(r)),
+            Unopposed::Declined => Unopposed::Declined,
+            Unopposed::Lost => Unopposed::Lost,
+        }
+    }
 }
 
 fn set_mutation(key: Vec<u8>, value: Vec<u8>) -> Mutation {

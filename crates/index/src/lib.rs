@@ -71,15 +71,15 @@
 //! Two shortcuts keep the layer close to the hand-written pattern without weakening it. First,
 //! an insert, update or delete first tries that very commit without a transaction, as the guide
 //! writes it: an insert checks that the record and every unique value it claims are absent; an
-//! update or delete reads the record's latest version and checks it is unchanged (an update
-//! also checks that each unique value it newly claims is absent). Deleting a unique entry
-//! without reading it is right only when the index is built, where the entry of a value the
-//! record has is the record's, so such a commit also checks that every unique index's state is
-//! still the *ready* one this handle read (not dropped or rebuilt since, by any handle). When
-//! anything is in the way (or the commit is refused for any reason) nothing was written, and
-//! the transaction runs and reports what it finds, with the same errors; the attempt counts
-//! toward the retry bound, and an update's closure may then run again. Second, a unique entry
-//! that already holds exactly what a write would set is read and checked but not rewritten.
+//! update or delete reads the record's latest version and checks it is unchanged, reads each
+//! unique entry the record gives up (deleting it only if it is the record's, and checking it
+//! is still what was read), and an update checks that each unique value it newly claims is
+//! absent. It writes exactly the entry changes the transaction would. When anything is in the
+//! way (or the commit is refused for any reason) nothing was written, and the transaction runs
+//! and reports what it finds, with the same errors; the attempt counts toward the retry bound.
+//! An update's closure runs once per version of the record it reads: the transaction reuses
+//! what the first attempt made if it reads the same version. Second, a unique entry that
+//! already holds exactly what a write would set is read and checked but not rewritten.
 //!
 //! # Reads
 //! Queries read one snapshot: a pointer entry and the record it names are read from the same

@@ -425,7 +425,6 @@ where
                 .commit()?;
             debug_assert!(res.is_committed());
             idx.ready.store(false, Ordering::Release);
-            idx.set_ready_stamp(None);
         }
         let mut deleted = 0u64;
         // The index's name decides its keys, not its kind: an undeclared index may have been

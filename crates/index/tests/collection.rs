@@ -735,3 +735,152 @@ fn a_stale_handle_keeping_a_covered_value_does_not_overwrite_the_new_holders_ent
     );
     assert_eq!(db.get(&entry).unwrap().map(|e| e.value), Some(holder));
 }
+
+mod first_attempt {
+    //! The first attempt of an update or delete commits without a transaction; these check it
+    //! writes what the transaction would, and that an update's closure runs once per version.
+    use std::cell::Cell;
+
+    use serde::{Deserialize, Serialize};
+    use tuplekv_engine::{Database, key};
+    use tuplekv_index::{Collection, Error};
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Member {
+        id: u64,
+        email: String,
+    }
+
+    fn plain(db: &Database) -> Collection<Member, Database> {
+        Collection::builder("m", |m: &Member| key![m.id])
+            .open(db.clone())
+            .unwrap()
+    }
+
+    fn by_email(db: &Database) -> Collection<Member, Database> {
+        Collection::builder("m", |m: &Member| key![m.id])
+            .unique("email", |m| Some(key![m.email.clone()]))
+            .open(db.clone())
+            .unwrap()
+    }
+
+    fn member(id: u64, email: &str) -> Member {
+        Member {
+            id,
+            email: email.into(),
+        }
+    }
+
+    #[test]
+    fn an_update_changing_a_unique_value_of_a_building_index_runs_its_closure_once() {
+        let db = Database::in_memory();
+        plain(&db).insert(&member(1, "a")).unwrap();
+        let building = by_email(&db);
+        let calls = Cell::new(0);
+        building
+            .update(&key![1], |mut m| {
+                calls.set(calls.get() + 1);
+                m.email = "b".into();
+                m
+            })
+            .unwrap();
+        assert_eq!(calls.get(), 1);
+    }
+
+    #[test]
+    fn an_update_refused_for_a_taken_unique_value_runs_its_closure_once() {
+        let db = Database::in_memory();
+        let c = by_email(&db);
+        c.insert(&member(1, "a")).unwrap();
+        c.insert(&member(2, "b")).unwrap();
+        let calls = Cell::new(0);
+        let result = c.update(&key![1], |mut m| {
+            calls.set(calls.get() + 1);
+            m.email = "b".into();
+            m
+        });
+        assert!(
+            matches!(&result, Err(Error::UniqueViolation { existing_primary_key, .. }) if *existing_primary_key == key![2]),
+            "{result:?}"
+        );
+        assert_eq!(calls.get(), 1);
+    }
+
+    /// A handle that does not declare the index (an older version of the application) moves a
+    /// record's value without maintaining the entry, so the record's old entry ends up held by
+    /// another record. Updating the record away must leave that holder's entry alone.
+    #[test]
+    fn an_update_away_from_a_value_another_record_holds_leaves_its_entry() {
+        let db = Database::in_memory();
+        let current = by_email(&db);
+        let old_version = plain(&db);
+        current.insert(&member(1, "a")).unwrap();
+        old_version
+            .update(&key![1], |mut m| {
+                m.email = "b".into();
+                m
+            })
+            .unwrap();
+        current.insert(&member(2, "b")).unwrap();
+        current
+            .update(&key![1], |mut m| {
+                m.email = "c".into();
+                m
+            })
+            .unwrap();
+        let result = current.insert(&member(3, "b"));
+        assert!(
+            matches!(&result, Err(Error::UniqueViolation { existing_primary_key, .. }) if *existing_primary_key == key![2]),
+            "{result:?}"
+        );
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Doc {
+        id: u64,
+        tags: Vec<u32>,
+    }
+
+    /// Backfill resumes inside a record whose entries did not fit one transaction, trusting
+    /// that a writer who changed the record wrote all its new entries. An update must then
+    /// write every non-unique entry, unchanged ones included, as the transaction does.
+    #[test]
+    fn an_update_during_a_backfill_split_inside_its_record_leaves_the_index_complete() {
+        let long = |t: u32| format!("{t:0>1500}");
+        let db = Database::in_memory();
+        Collection::builder("d", |d: &Doc| key![d.id])
+            .open(db.clone())
+            .unwrap()
+            .insert(&Doc {
+                id: 1,
+                tags: (0..80).collect(),
+            })
+            .unwrap();
+        let indexed = Collection::builder("d", |d: &Doc| key![d.id])
+            .multi("tags", move |d| {
+                d.tags.iter().map(|t| key![long(*t)]).collect()
+            })
+            .open(db.clone())
+            .unwrap();
+        let mut first = true;
+        indexed
+            .backfill(10, |progress| {
+                if std::mem::take(&mut first) {
+                    let written = u32::try_from(progress.entries).unwrap();
+                    assert!(
+                        written > 0 && written < 80,
+                        "the record is split: {written}"
+                    );
+                    indexed
+                        .update(&key![1], |mut d| {
+                            d.tags.retain(|t| *t >= written);
+                            d
+                        })
+                        .unwrap();
+                }
+            })
+            .unwrap();
+        let report = indexed.verify().unwrap();
+        assert!(report.is_clean(), "{report:?}");
+    }
+}
