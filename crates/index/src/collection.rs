@@ -758,10 +758,10 @@ where
     /// commit that checks the record is unchanged and writes the entry changes
     /// [`Collection::put_in`] would: unique values the record gives up are read and deleted
     /// only if they are its own ([`Collection::give_up_unique`]); a unique value it newly
-    /// claims is checked absent (held by another record, the commit fails and the
-    /// transaction reports the violation); a kept unique pointer entry is left alone; a kept
-    /// covering one is read and rewritten only if it is the record's; non-unique entries are
-    /// all written.
+    /// claims, or keeps in a covering index, is read and written only if it is free or the
+    /// record's ([`Collection::claim_unique`]; held by another record, the transaction runs
+    /// and reports the violation); a kept unique pointer entry is left alone; non-unique
+    /// entries are all written.
     ///
     /// When this does not finish, the record it read and what `f` made of it are left in
     /// `made`, so the transaction reuses them rather than call `f` again on the same version.
@@ -813,18 +813,18 @@ where
         }
         for n in new_plan {
             if readable && self.def.indexes[n.index].unique {
-                match old_plan.iter().find(|o| o.key == n.key) {
-                    Some(o) if o.entry == n.entry => continue,
-                    // A kept value of a covering index: the entry's copy of the record changed.
-                    Some(_) => match self.keep_unique(&mut write, &n, pk, pk_bytes) {
-                        Some(true) => {}
-                        Some(false) => continue,
-                        None => readable = false,
-                    },
-                    None => write.checks.push(Check {
-                        key: KeyBytes::from(n.key.as_slice()),
-                        versionstamp: None,
-                    }),
+                // A value the record keeps in a covering index (the entry's copy of the record
+                // changed), or one it newly claims.
+                if old_plan
+                    .iter()
+                    .any(|o| o.key == n.key && o.entry == n.entry)
+                {
+                    continue;
+                }
+                match self.claim_unique(&mut write, &n, pk, pk_bytes) {
+                    Some(true) => {}
+                    Some(false) => continue,
+                    None => readable = false,
                 }
             }
             write.mutations.push(set_mutation(n.key, n.entry));
@@ -850,12 +850,12 @@ where
         }
     }
 
-    /// Adds to `write` the check for rewriting the unique entry `n` of a value the record
-    /// keeps, from a read of the latest state, as [`Collection::put_in`] does: `Some(true)`
-    /// if the entry is to be written (absent, or the record's with other bytes),
-    /// `Some(false)` if it already holds exactly `n`'s bytes, `None` if another record holds
-    /// it or it cannot be read (the transaction then reports that).
-    fn keep_unique(
+    /// Adds to `write` the check for writing the unique entry `n`, from a read of the latest
+    /// state, as [`Collection::put_in`] does: `Some(true)` if the entry is to be written
+    /// (absent, or the record's with other bytes), `Some(false)` if it already holds exactly
+    /// `n`'s bytes, `None` if another record holds it or it cannot be read (the transaction
+    /// then reports the violation or the error).
+    fn claim_unique(
         &self,
         write: &mut AtomicWrite,
         n: &Planned,

@@ -71,10 +71,10 @@
 //! Two shortcuts keep the layer close to the hand-written pattern without weakening it. First,
 //! an insert, update or delete first tries that very commit without a transaction, as the guide
 //! writes it: an insert checks that the record and every unique value it claims are absent; an
-//! update or delete reads the record's latest version and checks it is unchanged, reads each
-//! unique entry the record gives up (deleting it only if it is the record's, and checking it
-//! is still what was read), and an update checks that each unique value it newly claims is
-//! absent. It writes exactly the entry changes the transaction would. When anything is in the
+//! update or delete reads the record's latest version and checks it is unchanged, and reads
+//! each unique entry it gives up or claims: an entry is changed only if it is free or the
+//! record's, and the commit checks it is still what was read. It writes exactly the entry
+//! changes the transaction would. When anything is in the
 //! way (or the commit is refused for any reason) nothing was written, and the transaction runs
 //! and reports what it finds, with the same errors; the attempt counts toward the retry bound.
 //! An update's closure runs once per version of the record it reads: the transaction reuses

@@ -233,3 +233,28 @@ fn a_unique_violation_inside_an_update_rolls_back_the_whole_update() {
     );
     assert_eq!(dump(&db), before);
 }
+
+/// A handle that does not declare the index moved a record's value away and back, leaving an
+/// entry that already points at the record for the value it claims again: the first attempt
+/// reads it as the record's and commits once, as the transaction would.
+#[test]
+fn claiming_a_value_whose_entry_already_points_at_the_record_commits_once() {
+    let (store, c) = faulty_with_two_users();
+    let undeclared = Collection::builder("users", |u: &User| key![u.id])
+        .open(store.clone())
+        .unwrap();
+    undeclared
+        .update(&key![1], |mut u| {
+            u.email = "ada@other".into();
+            u
+        })
+        .unwrap();
+    let before = store.commits.load(Ordering::SeqCst);
+    c.update(&key![1], |mut u| {
+        u.email = "ada@x".into();
+        u
+    })
+    .unwrap();
+    assert_eq!(store.commits.load(Ordering::SeqCst) - before, 1);
+    assert!(c.verify().unwrap().is_clean());
+}
