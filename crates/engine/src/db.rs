@@ -721,6 +721,19 @@ impl Inner {
             .flatten()
     }
 
+    /// [`Inner::read_latest`] borrowed: calls `f` with the live value and its stamp.
+    fn with_latest<R>(&self, key: &[u8], f: impl FnOnce(Option<(&Value, Versionstamp)>) -> R) -> R {
+        self.map.with(key, |slot| {
+            let chain = slot.map(|(_, chain)| chain.load());
+            let at = self.visible.load(Ordering::Acquire);
+            let live = chain.as_ref().and_then(|c| c.at(at)).and_then(|v| {
+                v.live_value(&mut None)
+                    .map(|value| (value, Versionstamp::from_version(v.version)))
+            });
+            f(live)
+        })
+    }
+
     pub(crate) fn scan_at(
         &self,
         range: &ByteRange,
@@ -1221,6 +1234,15 @@ impl Store for Database {
 
     fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
         ReadView::get_raw(self, key)
+    }
+
+    fn read_latest_raw<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<(&Value, Versionstamp)>) -> R,
+    ) -> Result<R, Error> {
+        check_read_key(key)?;
+        Ok(self.inner.with_latest(key, f))
     }
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {

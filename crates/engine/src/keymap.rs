@@ -132,6 +132,17 @@ impl KeyMap {
         Some(f(entry.key(), entry.value()))
     }
 
+    /// Calls `f` with `key`'s node (`None` if absent) under one epoch pin, without counting.
+    pub(crate) fn with<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<(&KeyBytes, &ArcSwap<Chain>)>) -> R,
+    ) -> R {
+        let guard = epoch::pin();
+        let entry = self.list.get(key, &guard);
+        f(entry.as_ref().map(|e| (e.key(), e.value())))
+    }
+
     /// Visits the nodes with keys in `[start, end)`, ascending or descending, under one epoch
     /// pin and without counting, until `visit` returns `false`.
     pub(crate) fn scan(

@@ -85,6 +85,36 @@ pub trait Store: Send + Sync {
         self.snapshot().get_raw(key)
     }
 
+    /// [`Store::get_latest_raw`] without a copy: calls `f` with the value and versionstamp of
+    /// the entry at `key` in the latest committed state (`None` if absent), borrowed from the
+    /// store, and returns what `f` returns. A store may answer without copying the entry or
+    /// touching the value's reference count; the default calls [`Store::get_latest_raw`].
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, Store, Value, key};
+    ///
+    /// let db = Database::in_memory();
+    /// db.set(&key!["n"], 7u64)?;
+    /// let k = tuplekv_engine::codec::encode_key(&key!["n"]);
+    /// let n = db.read_latest_raw(&k, |e| e.and_then(|(v, _)| v.as_u64()))?;
+    /// assert_eq!(n, Some(7));
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLargeForRead`].
+    fn read_latest_raw<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<(&Value, Versionstamp)>) -> R,
+    ) -> Result<R, Error>
+    where
+        Self: Sized,
+    {
+        let entry = self.get_latest_raw(key)?;
+        Ok(f(entry.as_ref().map(|e| (&e.value, e.versionstamp))))
+    }
+
     /// Commits `write` if its checks hold.
     ///
     /// What the layers above (transactions, indexes, sequences) rely on: commits are

@@ -178,3 +178,41 @@ fn entries_carry_the_deadline_of_their_value() {
         .collect();
     assert_eq!(listed, [None, Some(deadline)]);
 }
+
+#[test]
+fn borrowed_latest_reads_agree_with_copied_ones_for_live_expired_deleted_and_absent_keys() {
+    use tuplekv_engine::Store;
+    use tuplekv_engine::codec::encode_key;
+    use tuplekv_engine::limits::KEY_SIZE_MAX_READ;
+
+    let db = Database::in_memory();
+    db.set(&key!["live"], b"v").unwrap();
+    assert!(
+        db.atomic()
+            .set_with_expiry(&key!["expired"], b"x", NOW)
+            .commit()
+            .unwrap()
+            .is_committed()
+    );
+    db.set(&key!["deleted"], b"d").unwrap();
+    db.delete(&key!["deleted"]).unwrap();
+    for k in [
+        key!["live"],
+        key!["expired"],
+        key!["deleted"],
+        key!["absent"],
+    ] {
+        let raw = encode_key(&k);
+        let copied = db
+            .get_latest_raw(&raw)
+            .unwrap()
+            .map(|e| (e.value, e.versionstamp));
+        let borrowed = db
+            .read_latest_raw(&raw, |e| e.map(|(v, stamp)| (v.clone(), stamp)))
+            .unwrap();
+        assert_eq!(borrowed, copied, "{k}");
+        assert_eq!(borrowed.is_some(), k == key!["live"], "{k}");
+    }
+    let too_long = vec![0u8; KEY_SIZE_MAX_READ + 1];
+    assert!(db.read_latest_raw(&too_long, |_| ()).is_err());
+}
