@@ -710,20 +710,21 @@ where
         pk: &Key,
         record_key: &[u8],
     ) -> Result<Option<(T, Versionstamp, Vec<Planned>)>, ()> {
-        let Ok(found) = self.store.get_latest_raw(record_key) else {
-            return Ok(None);
-        };
-        let Some(entry) = found else {
-            return Err(());
-        };
-        let Ok(bytes) = value_bytes(&entry.value) else {
-            return Ok(None);
-        };
-        let Ok(record) = self.decode(pk, bytes) else {
-            return Ok(None);
-        };
-        let plan = self.plan_encoded(self.pk_bytes(record_key), &record, bytes, None);
-        Ok(Some((record, entry.versionstamp, plan)))
+        // Decoded and planned from the stored bytes in place, without copying the entry.
+        let read = self.store.read_latest_raw(record_key, |found| {
+            let (value, stamp) = found?;
+            let decoded = value_bytes(value).and_then(|bytes| {
+                let record = self.decode(pk, bytes)?;
+                let plan = self.plan_encoded(self.pk_bytes(record_key), &record, bytes, None);
+                Ok((record, stamp, plan))
+            });
+            Some(decoded.ok())
+        });
+        match read {
+            Ok(Some(usable)) => Ok(usable),
+            Ok(None) => Err(()),
+            Err(_) => Ok(None),
+        }
     }
 
     /// The delete without a transaction, as the guide writes it by hand: read the record's
@@ -1085,14 +1086,52 @@ where
         value: &Key,
         entry_key: &[u8],
     ) -> Result<Option<Option<(Key, T)>>, Error> {
-        let Some(entry) = self.store.get_latest_raw(entry_key)? else {
-            return Ok(Some(None));
+        /// What the entry says, read without copying it.
+        enum Found<T> {
+            Absent,
+            /// A pointer: the primary key, and the record's key.
+            Pointer(Key, Vec<u8>),
+            /// A covering entry's primary key and record copy.
+            Covering(Key, T),
+        }
+        let found = self.store.read_latest_raw(entry_key, |entry| {
+            let Some((entry, _)) = entry else {
+                return Ok::<_, Error>(Found::Absent);
+            };
+            let (pk_bytes, copy) = Self::entry_parts(entry)?;
+            let pk = decode_key(pk_bytes).map_err(codec_err)?;
+            Ok(match copy {
+                Some(bytes) => {
+                    let record = self.decode(&pk, bytes)?;
+                    Found::Covering(pk, record)
+                }
+                None => {
+                    let mut record_key =
+                        Vec::with_capacity(self.def.record_prefix.len() + pk_bytes.len());
+                    record_key.extend_from_slice(&self.def.record_prefix);
+                    record_key.extend_from_slice(pk_bytes);
+                    Found::Pointer(pk, record_key)
+                }
+            })
+        })??;
+        let (pk, record) = match found {
+            Found::Absent => return Ok(Some(None)),
+            Found::Covering(pk, record) => (pk, Some(record)),
+            Found::Pointer(pk, record_key) => {
+                let record = self
+                    .store
+                    .read_latest_raw(&record_key, |record| match record {
+                        Some((bytes, _)) => value_bytes(bytes)
+                            .and_then(|b| self.decode(&pk, b))
+                            .map(Some),
+                        None => Ok::<_, Error>(None),
+                    })??;
+                (pk, record)
+            }
         };
         // A covering entry carries its record, so it always has the value.
-        match self.resolve_with(&entry, |key| self.store.get_latest_raw(key))? {
-            Some((pk, record)) if (idx.extract)(&record).contains(value) => {
-                Ok(Some(Some((pk, record))))
-            }
+        match record {
+            Some(record) if (idx.extract)(&record).contains(value) => Ok(Some(Some((pk, record)))),
             _ => Ok(None),
         }
     }
