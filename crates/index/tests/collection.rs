@@ -660,55 +660,70 @@ fn an_insert_in_the_way_of_a_record_or_a_unique_value_fails_as_before() {
     assert_eq!(c.count("color", &key!["blue"]).unwrap(), 0);
 }
 
-/// A delete without a transaction removes a record's unique entries unread, which is only
-/// right while the unique index is the built one the handle saw. After another handle drops
-/// and rebuilds it, a record not yet backfilled has no entry and another record can take its
-/// value: the stale handle's delete must then read the entry and leave the other's alone.
-#[test]
-fn a_stale_handle_leaves_a_unique_entry_another_record_took_during_a_rebuild() {
-    let db = Database::in_memory();
+/// A handle that saw the unique email index built, and another that dropped and rebuilt it
+/// meanwhile: record 1 (not backfilled yet, so without an entry) has `a@x`, and record 2 took
+/// `a@x` through the rebuilding handle. Returns both handles and the value of record 2's entry.
+fn stale_handle_and_a_taken_address(
+    db: &Database,
+) -> (
+    Collection<User, Database>,
+    Collection<User, Database>,
+    tuplekv_engine::Value,
+) {
     let stale = users(db.clone());
     stale.insert(&user(1, "a@x", "green")).unwrap();
     let fresh = users(db.clone());
     assert_eq!(fresh.drop_index("email").unwrap(), 1);
-    // Record 1 is not backfilled yet, so record 2 can take its address.
     fresh.insert(&user(2, "a@x", "blue")).unwrap();
-    let entry = key!["users", "u", "email", "a@x"];
-    let holder = db.get(&entry).unwrap().unwrap().value;
-    assert!(stale.delete(&key![1]).unwrap().is_some());
-    assert_eq!(db.get(&entry).unwrap().map(|e| e.value), Some(holder));
+    let holder = db.get(&taken_entry()).unwrap().unwrap().value;
+    (stale, fresh, holder)
+}
+
+/// Record 2's entry for `a@x`.
+fn taken_entry() -> tuplekv_engine::Key {
+    key!["users", "u", "email", "a@x"]
+}
+
+/// After the rebuild finishes, the index is complete and `email` leads to record `id`.
+fn assert_rebuilt(fresh: &Collection<User, Database>, email: &str, id: u64) {
     assert!(fresh.backfill(10, |_| {}).unwrap().duplicates.is_empty());
     assert_eq!(
-        fresh.get_by("email", &key!["a@x"]).unwrap().unwrap().0,
-        key![2]
+        fresh.get_by("email", &key![email]).unwrap().unwrap().0,
+        key![id]
     );
     assert!(fresh.verify().unwrap().is_clean());
+}
+
+/// A delete without a transaction removes a record's unique entries only after reading them:
+/// the stale handle's delete of record 1 must leave record 2's entry alone.
+#[test]
+fn a_stale_handle_leaves_a_unique_entry_another_record_took_during_a_rebuild() {
+    let db = Database::in_memory();
+    let (stale, fresh, holder) = stale_handle_and_a_taken_address(&db);
+    assert!(stale.delete(&key![1]).unwrap().is_some());
+    assert_eq!(
+        db.get(&taken_entry()).unwrap().map(|e| e.value),
+        Some(holder)
+    );
+    assert_rebuilt(&fresh, "a@x", 2);
 }
 
 /// The same for an update that gives the value up.
 #[test]
 fn a_stale_handle_updating_away_from_a_value_leaves_the_new_holders_entry() {
     let db = Database::in_memory();
-    let stale = users(db.clone());
-    stale.insert(&user(1, "a@x", "green")).unwrap();
-    let fresh = users(db.clone());
-    fresh.drop_index("email").unwrap();
-    fresh.insert(&user(2, "a@x", "blue")).unwrap();
-    let entry = key!["users", "u", "email", "a@x"];
-    let holder = db.get(&entry).unwrap().unwrap().value;
+    let (stale, fresh, holder) = stale_handle_and_a_taken_address(&db);
     stale
         .update(&key![1], |mut u| {
             u.email = "b@x".into();
             u
         })
         .unwrap();
-    assert_eq!(db.get(&entry).unwrap().map(|e| e.value), Some(holder));
-    assert!(fresh.backfill(10, |_| {}).unwrap().duplicates.is_empty());
     assert_eq!(
-        fresh.get_by("email", &key!["b@x"]).unwrap().unwrap().0,
-        key![1]
+        db.get(&taken_entry()).unwrap().map(|e| e.value),
+        Some(holder)
     );
-    assert!(fresh.verify().unwrap().is_clean());
+    assert_rebuilt(&fresh, "b@x", 1);
 }
 
 /// And for an update that keeps a value of a covering unique index: the entry's copy of the
