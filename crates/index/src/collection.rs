@@ -621,12 +621,42 @@ where
         }
     }
 
-    /// Adds to `write` what giving up the unique entry at `key` takes, as
-    /// [`Collection::put_in`] does it, from a read of the latest state: the entry is deleted
-    /// if it points at this record (`pk`, encoded as `pk_bytes`) and left alone if another
-    /// record holds it (possible while an index is built, or after a writer that does not
-    /// declare the index), and either way the commit checks it is still what was read.
-    /// `false` if it cannot be read or parsed (the transaction then reports the error).
+    /// Reads the unique entry at `key` from the latest state, as [`Collection::put_in`] does
+    /// in its transaction, and adds to `write` the check that it is still what was read.
+    /// `None` if it cannot be read or parsed (the transaction then reports the error).
+    fn read_unique(
+        &self,
+        write: &mut AtomicWrite,
+        key: &[u8],
+        pk: &Key,
+        pk_bytes: &[u8],
+        entry: &[u8],
+    ) -> Option<Holder> {
+        let (holder, stamp) = self
+            .store
+            .read_latest_raw(key, |found| match found {
+                None => Some((Holder::Nobody, None)),
+                Some((value, stamp)) => {
+                    let holder = match Self::other_holder(value, pk, pk_bytes).ok()? {
+                        Some(_) => Holder::Other,
+                        None if matches!(value, Value::Bytes(b) if *b == entry) => Holder::Same,
+                        None => Holder::Record,
+                    };
+                    Some((holder, Some(stamp)))
+                }
+            })
+            .ok()??;
+        write.checks.push(Check {
+            key: KeyBytes::from(key),
+            versionstamp: stamp,
+        });
+        Some(holder)
+    }
+
+    /// Adds to `write` what giving up the unique entry at `key` takes: it is deleted if it is
+    /// the record's and left alone if another record holds it (possible while an index is
+    /// built, or after a writer that does not declare the index). `false` if it cannot be
+    /// read.
     fn give_up_unique(
         &self,
         write: &mut AtomicWrite,
@@ -634,24 +664,14 @@ where
         pk: &Key,
         pk_bytes: &[u8],
     ) -> bool {
-        let Ok(existing) = self.store.get_latest_raw(&key) else {
-            return false;
-        };
-        let mine = match &existing {
+        match self.read_unique(write, &key, pk, pk_bytes, &[]) {
+            Some(Holder::Record | Holder::Same) => {
+                write.mutations.push(delete_mutation(key));
+                true
+            }
+            Some(Holder::Nobody | Holder::Other) => true,
             None => false,
-            Some(e) => match Self::other_holder(&e.value, pk, pk_bytes) {
-                Ok(other) => other.is_none(),
-                Err(_) => return false,
-            },
-        };
-        write.checks.push(Check {
-            key: KeyBytes::from(key.as_slice()),
-            versionstamp: existing.map(|e| e.versionstamp),
-        });
-        if mine {
-            write.mutations.push(delete_mutation(key));
         }
-        true
     }
 
     /// Commits `write` if it is within the commit limits: `Done` if it committed, `Lost` if
@@ -794,90 +814,85 @@ where
             Ok(bytes) => bytes,
             Err(e) => return Unopposed::Done(Err(e)),
         };
+        let outcome = match self.update_write(pk, record_key, stamp, &old_plan, &new, bytes) {
+            Some(write) => self.commit_unopposed(write),
+            None => Unopposed::Declined,
+        };
+        let lost = match outcome {
+            Unopposed::Done(()) => return Unopposed::Done(Ok(new)),
+            Unopposed::Declined => false,
+            Unopposed::Lost => true,
+        };
+        *made = Some((stamp, new));
+        if lost {
+            Unopposed::Lost
+        } else {
+            Unopposed::Declined
+        }
+    }
+
+    /// The commit of [`Collection::update_unopposed`]: the record at `stamp` (whose entries are
+    /// `old_plan`) replaced by `new`, serialised as `bytes`. `None` if a unique entry it
+    /// touches is another record's or cannot be read.
+    fn update_write(
+        &self,
+        pk: &Key,
+        record_key: &[u8],
+        stamp: Versionstamp,
+        old_plan: &[Planned],
+        new: &T,
+        bytes: Vec<u8>,
+    ) -> Option<AtomicWrite> {
         let pk_bytes = self.pk_bytes(record_key);
-        let new_plan = self.plan_encoded(pk_bytes, &new, &bytes, None);
+        let new_plan = self.plan_encoded(pk_bytes, new, &bytes, None);
         let mut write = AtomicWrite::default();
         write.checks.push(Check {
             key: KeyBytes::from(record_key),
             versionstamp: Some(stamp),
         });
-        let mut readable = true;
-        for o in &old_plan {
+        for o in old_plan {
             if new_plan.iter().any(|n| n.key == o.key) {
                 continue;
             }
             if !self.def.indexes[o.index].unique {
                 write.mutations.push(delete_mutation(o.key.clone()));
             } else if !self.give_up_unique(&mut write, o.key.clone(), pk, pk_bytes) {
-                readable = false;
+                return None;
             }
         }
         for n in new_plan {
-            if readable && self.def.indexes[n.index].unique {
-                // A value the record keeps in a covering index (the entry's copy of the record
-                // changed), or one it newly claims.
-                if old_plan
-                    .iter()
-                    .any(|o| o.key == n.key && o.entry == n.entry)
-                {
-                    continue;
-                }
-                match self.claim_unique(&mut write, &n, pk, pk_bytes) {
-                    Some(true) => {}
-                    Some(false) => continue,
-                    None => readable = false,
-                }
+            if !self.def.indexes[n.index].unique {
+                write.mutations.push(set_mutation(n.key, n.entry));
+            } else if old_plan
+                .iter()
+                .any(|o| o.key == n.key && o.entry == n.entry)
+            {
+                // A kept pointer entry (or covering entry whose copy is unchanged): left alone.
+            } else if !self.claim_unique(&mut write, n, pk, pk_bytes) {
+                // A value the record newly claims, or keeps in a covering index whose copy of
+                // the record changed.
+                return None;
             }
-            write.mutations.push(set_mutation(n.key, n.entry));
         }
         write
             .mutations
             .push(set_mutation(record_key.to_vec(), bytes));
-        let outcome = if readable {
-            self.commit_unopposed(write)
-        } else {
-            Unopposed::Declined
-        };
-        match outcome {
-            Unopposed::Done(()) => Unopposed::Done(Ok(new)),
-            Unopposed::Declined => {
-                *made = Some((stamp, new));
-                Unopposed::Declined
-            }
-            Unopposed::Lost => {
-                *made = Some((stamp, new));
-                Unopposed::Lost
-            }
-        }
+        Some(write)
     }
 
-    /// Adds to `write` the check for writing the unique entry `n`, from a read of the latest
-    /// state, as [`Collection::put_in`] does: `Some(true)` if the entry is to be written
-    /// (absent, or the record's with other bytes), `Some(false)` if it already holds exactly
-    /// `n`'s bytes, `None` if another record holds it or it cannot be read (the transaction
-    /// then reports the violation or the error).
-    fn claim_unique(
-        &self,
-        write: &mut AtomicWrite,
-        n: &Planned,
-        pk: &Key,
-        pk_bytes: &[u8],
-    ) -> Option<bool> {
-        let existing = self.store.get_latest_raw(&n.key).ok()?;
-        let write_it = match &existing {
-            None => true,
-            Some(e) => {
-                if Self::other_holder(&e.value, pk, pk_bytes).ok()?.is_some() {
-                    return None;
-                }
-                !matches!(&e.value, Value::Bytes(b) if *b == n.entry)
+    /// Adds to `write` what writing the unique entry `n` takes: it is written if it is free
+    /// or the record's with other bytes, and left as it is if it already holds `n`'s bytes.
+    /// `false` if another record holds it or it cannot be read (the transaction then reports
+    /// the violation or the error).
+    fn claim_unique(&self, write: &mut AtomicWrite, n: Planned, pk: &Key, pk_bytes: &[u8]) -> bool {
+        match self.read_unique(write, &n.key, pk, pk_bytes, &n.entry) {
+            Some(Holder::Nobody | Holder::Record) => {
+                write.mutations.push(set_mutation(n.key, n.entry));
+                true
             }
-        };
-        write.checks.push(Check {
-            key: KeyBytes::from(n.key.as_slice()),
-            versionstamp: existing.map(|e| e.versionstamp),
-        });
-        Some(write_it)
+            Some(Holder::Same) => true,
+            Some(Holder::Other) | None => false,
+        }
     }
 
     /// Inserts the record, or replaces the one with its primary key; returns the old one.
@@ -1347,6 +1362,18 @@ pub(crate) fn codec_err(e: tuplekv_codec::DecodeError) -> Error {
         primary_key: Key::empty(),
         message: e.to_string(),
     }
+}
+
+/// Who a unique entry belongs to, as [`Collection::read_unique`] found it.
+enum Holder {
+    /// The entry is absent.
+    Nobody,
+    /// The record being written, with exactly the bytes it would be written with.
+    Same,
+    /// The record being written, with other bytes.
+    Record,
+    /// Another record.
+    Other,
 }
 
 /// How a write without a transaction went (see [`Collection::try_unopposed`]).
