@@ -109,10 +109,15 @@ fn chain_of(spare: Option<Arc<Chain>>, versions: impl IntoIterator<Item = Versio
 /// The entry `key` shows at version `at`, if live: its newest version at or below `at`.
 fn entry_at(key: &KeyBytes, chain: &Chain, at: u64, now: &mut Option<u64>) -> Option<Entry> {
     let version = chain.at(at)?;
-    let value = version.live_value(now)?;
+    version.live_value(now)?;
+    entry_of(key, version)
+}
+
+/// The entry of `key`'s `version` (`None` for a tombstone; expiry is the caller's to check).
+fn entry_of(key: &KeyBytes, version: &Version) -> Option<Entry> {
     Some(Entry {
         key: key.clone(),
-        value: value.clone(),
+        value: version.value.clone()?,
         versionstamp: Versionstamp::from_version(version.version),
         expires_at: version.expires_at,
     })
@@ -712,23 +717,35 @@ impl Inner {
     /// published after it was loaded, because writers only drop versions below the last
     /// published one.
     fn read_latest(&self, key: &[u8]) -> Option<Entry> {
-        self.map
-            .read(key, |key, chain| {
-                let chain = chain.load();
-                let at = self.visible.load(Ordering::Acquire);
-                entry_at(key, &chain, at, &mut None)
-            })
-            .flatten()
+        self.with_latest_version(key, |found| {
+            found.and_then(|(key, version)| entry_of(key, version))
+        })
     }
 
     /// [`Inner::read_latest`] borrowed: calls `f` with the live value and its stamp.
     fn with_latest<R>(&self, key: &[u8], f: impl FnOnce(Option<(&Value, Versionstamp)>) -> R) -> R {
+        self.with_latest_version(key, |found| {
+            f(found.and_then(|(_, v)| {
+                let value = v.value.as_ref()?;
+                Some((value, Versionstamp::from_version(v.version)))
+            }))
+        })
+    }
+
+    /// Calls `f` with `key` and its live version in the latest state, if any, as
+    /// [`Inner::read_latest`] reads it (the list first, then `visible`).
+    fn with_latest_version<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<(&KeyBytes, &Version)>) -> R,
+    ) -> R {
         self.map.with(key, |slot| {
-            let chain = slot.map(|(_, chain)| chain.load());
+            let found = slot.map(|(key, chain)| (key, chain.load()));
             let at = self.visible.load(Ordering::Acquire);
-            let live = chain.as_ref().and_then(|c| c.at(at)).and_then(|v| {
-                v.live_value(&mut None)
-                    .map(|value| (value, Versionstamp::from_version(v.version)))
+            let live = found.as_ref().and_then(|(key, chain)| {
+                let version = chain.at(at)?;
+                version.live_value(&mut None)?;
+                Some((*key, version))
             });
             f(live)
         })

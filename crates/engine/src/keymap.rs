@@ -127,9 +127,7 @@ impl KeyMap {
         key: &[u8],
         f: impl FnOnce(&KeyBytes, &ArcSwap<Chain>) -> R,
     ) -> Option<R> {
-        let guard = epoch::pin();
-        let entry = self.list.get(key, &guard)?;
-        Some(f(entry.key(), entry.value()))
+        self.with(key, |found| found.map(|(key, chain)| f(key, chain)))
     }
 
     /// Calls `f` with `key`'s node (`None` if absent) under one epoch pin, without counting.
