@@ -899,3 +899,31 @@ mod first_attempt {
         assert!(report.is_clean(), "{report:?}");
     }
 }
+
+/// An update's first attempt declines past the engine's mutation limit, so the transaction
+/// reports the limit with the count as before; exactly the limit commits.
+#[test]
+fn an_update_past_the_mutation_limit_writes_nothing_and_one_at_it_commits() {
+    let c = users(Database::in_memory());
+    c.insert(&user(1, "ada@x", "green")).unwrap();
+    let before = c.verify().unwrap();
+    let max = tuplekv_engine::limits::MUTATIONS_MAX;
+    // As in the upsert case: 2 tag deletes, color, city_age, n tags and the record.
+    let retag = |n: usize| {
+        c.update(&key![1], |mut u| {
+            u.tags = (0..n).map(|i| format!("tag{i}")).collect();
+            u
+        })
+    };
+    assert_eq!(
+        retag(max - 4).map(|_| ()),
+        Err(Error::Store(tuplekv_engine::Error::TooManyMutations {
+            count: max + 1
+        }))
+    );
+    assert_eq!(c.get(&key![1]).unwrap().unwrap(), user(1, "ada@x", "green"));
+    assert_eq!(c.verify().unwrap(), before);
+    retag(max - 5).unwrap();
+    assert_eq!(c.count("tags", &key!["tag994"]).unwrap(), 1);
+    assert!(c.verify().unwrap().is_clean());
+}
