@@ -60,6 +60,26 @@ fn newest_segment(dir: &Path) -> PathBuf {
     files(dir, "log").pop().unwrap()
 }
 
+/// Flips the bits of `mask` in the byte at `offset` of `file` (offsets from the end when
+/// negative).
+fn flip(file: &Path, offset: isize, mask: u8) {
+    let mut bytes = fs::read(file).unwrap();
+    let at = if offset < 0 {
+        bytes.len() - offset.unsigned_abs()
+    } else {
+        offset.unsigned_abs()
+    };
+    bytes[at] ^= mask;
+    fs::write(file, &bytes).unwrap();
+}
+
+/// Recovery cut the log's damaged tail, which held commit 2 but not commit 1.
+fn assert_second_commit_cut(db: &Database) {
+    assert!(db.recovery_report().unwrap().truncated.is_some());
+    assert_eq!(db.get(&key!["k", 2u64]).unwrap(), None);
+    assert!(db.get(&key!["k", 1u64]).unwrap().is_some());
+}
+
 #[test]
 fn reopen_keeps_every_commit_and_stamps_continue_above_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -298,15 +318,9 @@ fn a_torn_tail_is_cut_at_every_possible_length() {
 fn a_bit_flip_in_the_last_record_is_cut_as_a_torn_tail() {
     let dir = tempfile::tempdir().unwrap();
     write_commits(dir.path(), 3);
-    let seg = newest_segment(dir.path());
-    let mut bytes = fs::read(&seg).unwrap();
-    let last = bytes.len() - 3;
-    bytes[last] ^= 0x10;
-    fs::write(&seg, &bytes).unwrap();
+    flip(&newest_segment(dir.path()), -3, 0x10);
     let db = Database::open(dir.path(), options()).unwrap();
-    assert!(db.recovery_report().unwrap().truncated.is_some());
-    assert_eq!(db.get(&key!["k", 2u64]).unwrap(), None);
-    assert!(db.get(&key!["k", 1u64]).unwrap().is_some());
+    assert_second_commit_cut(&db);
 }
 
 #[test]
@@ -314,19 +328,18 @@ fn a_bit_flip_in_the_middle_of_the_log_is_an_error_naming_file_and_offset() {
     let dir = tempfile::tempdir().unwrap();
     write_commits(dir.path(), 10);
     let seg = newest_segment(dir.path());
-    let mut bytes = fs::read(&seg).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0x01;
-    fs::write(&seg, &bytes).unwrap();
+    let middle = fs::metadata(&seg).unwrap().len() / 2;
+    flip(&seg, isize::try_from(middle).unwrap(), 0x01);
+    let damaged = fs::read(&seg).unwrap();
     let err = Database::open(dir.path(), options()).unwrap_err();
     let Error::Corrupt { path, offset, .. } = &err else {
         panic!("expected Corrupt, got {err}");
     };
     assert_eq!(path, &seg);
-    assert!(*offset <= middle as u64 && *offset >= 16, "{err}");
+    assert!(*offset <= middle && *offset >= 16, "{err}");
     assert!(err.to_string().contains("corrupt at offset"), "{err}");
     // Nothing was changed: the file is as it was.
-    assert_eq!(fs::read(&seg).unwrap(), bytes);
+    assert_eq!(fs::read(&seg).unwrap(), damaged);
 }
 
 #[test]
@@ -339,9 +352,7 @@ fn a_damaged_checkpoint_is_an_error_not_an_empty_database() {
     db.checkpoint().unwrap();
     db.close().unwrap();
     let ckpt = files(dir.path(), "ckpt").pop().unwrap();
-    let mut bytes = fs::read(&ckpt).unwrap();
-    bytes[40] ^= 0x80;
-    fs::write(&ckpt, &bytes).unwrap();
+    flip(&ckpt, 40, 0x80);
     let err = Database::open(dir.path(), options()).unwrap_err();
     assert!(
         matches!(&err, Error::Corrupt { path, .. } if *path == ckpt),
@@ -1104,15 +1115,14 @@ fn a_torn_record_before_preallocated_zeros_is_cut_as_a_torn_tail() {
     let crashed = tempfile::tempdir().unwrap();
     copy_files(dir.path(), crashed.path());
     db.close().unwrap();
-    let seg = newest_segment(crashed.path());
-    let mut bytes = fs::read(&seg).unwrap();
     let last = ends[2].unwrap() - 2;
-    bytes[last] ^= 0x10;
-    fs::write(&seg, &bytes).unwrap();
+    flip(
+        &newest_segment(crashed.path()),
+        isize::try_from(last).unwrap(),
+        0x10,
+    );
     let db = Database::open(crashed.path(), options()).unwrap();
-    assert!(db.recovery_report().unwrap().truncated.is_some());
-    assert_eq!(db.get(&key!["k", 2u64]).unwrap(), None);
-    assert!(db.get(&key!["k", 1u64]).unwrap().is_some());
+    assert_second_commit_cut(&db);
 }
 
 /// A write over preallocated space can reach the disk page by page in any order, so a crash
