@@ -1,7 +1,5 @@
 //! Listing: selectors, options, batching and Deno's cursors over any [`ReadView`].
 
-use std::collections::VecDeque;
-
 use tuplekv_codec::{ByteRange, Selector};
 
 use crate::error::Error;
@@ -53,10 +51,19 @@ pub struct ListIter<V> {
     /// Entries still allowed by the limit.
     remaining: Option<usize>,
     batch_size: usize,
-    buffer: VecDeque<Entry>,
+    /// The current batch's entries not yet yielded.
+    buffer: std::vec::IntoIter<Entry>,
     /// The view has no more entries in `range`.
     range_done: bool,
-    last: Option<crate::key_bytes::KeyBytes>,
+    /// The current batch's keys, concatenated, and where each ends: the cursor needs the last
+    /// yielded key, and copying every key once per batch into one buffer is far cheaper than
+    /// keeping a copy of each key as it is yielded.
+    batch_keys: Vec<u8>,
+    batch_key_ends: Vec<usize>,
+    /// Entries yielded from the current batch.
+    taken: usize,
+    /// The last key yielded before the current batch.
+    last_before_batch: Option<Vec<u8>>,
     /// The cursor the iteration resumed from (not `""`), reported until an entry is yielded.
     resumed_from: Option<String>,
     exhausted: bool,
@@ -93,9 +100,12 @@ impl<V: ReadView> ListIter<V> {
             reverse: options.reverse,
             remaining: options.limit,
             batch_size,
-            buffer: VecDeque::new(),
+            buffer: Vec::new().into_iter(),
             range_done: false,
-            last: None,
+            batch_keys: Vec::new(),
+            batch_key_ends: Vec::new(),
+            taken: 0,
+            last_before_batch: None,
             resumed_from: options.cursor.filter(|c| !c.is_empty()),
             exhausted: false,
         })
@@ -129,7 +139,7 @@ impl<V: ReadView> ListIter<V> {
         if self.exhausted {
             return ListCursor::Exhausted;
         }
-        match &self.last {
+        match self.last_key() {
             None => self
                 .resumed_from
                 .clone()
@@ -141,6 +151,18 @@ impl<V: ReadView> ListIter<V> {
         }
     }
 
+    /// The key of the last entry yielded, if any.
+    fn last_key(&self) -> Option<&[u8]> {
+        match self.taken.checked_sub(1) {
+            Some(i) => {
+                let start = i.checked_sub(1).map_or(0, |p| self.batch_key_ends[p]);
+                Some(&self.batch_keys[start..self.batch_key_ends[i]])
+            }
+            None => self.last_before_batch.as_deref(),
+        }
+    }
+
+    #[cold]
     fn refill(&mut self) -> Result<(), Error> {
         let want = self
             .remaining
@@ -157,12 +179,20 @@ impl<V: ReadView> ListIter<V> {
                 self.range.start = next;
             }
         }
-        // The buffer is empty here: take the batch's allocation rather than copy into it.
-        if self.buffer.is_empty() {
-            self.buffer = VecDeque::from(batch);
-        } else {
-            self.buffer.extend(batch);
+        if let Some(last) = self.last_key() {
+            self.last_before_batch = Some(last.to_vec());
         }
+        self.batch_keys.clear();
+        self.batch_key_ends.clear();
+        self.batch_keys
+            .reserve(batch.iter().map(|e| e.key.len()).sum());
+        for entry in &batch {
+            self.batch_keys.extend_from_slice(&entry.key);
+            self.batch_key_ends.push(self.batch_keys.len());
+        }
+        self.taken = 0;
+        // Called only once the buffer is drained.
+        self.buffer = batch.into_iter();
         Ok(())
     }
 }
@@ -170,25 +200,42 @@ impl<V: ReadView> ListIter<V> {
 impl<V: ReadView> Iterator for ListIter<V> {
     type Item = Result<Entry, Error>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.remaining == Some(0) || self.exhausted {
             return None;
         }
-        if self.buffer.is_empty()
+        if self.buffer.len() == 0
             && !self.range_done
             && let Err(e) = self.refill()
         {
             self.exhausted = true;
             return Some(Err(e));
         }
-        let Some(entry) = self.buffer.pop_front() else {
+        let Some(entry) = self.buffer.next() else {
             self.exhausted = true;
             return None;
         };
         if let Some(r) = self.remaining.as_mut() {
             *r -= 1;
         }
-        self.last = Some(entry.key.clone());
+        self.taken += 1;
         Some(Ok(entry))
+    }
+
+    /// Exact once a batch is buffered and the limit is what remains of it; the entries already
+    /// read are a lower bound.
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        if self.exhausted {
+            return (0, Some(0));
+        }
+        let buffered = self.buffer.len();
+        let lower = self.remaining.map_or(buffered, |r| r.min(buffered));
+        let upper = if self.range_done {
+            Some(lower)
+        } else {
+            self.remaining
+        };
+        (lower, upper)
     }
 }

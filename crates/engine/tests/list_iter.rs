@@ -1,0 +1,118 @@
+//! The list iterator's own bookkeeping: the cursor wherever iteration stops (inside a batch,
+//! at a batch boundary, in reverse) and the size hints `collect` relies on.
+
+use tuplekv_engine::{Database, ListCursor, ListOptions, Selector, key};
+
+fn db_with(n: i64) -> Database {
+    let db = Database::in_memory();
+    for i in 0..n {
+        db.set(&key!["k", i], b"v").expect("set");
+    }
+    db
+}
+
+fn after(selector: &Selector, i: i64) -> ListCursor {
+    let encoded = tuplekv_codec::encode_key(&key!["k", i]);
+    ListCursor::After(selector.cursor_for(&encoded).expect("cursor"))
+}
+
+#[test]
+fn the_cursor_names_the_last_yielded_key_inside_and_across_batches() {
+    let db = db_with(10);
+    let selector = Selector::prefix(&key!["k"]);
+    for reverse in [false, true] {
+        let options = ListOptions {
+            batch_size: Some(3),
+            reverse,
+            ..ListOptions::default()
+        };
+        let mut list = db.list(&selector, options).expect("list");
+        assert_eq!(list.cursor(), ListCursor::NotStarted);
+        let mut yielded = Vec::new();
+        for step in 0..10 {
+            let entry = list.next().expect("an entry").expect("no error");
+            let i = if reverse { 9 - step } else { step };
+            assert_eq!(entry.decoded_key().expect("key"), key!["k", i]);
+            yielded.push(i);
+            assert_eq!(
+                list.cursor(),
+                after(&selector, i),
+                "reverse {reverse}, step {step}"
+            );
+        }
+        assert!(list.next().is_none());
+        assert_eq!(list.cursor(), ListCursor::Exhausted);
+        assert_eq!(yielded.len(), 10);
+    }
+}
+
+#[test]
+fn a_cursor_taken_inside_a_batch_resumes_at_the_next_key() {
+    let db = db_with(10);
+    let selector = Selector::prefix(&key!["k"]);
+    let options = ListOptions {
+        batch_size: Some(4),
+        ..ListOptions::default()
+    };
+    let mut list = db.list(&selector, options.clone()).expect("list");
+    assert_eq!(list.by_ref().take(6).count(), 6);
+    let ListCursor::After(cursor) = list.cursor() else {
+        panic!("stopped inside the second batch")
+    };
+    let rest: Vec<_> = db
+        .list(
+            &selector,
+            ListOptions {
+                cursor: Some(cursor),
+                ..options
+            },
+        )
+        .expect("list")
+        .map(|e| e.expect("entry").decoded_key().expect("key"))
+        .collect();
+    assert_eq!(rest, (6..10).map(|i| key!["k", i]).collect::<Vec<_>>());
+}
+
+#[test]
+fn size_hints_bound_what_the_iterator_yields() {
+    let db = db_with(10);
+    let selector = Selector::prefix(&key!["k"]);
+    let limited = ListOptions {
+        limit: Some(4),
+        ..ListOptions::default()
+    };
+    let mut list = db.list(&selector, limited).expect("list");
+    assert_eq!(list.size_hint(), (0, Some(4)), "nothing read yet");
+    list.next();
+    assert_eq!(
+        list.size_hint(),
+        (3, Some(3)),
+        "the rest of the batch is the limit"
+    );
+    assert_eq!(list.count(), 3);
+
+    let mut all = db
+        .list(
+            &selector,
+            ListOptions {
+                batch_size: Some(4),
+                ..ListOptions::default()
+            },
+        )
+        .expect("list");
+    for yielded in 1..=10 {
+        all.next().expect("entry").expect("no error");
+        let (lower, upper) = all.size_hint();
+        assert!(lower <= 10 - yielded, "lower bound {lower} after {yielded}");
+        assert!(
+            upper.is_none_or(|u| u >= 10 - yielded),
+            "upper bound {upper:?}"
+        );
+    }
+    assert_eq!(
+        all.size_hint(),
+        (0, Some(0)),
+        "the last batch was short: nothing left"
+    );
+    assert!(all.next().is_none());
+}
