@@ -1045,7 +1045,8 @@ impl Wal {
             Ok(())
         };
         for slot in inner.map.iter() {
-            let chain = slot.value().load();
+            let guard = crossbeam_epoch::pin();
+            let chain = slot.chain(&guard);
             let Some(v) = chain.at(version) else { continue };
             if v.value.is_none() || v.expires_at.is_some_and(|d| d <= now) {
                 continue;
