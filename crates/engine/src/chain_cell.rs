@@ -13,6 +13,11 @@
 //! The null pointer is the empty list, so a slot inserted empty (a commit reserving a key it
 //! may write) allocates nothing.
 //!
+//! A replaced list waits in the writing thread's deferral bag (up to 64 objects) until the bag
+//! fills or is flushed. So that large values do not linger there (a thread that overwrites a
+//! 64 KiB value and then only reads would otherwise keep it), a writer flushes its bag once the
+//! values it has deferred since the last flush reach [`DEFERRED_BYTES_FLUSH`].
+//!
 //! Invariants the `unsafe` blocks rely on:
 //! 1. The pointer is null or came from `Owned::new` / `Owned::from(Box)` and is owned by the
 //!    cell: nothing else frees it while it is in the cell.
@@ -21,12 +26,39 @@
 //! 3. The cell itself is dropped only when nobody can reach it: it lives in a skiplist node,
 //!    which crossbeam frees through the same epoch scheme once unlinked and unreferenced, and
 //!    `Drop` takes `&mut self`.
+//! 4. Every guard passed in is a pin of the default collector, the one the skiplist and every
+//!    deferral use: [`Pin`] can only be made by [`pin`]. (A guard of another collector would
+//!    not hold back the frees.)
 
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
 use crate::db::Chain;
+
+/// Value bytes a thread may leave in its deferral bag before it flushes the bag.
+pub(crate) const DEFERRED_BYTES_FLUSH: usize = 256 * 1024;
+
+thread_local! {
+    /// Value bytes this thread has deferred since its last flush.
+    static DEFERRED_BYTES: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A pin of crossbeam's default collector: what every read of the map holds.
+pub(crate) struct Pin(Guard);
+
+/// Pins the current thread (cheap when it is pinned already).
+pub(crate) fn pin() -> Pin {
+    Pin(epoch::pin())
+}
+
+impl Pin {
+    /// The guard, for the skiplist.
+    pub(crate) fn guard(&self) -> &Guard {
+        &self.0
+    }
+}
 
 /// The list an empty cell reads as.
 static EMPTY: Chain = Chain::EMPTY;
@@ -51,26 +83,44 @@ impl ChainCell {
         }
     }
 
-    /// The current list, borrowed for as long as `guard` is pinned.
-    pub(crate) fn load<'g>(&'g self, guard: &'g Guard) -> &'g Chain {
-        let shared = self.ptr.load(Ordering::Acquire, guard);
+    /// The current list, borrowed for as long as `pin` lasts.
+    pub(crate) fn load<'g>(&'g self, pin: &'g Pin) -> &'g Chain {
+        let shared = self.ptr.load(Ordering::Acquire, &pin.0);
         // SAFETY: by invariant 1 the pointer is null or points to a live `Chain` owned by the
-        // cell. It cannot be freed while `guard` is pinned: a writer that swaps it out defers
-        // its destruction past every current pin (invariant 2), and the cell outlives the
-        // borrow of `self`.
+        // cell. It cannot be freed while `pin` lasts: a writer that swaps it out defers its
+        // destruction past every current pin of the default collector (invariants 2 and 4),
+        // and the cell outlives the borrow of `self`.
         unsafe { shared.as_ref() }.unwrap_or(&EMPTY)
     }
 
     /// Replaces the list with `chain`; the old one is freed once no pinned reader can hold
     /// it. Writers of one cell are serialised by the caller (the commit lock).
-    pub(crate) fn store(&self, chain: Box<Chain>, guard: &Guard) {
+    pub(crate) fn store(&self, chain: Box<Chain>, pin: &Pin) {
+        let guard = &pin.0;
         let old = self.ptr.swap(Owned::from(chain), Ordering::AcqRel, guard);
-        if !old.is_null() {
-            // SAFETY: `old` was owned by the cell (invariant 1) and the swap made it
-            // unreachable from it, so no reader pinned from now on can load it; readers pinned
-            // before may still hold it, and `defer_destroy` waits for them. Only this call
-            // saw `old` come out of the cell, so it is destroyed once.
-            unsafe { guard.defer_destroy(old) };
+        // SAFETY: as in `load`: `old` is null or a live list, and `guard` keeps it alive.
+        let Some(replaced) = (unsafe { old.as_ref() }) else {
+            return;
+        };
+        let bytes: usize = replaced
+            .versions
+            .iter()
+            .filter_map(|v| v.value.as_ref())
+            .map(|v| v.size())
+            .sum();
+        // SAFETY: `old` was owned by the cell (invariant 1) and the swap made it unreachable
+        // from it, so no reader pinned from now on can load it; readers pinned before may
+        // still hold it, and `defer_destroy` waits for them (invariant 4: same collector).
+        // Only this call saw `old` come out of the cell, so it is destroyed once.
+        unsafe { guard.defer_destroy(old) };
+        let pending = DEFERRED_BYTES.with(|d| {
+            let total = d.get().saturating_add(bytes);
+            d.set(total);
+            total
+        });
+        if pending >= DEFERRED_BYTES_FLUSH {
+            DEFERRED_BYTES.with(|d| d.set(0));
+            guard.flush();
         }
     }
 }
@@ -93,8 +143,8 @@ impl Drop for ChainCell {
 
 impl std::fmt::Debug for ChainCell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let guard = epoch::pin();
-        f.debug_tuple("ChainCell").field(self.load(&guard)).finish()
+        let pin = pin();
+        f.debug_tuple("ChainCell").field(self.load(&pin)).finish()
     }
 }
 
@@ -121,9 +171,44 @@ mod tests {
     }
 
     #[test]
+    fn a_replaced_large_value_is_freed_without_the_writer_flushing() {
+        static LIVE: AtomicUsize = AtomicUsize::new(0);
+        struct Big(Vec<u8>);
+        impl Drop for Big {
+            fn drop(&mut self) {
+                LIVE.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        impl AsRef<[u8]> for Big {
+            fn as_ref(&self) -> &[u8] {
+                &self.0
+            }
+        }
+        LIVE.fetch_add(1, Ordering::SeqCst);
+        let big = Value::Bytes(bytes::Bytes::from_owner(Big(vec![0; DEFERRED_BYTES_FLUSH])));
+        let cell = ChainCell::new(Box::new(Chain {
+            versions: std::iter::once(Version {
+                version: 1,
+                value: Some(big),
+                expires_at: None,
+            })
+            .collect(),
+        }));
+        cell.store(chain_of_len(1), &pin());
+        // Only pins from here on: collection happens as they advance the epoch.
+        for _ in 0..100_000 {
+            if LIVE.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            drop(pin());
+        }
+        assert_eq!(LIVE.load(Ordering::SeqCst), 0, "the large value was freed");
+    }
+
+    #[test]
     fn an_empty_cell_reads_as_the_empty_list_and_stores_replace_it() {
         let cell = ChainCell::empty();
-        let guard = epoch::pin();
+        let guard = pin();
         assert!(cell.load(&guard).versions.is_empty());
         cell.store(chain_of_len(2), &guard);
         assert_eq!(cell.load(&guard).versions.len(), 2);
@@ -134,9 +219,9 @@ mod tests {
     #[test]
     fn a_borrowed_list_stays_whole_while_a_writer_replaces_it() {
         let cell = ChainCell::new(chain_of_len(1));
-        let guard = epoch::pin();
+        let guard = pin();
         let before = cell.load(&guard);
-        let writer_guard = epoch::pin();
+        let writer_guard = pin();
         cell.store(chain_of_len(3), &writer_guard);
         assert_eq!(before.versions.len(), 1, "the old list is still readable");
         assert_eq!(before.versions[0].value, Some(Value::U64(1)));
@@ -178,7 +263,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut reads = 0u64;
                     while !stop.load(Ordering::Relaxed) || reads == 0 {
-                        let guard = epoch::pin();
+                        let guard = pin();
                         let chain = cell.load(&guard);
                         let n = chain.versions[0].version;
                         assert_eq!(chain.versions.len() as u64, n + 1, "a whole list");
@@ -189,7 +274,7 @@ mod tests {
             })
             .collect();
         for i in 0..20_000u64 {
-            let guard = epoch::pin();
+            let guard = pin();
             cell.store(tracked_chain(1 + i % 4), &guard);
         }
         stop.store(true, Ordering::Relaxed);
@@ -202,7 +287,7 @@ mod tests {
             if LIVE.load(Ordering::SeqCst) == 0 {
                 break;
             }
-            epoch::pin().flush();
+            pin().0.flush();
         }
         assert_eq!(
             LIVE.load(Ordering::SeqCst),

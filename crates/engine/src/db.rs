@@ -35,13 +35,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crossbeam_epoch::{self as epoch, Guard};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tuplekv_codec::{ByteRange, Key, Selector};
 
 use crate::atomic::{Atomic, AtomicWrite, CommitResult, Conflict, FailedCheck, MutationKind};
-use crate::chain_cell::ChainCell;
+use crate::chain_cell::{self, ChainCell, Pin};
 use crate::durable::fs::{FileSystem, OsFs};
 use crate::durable::{self, Durability, LogSink, OpenDir, RecoveryReport, Wal};
 use crate::error::Error;
@@ -557,7 +556,7 @@ impl Database {
         let mut stats = Stats::default();
         for entry in self.inner.map.iter() {
             stats.keys += 1;
-            stats.versions += entry.chain(&epoch::pin()).versions.len();
+            stats.versions += entry.chain(&chain_cell::pin()).versions.len();
         }
         (
             stats.reclaim_queue,
@@ -774,7 +773,7 @@ impl Inner {
 
     /// The value a key's slot has now, for mutations that read it. Called with the commit
     /// lock held, so every version in the map is published.
-    fn current(slot: Option<&Slot<'_>>, guard: &Guard, now: &mut Option<u64>) -> Option<Value> {
+    fn current(slot: Option<&Slot<'_>>, guard: &Pin, now: &mut Option<u64>) -> Option<Value> {
         let chain = slot?.chain(guard);
         chain.versions.first()?.live_value(now).cloned()
     }
@@ -782,7 +781,7 @@ impl Inner {
     /// The stamp of the value [`Inner::current`] returns, without copying the value.
     fn current_stamp(
         slot: Option<&Slot<'_>>,
-        guard: &Guard,
+        guard: &Pin,
         now: &mut Option<u64>,
     ) -> Option<Versionstamp> {
         let chain = slot?.chain(guard);
@@ -891,7 +890,7 @@ impl Inner {
 
     /// After an operation wrote nothing: queues for removal the empty slots it inserted.
     fn release(&self, slots: &Slots<'_>) {
-        let guard = epoch::pin();
+        let guard = chain_cell::pin();
         for slot in slots.mutations.iter().flatten() {
             if !slot.is_removed() && slot.chain(&guard).versions.is_empty() {
                 self.reclaimer.mark(slot.key().clone());
@@ -914,7 +913,7 @@ impl Inner {
     /// a durable commit batch whose log write failed. Called with the commit lock held, before
     /// anything above `published` was published.
     pub(crate) fn roll_back(&self, keys: &[KeyBytes], published: u64) {
-        let guard = epoch::pin();
+        let guard = chain_cell::pin();
         for key in keys {
             let Some(slot) = self.map.get(key.as_slice()) else {
                 continue;
@@ -978,7 +977,7 @@ impl Inner {
         let mut now = None;
         // One pin for the whole operation: every version list it reads stays readable, and
         // the lists it replaces are freed once it (and every other reader) has moved on.
-        let guard = epoch::pin();
+        let guard = chain_cell::pin();
 
         let mut conflict = Conflict::default();
         for (index, (check, slot)) in checks.iter().zip(slots.checks.iter_mut()).enumerate() {
@@ -1126,7 +1125,7 @@ impl Inner {
         slot: Option<Slot<'a>>,
         spare: Option<Box<Chain>>,
         retention: Option<&mut Option<Retention>>,
-        guard: &Guard,
+        guard: &Pin,
     ) -> Option<(KeyBytes, Slot<'a>)> {
         let tombstone = new.value.is_none();
         let expiry = new.expires_at;
@@ -1185,7 +1184,7 @@ impl Inner {
         if slot.is_removed() {
             return false;
         }
-        let guard = epoch::pin();
+        let guard = chain_cell::pin();
         let old = slot.chain(&guard);
         let mut versions: SmallVec<[Version; 1]> = retention.keep(&old.versions).cloned().collect();
         // A dead version (tombstone or expired) at the end of the list reads the same as no

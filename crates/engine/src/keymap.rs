@@ -10,10 +10,10 @@
 
 use std::ops::Bound;
 
-use crossbeam_epoch::{self as epoch, Guard};
+use crossbeam_epoch as epoch;
 use crossbeam_skiplist::base::{RefEntry, RefIter, SkipList};
 
-use crate::chain_cell::ChainCell;
+use crate::chain_cell::{self, ChainCell, Pin};
 use crate::db::Chain;
 use crate::key_bytes::KeyBytes;
 
@@ -53,9 +53,9 @@ impl<'a> Slot<'a> {
         self.entry().value()
     }
 
-    /// The key's current version list, borrowed while `guard` is pinned.
-    pub(crate) fn chain<'g>(&'g self, guard: &'g Guard) -> &'g Chain {
-        self.entry().value().load(guard)
+    /// The key's current version list, borrowed while `pin` lasts.
+    pub(crate) fn chain<'g>(&'g self, pin: &'g Pin) -> &'g Chain {
+        self.entry().value().load(pin)
     }
 
     /// Whether the node has been removed from the map.
@@ -139,9 +139,9 @@ impl KeyMap {
         key: &[u8],
         f: impl FnOnce(Option<(&KeyBytes, &Chain)>) -> R,
     ) -> R {
-        let guard = epoch::pin();
-        let entry = self.list.get(key, &guard);
-        f(entry.as_ref().map(|e| (e.key(), e.value().load(&guard))))
+        let pin = chain_cell::pin();
+        let entry = self.list.get(key, pin.guard());
+        f(entry.as_ref().map(|e| (e.key(), e.value().load(&pin))))
     }
 
     /// Visits the keys in `[start, end)` with their version lists, ascending or descending,
@@ -153,18 +153,18 @@ impl KeyMap {
         reverse: bool,
         mut visit: impl FnMut(&KeyBytes, &Chain) -> bool,
     ) {
-        let guard = epoch::pin();
+        let pin = chain_cell::pin();
         let bounds = (Bound::Included(start), Bound::Excluded(end));
-        let mut range = self.list.range::<[u8], _>(bounds, &guard);
+        let mut range = self.list.range::<[u8], _>(bounds, pin.guard());
         if reverse {
             while let Some(entry) = range.next_back() {
-                if !visit(entry.key(), entry.value().load(&guard)) {
+                if !visit(entry.key(), entry.value().load(&pin)) {
                     break;
                 }
             }
         } else {
             for entry in range {
-                if !visit(entry.key(), entry.value().load(&guard)) {
+                if !visit(entry.key(), entry.value().load(&pin)) {
                     break;
                 }
             }
@@ -251,7 +251,7 @@ mod tests {
         assert!(!other.remove(), "already removed");
         assert!(other.is_removed());
         assert_eq!(other.key().as_slice(), b"a");
-        assert!(other.chain(&epoch::pin()).versions.is_empty());
+        assert!(other.chain(&chain_cell::pin()).versions.is_empty());
         assert!(map.get(b"a").is_none());
         assert!(map.read(b"a", |_, _| ()).is_none());
         assert_eq!(map.len(), 0);
