@@ -3,10 +3,9 @@
 //! # Design
 //! - Keys live in a lock-free ordered map ([`KeyMap`], a crossbeam skiplist) from encoded key
 //!   to a *version list*: an immutable, newest-first list of `(version, value or tombstone,
-//!   expiry)` behind an epoch-protected pointer ([`ChainCell`]). A writer never edits a list
-//!   in place: it builds a new one and swaps it in, so a reader holding the old list keeps a
-//!   consistent copy and nobody waits for anybody; the old list is freed once every reader
-//!   pinned while it was current has moved on.
+//!   expiry)` behind an `ArcSwap`. A writer never edits a list in place: it builds a new one
+//!   and swaps it in, so a reader holding the old list keeps a consistent copy and nobody
+//!   waits for anybody.
 //! - A commit first finds its keys' slots in the map without any lock (a key it writes gets
 //!   an empty version list if absent, which reads as absent), so committers search the map in
 //!   parallel. Then writers are serialised by one commit mutex, held only to check and swap
@@ -35,12 +34,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tuplekv_codec::{ByteRange, Key, Selector};
 
 use crate::atomic::{Atomic, AtomicWrite, CommitResult, Conflict, FailedCheck, MutationKind};
-use crate::chain_cell::{self, ChainCell, Pin};
 use crate::durable::fs::{FileSystem, OsFs};
 use crate::durable::{self, Durability, LogSink, OpenDir, RecoveryReport, Wal};
 use crate::error::Error;
@@ -81,27 +80,27 @@ pub(crate) struct Chain {
 }
 
 impl Chain {
-    /// No versions: what an absent key reads as.
-    pub(crate) const EMPTY: Chain = Chain {
-        versions: SmallVec::new_const(),
-    };
-
     /// The newest version at or below `at`.
     pub(crate) fn at(&self, at: u64) -> Option<&Version> {
         self.versions.iter().find(|v| v.version <= at)
     }
 }
 
-/// A published-to-be version list of `versions`, built in `spare` (an empty list allocated
-/// before the commit lock) when there is one.
-fn chain_of(spare: Option<Box<Chain>>, versions: impl IntoIterator<Item = Version>) -> Box<Chain> {
+/// A published-to-be version list of `versions`, built in `spare` (an empty list nobody else
+/// holds, allocated before the commit lock) when there is one.
+fn chain_of(spare: Option<Arc<Chain>>, versions: impl IntoIterator<Item = Version>) -> Arc<Chain> {
     match spare {
-        Some(mut chain) => {
-            chain.versions.clear();
-            chain.versions.extend(versions);
-            chain
-        }
-        None => Box::new(Chain {
+        Some(mut chain) => match Arc::get_mut(&mut chain) {
+            Some(unshared) => {
+                unshared.versions.clear();
+                unshared.versions.extend(versions);
+                chain
+            }
+            None => Arc::new(Chain {
+                versions: versions.into_iter().collect(),
+            }),
+        },
+        None => Arc::new(Chain {
             versions: versions.into_iter().collect(),
         }),
     }
@@ -215,7 +214,7 @@ pub(crate) struct Slots<'a> {
     /// under the lock a commit fills them in rather than allocate (an allocation that grows
     /// the heap faults pages in, and under the lock every other committer waits for it). A
     /// list of one version needs nothing more; a longer one still allocates its versions.
-    spare: SmallVec<[Box<Chain>; 4]>,
+    spare: SmallVec<[Arc<Chain>; 4]>,
 }
 
 pub(crate) struct Inner {
@@ -328,7 +327,7 @@ impl Database {
             if let Some(deadline) = version.expires_at {
                 expiring.push((deadline, key.clone()));
             }
-            map.insert(key, ChainCell::new(Box::new(durable::chain_of(version))));
+            map.insert(key, ArcSwap::from_pointee(durable::chain_of(version)));
         }
         let inner = Arc::new(Inner {
             map,
@@ -556,7 +555,7 @@ impl Database {
         let mut stats = Stats::default();
         for entry in self.inner.map.iter() {
             stats.keys += 1;
-            stats.versions += entry.chain(&chain_cell::pin()).versions.len();
+            stats.versions += entry.value().load().versions.len();
         }
         (
             stats.reclaim_queue,
@@ -707,7 +706,9 @@ impl Inner {
     /// Reads `key` at version `at` (which must be registered or be the latest published).
     pub(crate) fn read_at(&self, key: &[u8], at: u64) -> Option<Entry> {
         self.map
-            .read(key, |key, chain| entry_at(key, chain, at, &mut None))
+            .read(key, |key, chain| {
+                entry_at(key, &chain.load(), at, &mut None)
+            })
             .flatten()
     }
 
@@ -738,12 +739,13 @@ impl Inner {
         key: &[u8],
         f: impl FnOnce(Option<(&KeyBytes, &Version)>) -> R,
     ) -> R {
-        self.map.with(key, |found| {
+        self.map.with(key, |slot| {
+            let found = slot.map(|(key, chain)| (key, chain.load()));
             let at = self.visible.load(Ordering::Acquire);
-            let live = found.and_then(|(key, chain)| {
+            let live = found.as_ref().and_then(|(key, chain)| {
                 let version = chain.at(at)?;
                 version.live_value(&mut None)?;
-                Some((key, version))
+                Some((*key, version))
             });
             f(live)
         })
@@ -763,7 +765,7 @@ impl Inner {
         let mut now = None;
         self.map
             .scan(&range.start, &range.end, reverse, |key, chain| {
-                if let Some(entry) = entry_at(key, chain, at, &mut now) {
+                if let Some(entry) = entry_at(key, &chain.load(), at, &mut now) {
                     out.push(entry);
                 }
                 out.len() < limit
@@ -773,18 +775,14 @@ impl Inner {
 
     /// The value a key's slot has now, for mutations that read it. Called with the commit
     /// lock held, so every version in the map is published.
-    fn current(slot: Option<&Slot<'_>>, guard: &Pin, now: &mut Option<u64>) -> Option<Value> {
-        let chain = slot?.chain(guard);
+    fn current(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Value> {
+        let chain = slot?.value().load();
         chain.versions.first()?.live_value(now).cloned()
     }
 
     /// The stamp of the value [`Inner::current`] returns, without copying the value.
-    fn current_stamp(
-        slot: Option<&Slot<'_>>,
-        guard: &Pin,
-        now: &mut Option<u64>,
-    ) -> Option<Versionstamp> {
-        let chain = slot?.chain(guard);
+    fn current_stamp(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Versionstamp> {
+        let chain = slot?.value().load();
         let newest = chain.versions.first()?;
         newest.live_value(now)?;
         Some(Versionstamp::from_version(newest.version))
@@ -840,7 +838,7 @@ impl Inner {
             .mutations
             .iter()
             .filter(|m| !matches!(m.kind, MutationKind::Delete))
-            .map(|_| Box::new(Chain::default()))
+            .map(|_| Arc::new(Chain::default()))
             .collect();
         Slots {
             checks,
@@ -852,7 +850,16 @@ impl Inner {
 
     /// The slot of `key`, inserted empty if the key is absent.
     fn slot_for_write(&self, key: &KeyBytes) -> Slot<'_> {
-        self.map.get_or_insert_with(key.clone(), ChainCell::empty)
+        thread_local! {
+            // Shared by this thread's empty slots: no allocation per new key.
+            static EMPTY: Arc<Chain> = Arc::new(Chain::default());
+        }
+        self.map.get_or_insert_with(key.clone(), || {
+            let empty = EMPTY
+                .try_with(Arc::clone)
+                .unwrap_or_else(|_| Arc::new(Chain::default()));
+            ArcSwap::new(empty)
+        })
     }
 
     /// Makes a slot found before the commit lock current, with the lock held: a slot that was
@@ -890,9 +897,8 @@ impl Inner {
 
     /// After an operation wrote nothing: queues for removal the empty slots it inserted.
     fn release(&self, slots: &Slots<'_>) {
-        let guard = chain_cell::pin();
         for slot in slots.mutations.iter().flatten() {
-            if !slot.is_removed() && slot.chain(&guard).versions.is_empty() {
+            if !slot.is_removed() && slot.value().load().versions.is_empty() {
                 self.reclaimer.mark(slot.key().clone());
             }
         }
@@ -913,12 +919,11 @@ impl Inner {
     /// a durable commit batch whose log write failed. Called with the commit lock held, before
     /// anything above `published` was published.
     pub(crate) fn roll_back(&self, keys: &[KeyBytes], published: u64) {
-        let guard = chain_cell::pin();
         for key in keys {
             let Some(slot) = self.map.get(key.as_slice()) else {
                 continue;
             };
-            let old = slot.chain(&guard);
+            let old = slot.value().load();
             if old.versions.iter().all(|v| v.version <= published) {
                 continue;
             }
@@ -937,7 +942,7 @@ impl Inner {
             if versions.is_empty() {
                 slot.remove();
             } else {
-                slot.value().store(Box::new(Chain { versions }), &guard);
+                slot.value().store(Arc::new(Chain { versions }));
             }
         }
     }
@@ -975,14 +980,11 @@ impl Inner {
             mutations,
         } = write;
         let mut now = None;
-        // One pin for the whole operation: every version list it reads stays readable, and
-        // the lists it replaces are freed once it (and every other reader) has moved on.
-        let guard = chain_cell::pin();
 
         let mut conflict = Conflict::default();
         for (index, (check, slot)) in checks.iter().zip(slots.checks.iter_mut()).enumerate() {
             self.refresh(slot, &check.key, false);
-            let actual = Self::current_stamp(slot.as_ref(), &guard, &mut now);
+            let actual = Self::current_stamp(slot.as_ref(), &mut now);
             if actual != check.versionstamp {
                 conflict.failed_checks.push(FailedCheck {
                     index,
@@ -1003,7 +1005,13 @@ impl Inner {
                 conflict.range_changed = true;
                 break;
             }
-            let newer = |chain: &Chain| chain.versions.first().is_some_and(|v| v.version > since);
+            let newer = |chain: &ArcSwap<Chain>| {
+                chain
+                    .load()
+                    .versions
+                    .first()
+                    .is_some_and(|v| v.version > since)
+            };
             // A transaction's point read is the range [key, key ++ 00): one lookup, no scan.
             let point = rc.end.len() == rc.start.len() + 1
                 && rc.end.ends_with(&[0])
@@ -1062,7 +1070,7 @@ impl Inner {
             // A set or delete does not depend on what it replaces: no copy of it.
             let current = match m.kind {
                 MutationKind::Set { .. } | MutationKind::Delete => None,
-                _ => Self::current(slot.as_ref(), &guard, &mut now),
+                _ => Self::current(slot.as_ref(), &mut now),
             };
             let result = apply(m.kind, current.as_ref(), &mut now)?;
             if use_index {
@@ -1095,9 +1103,7 @@ impl Inner {
             };
             let now_or_later = durable.then_some(&mut retention);
             let spare = slots.spare.pop();
-            if let Some((key, slot)) =
-                self.write_version(key, new, slot, spare, now_or_later, &guard)
-            {
+            if let Some((key, slot)) = self.write_version(key, new, slot, spare, now_or_later) {
                 // A durable commit is published by the log's flusher, later: leave its
                 // garbage to the background thread.
                 if durable {
@@ -1123,9 +1129,8 @@ impl Inner {
         key: KeyBytes,
         new: Version,
         slot: Option<Slot<'a>>,
-        spare: Option<Box<Chain>>,
+        spare: Option<Arc<Chain>>,
         retention: Option<&mut Option<Retention>>,
-        guard: &Pin,
     ) -> Option<(KeyBytes, Slot<'a>)> {
         let tombstone = new.value.is_none();
         let expiry = new.expires_at;
@@ -1133,7 +1138,7 @@ impl Inner {
             // Only a delete has no slot, and deleting an absent key leaves nothing to write.
             return None;
         };
-        let old = slot.chain(guard);
+        let old = slot.value().load();
         if old.versions.is_empty() {
             // A slot inserted empty by `prepare` (this operation's or another's).
             if tombstone {
@@ -1143,7 +1148,7 @@ impl Inner {
             if let Some(deadline) = expiry {
                 self.reclaimer.schedule_expiry(deadline, key);
             }
-            slot.value().store(chain_of(spare, [new]), guard);
+            slot.value().store(chain_of(spare, [new]));
             return None;
         }
         if expiry.is_none() && old.versions.first().is_some_and(|v| v.expires_at.is_some()) {
@@ -1162,7 +1167,7 @@ impl Inner {
         };
         let garbage = tombstone || !kept.is_empty();
         let chain = chain_of(spare, std::iter::once(new).chain(kept.into_iter().cloned()));
-        slot.value().store(chain, guard);
+        slot.value().store(chain);
         if let Some(deadline) = expiry {
             self.reclaimer.schedule_expiry(deadline, key.clone());
         }
@@ -1184,8 +1189,7 @@ impl Inner {
         if slot.is_removed() {
             return false;
         }
-        let guard = chain_cell::pin();
-        let old = slot.chain(&guard);
+        let old = slot.value().load();
         let mut versions: SmallVec<[Version; 1]> = retention.keep(&old.versions).cloned().collect();
         // A dead version (tombstone or expired) at the end of the list reads the same as no
         // version at all, so drop it, but only once no snapshot older than it is open: a
@@ -1217,7 +1221,7 @@ impl Inner {
         }
         let still_garbage = versions.len() > 1 || versions.iter().any(&mut dead);
         if versions.len() != old.versions.len() {
-            slot.value().store(Box::new(Chain { versions }), &guard);
+            slot.value().store(Arc::new(Chain { versions }));
         }
         still_garbage
     }

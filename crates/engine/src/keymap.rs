@@ -10,14 +10,14 @@
 
 use std::ops::Bound;
 
+use arc_swap::ArcSwap;
 use crossbeam_epoch as epoch;
 use crossbeam_skiplist::base::{RefEntry, RefIter, SkipList};
 
-use crate::chain_cell::{self, ChainCell, Pin};
 use crate::db::Chain;
 use crate::key_bytes::KeyBytes;
 
-type List = SkipList<KeyBytes, ChainCell>;
+type List = SkipList<KeyBytes, ArcSwap<Chain>>;
 
 /// Encoded key → version list, ordered by key bytes.
 pub(crate) struct KeyMap {
@@ -28,15 +28,15 @@ pub(crate) struct KeyMap {
 /// until dropped, whatever happens to the map meanwhile.
 pub(crate) struct Slot<'a> {
     /// Always `Some` until dropped (`Drop` takes it out to release it).
-    entry: Option<RefEntry<'a, KeyBytes, ChainCell>>,
+    entry: Option<RefEntry<'a, KeyBytes, ArcSwap<Chain>>>,
 }
 
 impl<'a> Slot<'a> {
-    fn new(entry: RefEntry<'a, KeyBytes, ChainCell>) -> Self {
+    fn new(entry: RefEntry<'a, KeyBytes, ArcSwap<Chain>>) -> Self {
         Slot { entry: Some(entry) }
     }
 
-    fn entry(&self) -> &RefEntry<'a, KeyBytes, ChainCell> {
+    fn entry(&self) -> &RefEntry<'a, KeyBytes, ArcSwap<Chain>> {
         match &self.entry {
             Some(entry) => entry,
             None => unreachable!("a slot's entry is only taken when it is dropped"),
@@ -48,14 +48,9 @@ impl<'a> Slot<'a> {
         self.entry().key()
     }
 
-    /// The key's version list cell, for writers.
-    pub(crate) fn value(&self) -> &ChainCell {
+    /// The key's version list.
+    pub(crate) fn value(&self) -> &ArcSwap<Chain> {
         self.entry().value()
-    }
-
-    /// The key's current version list, borrowed while `pin` lasts.
-    pub(crate) fn chain<'g>(&'g self, pin: &'g Pin) -> &'g Chain {
-        self.entry().value().load(pin)
     }
 
     /// Whether the node has been removed from the map.
@@ -114,57 +109,59 @@ impl KeyMap {
     pub(crate) fn get_or_insert_with(
         &self,
         key: KeyBytes,
-        value: impl FnOnce() -> ChainCell,
+        value: impl FnOnce() -> ArcSwap<Chain>,
     ) -> Slot<'_> {
         let guard = epoch::pin();
         Slot::new(self.list.get_or_insert_with(key, value, &guard))
     }
 
     /// Inserts `key`, replacing any node it had.
-    pub(crate) fn insert(&self, key: KeyBytes, value: ChainCell) {
+    pub(crate) fn insert(&self, key: KeyBytes, value: ArcSwap<Chain>) {
         let guard = epoch::pin();
         self.list.insert(key, value, &guard).release(&guard);
     }
 
-    /// Calls `f` with `key` and its version list, if present, under one epoch pin and without
-    /// counting.
-    pub(crate) fn read<R>(&self, key: &[u8], f: impl FnOnce(&KeyBytes, &Chain) -> R) -> Option<R> {
+    /// Calls `f` with `key`'s node, if present, under one epoch pin and without counting.
+    pub(crate) fn read<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(&KeyBytes, &ArcSwap<Chain>) -> R,
+    ) -> Option<R> {
         self.with(key, |found| found.map(|(key, chain)| f(key, chain)))
     }
 
-    /// Calls `f` with `key` and its version list (`None` if absent) under one epoch pin,
-    /// without counting.
+    /// Calls `f` with `key`'s node (`None` if absent) under one epoch pin, without counting.
     pub(crate) fn with<R>(
         &self,
         key: &[u8],
-        f: impl FnOnce(Option<(&KeyBytes, &Chain)>) -> R,
+        f: impl FnOnce(Option<(&KeyBytes, &ArcSwap<Chain>)>) -> R,
     ) -> R {
-        let pin = chain_cell::pin();
-        let entry = self.list.get(key, pin.guard());
-        f(entry.as_ref().map(|e| (e.key(), e.value().load(&pin))))
+        let guard = epoch::pin();
+        let entry = self.list.get(key, &guard);
+        f(entry.as_ref().map(|e| (e.key(), e.value())))
     }
 
-    /// Visits the keys in `[start, end)` with their version lists, ascending or descending,
-    /// under one epoch pin and without counting, until `visit` returns `false`.
+    /// Visits the nodes with keys in `[start, end)`, ascending or descending, under one epoch
+    /// pin and without counting, until `visit` returns `false`.
     pub(crate) fn scan(
         &self,
         start: &[u8],
         end: &[u8],
         reverse: bool,
-        mut visit: impl FnMut(&KeyBytes, &Chain) -> bool,
+        mut visit: impl FnMut(&KeyBytes, &ArcSwap<Chain>) -> bool,
     ) {
-        let pin = chain_cell::pin();
+        let guard = epoch::pin();
         let bounds = (Bound::Included(start), Bound::Excluded(end));
-        let mut range = self.list.range::<[u8], _>(bounds, pin.guard());
+        let mut range = self.list.range::<[u8], _>(bounds, &guard);
         if reverse {
             while let Some(entry) = range.next_back() {
-                if !visit(entry.key(), entry.value().load(&pin)) {
+                if !visit(entry.key(), entry.value()) {
                     break;
                 }
             }
         } else {
             for entry in range {
-                if !visit(entry.key(), entry.value().load(&pin)) {
+                if !visit(entry.key(), entry.value()) {
                     break;
                 }
             }
@@ -193,7 +190,7 @@ impl KeyMap {
 
 /// See [`KeyMap::iter`].
 pub(crate) struct Iter<'a> {
-    inner: RefIter<'a, KeyBytes, ChainCell>,
+    inner: RefIter<'a, KeyBytes, ArcSwap<Chain>>,
 }
 
 impl<'a> Iterator for Iter<'a> {
@@ -213,12 +210,17 @@ impl Drop for Iter<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     fn map_of(keys: &[&[u8]]) -> KeyMap {
         let map = KeyMap::default();
         for key in keys {
-            map.insert(KeyBytes::from(*key), ChainCell::empty());
+            map.insert(
+                KeyBytes::from(*key),
+                ArcSwap::from_pointee(Chain::default()),
+            );
         }
         map
     }
@@ -251,7 +253,7 @@ mod tests {
         assert!(!other.remove(), "already removed");
         assert!(other.is_removed());
         assert_eq!(other.key().as_slice(), b"a");
-        assert!(other.chain(&chain_cell::pin()).versions.is_empty());
+        assert!(other.value().load().versions.is_empty());
         assert!(map.get(b"a").is_none());
         assert!(map.read(b"a", |_, _| ()).is_none());
         assert_eq!(map.len(), 0);
@@ -260,11 +262,17 @@ mod tests {
     #[test]
     fn get_or_insert_returns_the_existing_node() {
         let map = KeyMap::default();
-        let first = map.get_or_insert_with(KeyBytes::from(&b"k"[..]), ChainCell::empty);
+        let chain = Arc::new(Chain::default());
+        let first = map.get_or_insert_with(KeyBytes::from(&b"k"[..]), || {
+            ArcSwap::new(Arc::clone(&chain))
+        });
         let second = map.get_or_insert_with(KeyBytes::from(&b"k"[..]), || {
             unreachable!("the key is present")
         });
-        assert!(std::ptr::eq(first.value(), second.value()));
+        assert!(Arc::ptr_eq(
+            &first.value().load_full(),
+            &second.value().load_full()
+        ));
         assert_eq!(map.len(), 1);
     }
 

@@ -41,9 +41,6 @@
 //! *which* checks failed; expired values disappear at their deadline, not up to a minute later.
 
 mod atomic;
-// The engine's only `unsafe`: epoch-protected version lists (see the module's invariants).
-#[allow(unsafe_code)]
-mod chain_cell;
 mod db;
 pub mod durable;
 mod error;

@@ -1045,19 +1045,13 @@ impl Wal {
             Ok(())
         };
         for slot in inner.map.iter() {
-            // Pinned only to copy the version out, not across the file writes below.
-            let v = {
-                let pin = crate::chain_cell::pin();
-                let Some(v) = slot.chain(&pin).at(version) else {
-                    continue;
-                };
-                v.clone()
-            };
+            let chain = slot.value().load();
+            let Some(v) = chain.at(version) else { continue };
             if v.value.is_none() || v.expires_at.is_some_and(|d| d <= now) {
                 continue;
             }
             batch_bytes += slot.key().len() + v.value.as_ref().map_or(0, |x| x.size()) + 32;
-            batch.push((slot.key().clone(), v));
+            batch.push((slot.key().clone(), v.clone()));
             count += 1;
             if batch_bytes >= record::CHECKPOINT_FRAME_BYTES {
                 flush(&mut batch, &mut frames, &mut file)?;
