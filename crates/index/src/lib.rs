@@ -142,7 +142,7 @@ mod collection;
 mod error;
 mod maintain;
 
-pub use collection::{Collection, CollectionBuilder, Extract, Page};
+pub use collection::{Collection, CollectionBuilder, Extract, Page, Values};
 pub use error::Error;
 pub use maintain::{
     BACKFILL_BATCH_DEFAULT, BackfillReport, Duplicate, Finding, Problem, Progress, VerifyReport,

@@ -352,7 +352,7 @@ where
                 tx.mutate_raw(
                     &p.key,
                     MutationKind::Set {
-                        value: Value::from(p.entry),
+                        value: crate::collection::entry_value(p.entry),
                         expire_in: None,
                     },
                 );
@@ -465,7 +465,7 @@ where
         for (pk, bytes, record) in records {
             for p in self.plan(pk, record, bytes, None)? {
                 wanted
-                    .entry(p.key.clone())
+                    .entry(p.key.to_vec())
                     .or_insert_with(|| (p, Vec::new()))
                     .1
                     .push(pk.clone());
@@ -681,12 +681,12 @@ where
             if let Some(p) = self
                 .plan(pk, &record, &bytes, None)?
                 .into_iter()
-                .find(|p| p.key == key)
+                .find(|p| *p.key == *key)
             {
                 if matches!(want, Want::Entry(_)) {
                     return Ok(Want::Contested);
                 }
-                want = Want::Entry(p.entry);
+                want = Want::Entry(p.entry.into_vec());
             }
         }
         Ok(want)
