@@ -17,6 +17,7 @@ use tuplekv_engine::{
     ReadView, Store, Transaction, TransactionOptions, Value, Versionstamp,
 };
 
+use crate::entry::{self, COVERING, EntryBytes, POINTER, PkBytes, entry_value, stored_matches};
 use crate::error::Error;
 
 /// Computes a record's values for one index: none (the record is not in it), one, or several
@@ -58,10 +59,6 @@ pub struct CollectionBuilder<T> {
     /// they cannot return errors themselves).
     mistake: Option<String>,
 }
-
-/// An index entry's value: a pointer to the record, or a copy of it.
-const POINTER: u8 = 0;
-const COVERING: u8 = 1;
 
 /// Index states, stored under `[collection, "meta", "index", name]`.
 pub(crate) const STATE_READY: &[u8] = b"ready";
@@ -189,17 +186,6 @@ pub(crate) struct Planned {
     pub(crate) value: Key,
     pub(crate) key: KeyBytes,
     pub(crate) entry: EntryBytes,
-}
-
-/// An index entry's stored bytes, inline when short: a pointer entry (a tag byte and the
-/// primary key) nearly always is. Every write plans the entries of the record before and
-/// after it and most are unchanged, so building them without a heap allocation each is a
-/// large share of what the layer costs over the hand-written pattern.
-pub(crate) type EntryBytes = SmallVec<[u8; 48]>;
-
-/// The stored value of an entry being written.
-pub(crate) fn entry_value(entry: EntryBytes) -> Value {
-    Value::from(entry.into_vec())
 }
 
 /// A page of query results and the cursor to resume after it.
@@ -411,39 +397,16 @@ where
     /// The primary key an entry's value points at, and the record copy of a covering entry.
     pub(crate) fn parse_entry(value: &Value) -> Result<(Key, Option<&[u8]>), Error> {
         let (pk, record) = Self::entry_parts(value)?;
-        Ok((decode_key(pk).map_err(codec_err)?, record))
+        Ok((decode_key(&pk).map_err(codec_err)?, record))
     }
 
     /// [`Collection::parse_entry`] without decoding: the encoded primary key (not yet
     /// validated) and the record copy of a covering entry.
-    fn entry_parts(value: &Value) -> Result<(&[u8], Option<&[u8]>), Error> {
-        let bad = |m: &str| Error::Codec {
+    fn entry_parts(value: &Value) -> Result<(PkBytes<'_>, Option<&[u8]>), Error> {
+        entry::parts(value).map_err(|message| Error::Codec {
             primary_key: Key::empty(),
-            message: format!("index entry: {m}"),
-        };
-        let Value::Bytes(b) = value else {
-            return Err(bad("not a bytes value"));
-        };
-        match b.split_first() {
-            Some((&POINTER, pk)) => Ok((pk, None)),
-            Some((&COVERING, rest)) => {
-                let (len, rest) = rest.split_first_chunk::<4>().ok_or_else(|| {
-                    bad(&format!(
-                        "covering entry is {} bytes, shorter than its 5-byte header",
-                        b.len()
-                    ))
-                })?;
-                let len = usize::try_from(u32::from_le_bytes(*len)).unwrap_or(usize::MAX);
-                let (pk, record) = rest.split_at_checked(len).ok_or_else(|| {
-                    bad(&format!(
-                        "covering entry names a {len}-byte primary key but has {} bytes left",
-                        rest.len()
-                    ))
-                })?;
-                Ok((pk, Some(record)))
-            }
-            _ => Err(bad("unknown format")),
-        }
+            message,
+        })
     }
 
     /// The record a unique entry points at, when it is not the one encoded as `pk_bytes`
@@ -452,7 +415,7 @@ where
     /// error and an equal key in another spelling still counts as this record's.
     fn other_holder(value: &Value, pk: &Key, pk_bytes: &[u8]) -> Result<Option<Key>, Error> {
         let (held, _) = Self::entry_parts(value)?;
-        if held == pk_bytes {
+        if *held == *pk_bytes {
             return Ok(None);
         }
         let (holder, _) = Self::parse_entry(value)?;
@@ -513,7 +476,7 @@ where
                     existing_primary_key: owner,
                 });
             }
-            if matches!(&existing.value, Value::Bytes(b) if **b == *p.entry) {
+            if stored_matches(&existing.value, &p.entry) {
                 p.entry.clear();
             }
         }
@@ -663,7 +626,7 @@ where
                 Some((value, stamp)) => {
                     let holder = match Self::other_holder(value, pk, pk_bytes).ok()? {
                         Some(_) => Holder::Other,
-                        None if matches!(value, Value::Bytes(b) if *b == entry) => Holder::Same,
+                        None if stored_matches(value, entry) => Holder::Same,
                         None => Holder::Record,
                     };
                     Some((holder, Some(stamp)))
@@ -1081,14 +1044,14 @@ where
         read: impl FnOnce(&[u8]) -> Result<Option<Entry>, tuplekv_engine::Error>,
     ) -> Result<Option<(Key, T)>, Error> {
         let (pk_bytes, copy) = Self::entry_parts(&entry.value)?;
-        let pk = decode_key(pk_bytes).map_err(codec_err)?;
+        let pk = decode_key(&pk_bytes).map_err(codec_err)?;
         let record = match copy {
             Some(bytes) => Some(self.decode(&pk, bytes)?),
             None => {
                 let mut record_key =
                     Vec::with_capacity(self.def.record_prefix.len() + pk_bytes.len());
                 record_key.extend_from_slice(&self.def.record_prefix);
-                record_key.extend_from_slice(pk_bytes);
+                record_key.extend_from_slice(&pk_bytes);
                 match read(&record_key)? {
                     Some(e) => Some(self.decode(&pk, value_bytes(&e.value)?)?),
                     None => None,
@@ -1146,7 +1109,7 @@ where
                 return Ok::<_, Error>(Found::Absent);
             };
             let (pk_bytes, copy) = Self::entry_parts(entry)?;
-            let pk = decode_key(pk_bytes).map_err(codec_err)?;
+            let pk = decode_key(&pk_bytes).map_err(codec_err)?;
             Ok(match copy {
                 Some(bytes) => {
                     let record = self.decode(&pk, bytes)?;
@@ -1156,7 +1119,7 @@ where
                     let mut record_key =
                         Vec::with_capacity(self.def.record_prefix.len() + pk_bytes.len());
                     record_key.extend_from_slice(&self.def.record_prefix);
-                    record_key.extend_from_slice(pk_bytes);
+                    record_key.extend_from_slice(&pk_bytes);
                     Found::Pointer(pk, record_key)
                 }
             })

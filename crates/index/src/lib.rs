@@ -39,6 +39,10 @@
 //! | `[coll, "i", index, value..., pk...]` | non-unique entry, same value format |
 //! | `[coll, "meta", "index", index]` | `"building"` or `"ready"` |
 //!
+//! A pointer whose primary key is one integer in `0..2^64` (`key![id]`) is stored as that
+//! integer, a `Value::U64`, as Deno's guide stores ids: the value then lives in the engine's
+//! version list and needs no buffer of its own. The bytes form of such a pointer is read too.
+//!
 //! A value is a [`Key`](tuplekv_codec::Key), so a compound index is a value of several parts
 //! and [`Collection::list_by`] with fewer parts lists by the leading fields; a multi-entry
 //! index has one entry per distinct value; an optional index returns `None` (no entry).
@@ -139,6 +143,7 @@
 //! (on a handle that declares it, `drop_index` rebuilds it: building until `backfill`).
 
 mod collection;
+mod entry;
 mod error;
 mod maintain;
 

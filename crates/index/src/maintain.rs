@@ -112,7 +112,7 @@ struct Expected {
 /// What `repair` should leave at a key, judged inside its transaction.
 enum Want {
     /// This entry.
-    Entry(Vec<u8>),
+    Entry(crate::entry::EntryBytes),
     /// No entry: no record wants the key.
     Nothing,
     /// Several records want the key (a duplicate that appeared since `verify`): leave it.
@@ -352,7 +352,7 @@ where
                 tx.mutate_raw(
                     &p.key,
                     MutationKind::Set {
-                        value: crate::collection::entry_value(p.entry),
+                        value: crate::entry::entry_value(p.entry),
                         expire_in: None,
                     },
                 );
@@ -535,7 +535,7 @@ where
         for (key, p) in &expected {
             let problem = match actual.get(key) {
                 None => Some(Problem::Missing),
-                Some(Value::Bytes(b)) if b.as_ref() == p.entry.as_slice() => None,
+                Some(v) if crate::entry::stored_matches(v, &p.entry) => None,
                 Some(_) => Some(Problem::Wrong),
             };
             if let Some(problem) = problem {
@@ -636,7 +636,7 @@ where
                     match (self.wanted_entry(tx, key, &candidates)?, current) {
                         (Want::Contested, _) | (Want::Nothing, None) => {}
                         (Want::Entry(entry), Some(cur))
-                            if cur.value.as_bytes() == Some(entry.as_slice()) => {}
+                            if crate::entry::stored_matches(&cur.value, &entry) => {}
                         (Want::Entry(entry), _) => {
                             if !budget.admit_set(key.len(), entry.len()) {
                                 break;
@@ -644,7 +644,7 @@ where
                             tx.mutate_raw(
                                 key,
                                 MutationKind::Set {
-                                    value: Value::from(entry),
+                                    value: crate::entry::entry_value(entry),
                                     expire_in: None,
                                 },
                             );
@@ -686,7 +686,7 @@ where
                 if matches!(want, Want::Entry(_)) {
                     return Ok(Want::Contested);
                 }
-                want = Want::Entry(p.entry.into_vec());
+                want = Want::Entry(p.entry);
             }
         }
         Ok(want)

@@ -90,23 +90,24 @@ fn run(c: &Collection<Item, Database>, op: &Op) {
 fn check_raw_layout(db: &Database) {
     let range: ByteRange = Selector::prefix(&key!["items"]).byte_range().unwrap();
     let mut records: BTreeMap<u8, Vec<u8>> = BTreeMap::new();
-    let mut actual: BTreeMap<Key, Vec<u8>> = BTreeMap::new();
+    let mut actual: BTreeMap<Key, Value> = BTreeMap::new();
     for e in db.snapshot().scan(&range, false, usize::MAX).unwrap() {
         let k = decode_key(&e.key).unwrap();
-        let Value::Bytes(v) = e.value else {
-            panic!("{k} holds a non-bytes value")
-        };
         if k.parts()[1] == "id".into() {
+            let Value::Bytes(v) = e.value else {
+                panic!("record {k} holds a non-bytes value")
+            };
             let id = (0u8..6)
                 .find(|i| KeyPart::from(*i) == k.parts()[2])
                 .unwrap();
             records.insert(id, v.to_vec());
         } else if k.parts()[1] != "meta".into() {
-            actual.insert(k, v.to_vec());
+            actual.insert(k, e.value);
         }
     }
-    let pointer = |id: u8| [&[0u8][..], &encode_key(&key![id])].concat();
-    let mut expected: BTreeMap<Key, Vec<u8>> = BTreeMap::new();
+    // A pointer to an integer primary key is stored as the integer (the layout table).
+    let pointer = |id: u8| Value::U64(u64::from(id));
+    let mut expected: BTreeMap<Key, Value> = BTreeMap::new();
     let c = collection(db.clone());
     for (&id, bytes) in &records {
         let item = c.get(&key![id]).unwrap().unwrap();
@@ -117,7 +118,10 @@ fn check_raw_layout(db: &Database) {
             "two records hold {unique}"
         );
         let covering = [&[1u8][..], &(pk.len() as u32).to_le_bytes(), &pk, bytes].concat();
-        expected.insert(key!["items", "i", "color", item.color, id], covering);
+        expected.insert(
+            key!["items", "i", "color", item.color, id],
+            Value::from(covering),
+        );
         for t in &item.tags {
             expected.insert(key!["items", "i", "tags", *t, id], pointer(id));
         }
