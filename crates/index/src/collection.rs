@@ -363,11 +363,16 @@ where
                 continue;
             }
             for value in (idx.extract)(record) {
-                let key = ENTRY_KEY.with_borrow_mut(|scratch| {
+                let encode = |scratch: &mut Vec<u8>| {
                     scratch.clear();
                     self.entry_key_into(idx, &value, pk_bytes, scratch);
                     KeyBytes::from(scratch.as_slice())
-                });
+                };
+                // The thread's buffer is gone while the thread exits (a write from another
+                // thread-local's destructor): encode into a fresh one then.
+                let key = ENTRY_KEY
+                    .try_with(|scratch| encode(&mut scratch.borrow_mut()))
+                    .unwrap_or_else(|_| encode(&mut Vec::new()));
                 if out.iter().any(|p| p.key == key) {
                     continue;
                 }

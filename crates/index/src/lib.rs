@@ -35,13 +35,15 @@
 //! | key | value |
 //! |---|---|
 //! | `[coll, "id", pk...]` | the record, postcard bytes |
-//! | `[coll, "u", index, value...]` | unique entry: `0x00` + encoded pk (pointer), or `0x01` + pk length (u32 LE) + encoded pk + record bytes (covering) |
+//! | `[coll, "u", index, value...]` | unique entry: `0x00` + encoded pk (pointer; an integer pk is a `U64`, below), or `0x01` + pk length (u32 LE) + encoded pk + record bytes (covering) |
 //! | `[coll, "i", index, value..., pk...]` | non-unique entry, same value format |
 //! | `[coll, "meta", "index", index]` | `"building"` or `"ready"` |
 //!
 //! A pointer whose primary key is one integer in `0..2^64` (`key![id]`) is stored as that
 //! integer, a `Value::U64`, as Deno's guide stores ids: the value then lives in the engine's
-//! version list and needs no buffer of its own. The bytes form of such a pointer is read too.
+//! version list and needs no buffer of its own. The bytes form of such a pointer is read too,
+//! so data written before this form existed stays valid (and is converted as its entries are
+//! rewritten). The change is one-way: a build from before it reads a `U64` entry as malformed.
 //!
 //! A value is a [`Key`](tuplekv_codec::Key), so a compound index is a value of several parts
 //! and [`Collection::list_by`] with fewer parts lists by the leading fields; a multi-entry
