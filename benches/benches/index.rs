@@ -3,12 +3,22 @@
 //! (`tuplekv_index::Collection`), `hand_engine` the guide's checked-commit pattern on our bare
 //! engine (the layer's overhead is the ratio between them), `denokv_sqlite` the same pattern on
 //! Deno KV's own backend in memory.
+//!
+//! The layer and the hand-written pattern are measured in alternating rounds (`round 1`,
+//! `round 2`, `round 3`: layer, hand, layer, hand, ...), and the report compares them round by
+//! round. This machine's speed drifts by tens of percent over seconds, so two measurements
+//! taken one after the other for several seconds each can differ by more than the overhead
+//! being measured; rounds a second or two apart see nearly the same machine. `denokv_sqlite`,
+//! tens of times slower, is measured once, against round 1.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{
+    BatchSize, BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
+    measurement::WallTime,
+};
 use serde::{Deserialize, Serialize};
 use tuplekv_benches::denokv::{self, DenoSqlite};
 use tuplekv_benches::skip;
@@ -189,6 +199,22 @@ fn collection(db: Database) -> Collection<User, Database> {
     }
 }
 
+/// The rounds in which the layer and the hand-written pattern alternate.
+const ROUNDS: [&str; 3] = ["round 1", "round 2", "round 3"];
+
+/// Sets `g` up for the alternating rounds.
+fn rounds(g: &mut BenchmarkGroup<'_, WallTime>) {
+    g.throughput(Throughput::Elements(1))
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(1));
+}
+
+/// Sets `g` up for the one measurement of `denokv_sqlite`, after the rounds.
+fn peer(g: &mut BenchmarkGroup<'_, WallTime>) {
+    g.warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+}
+
 fn index(c: &mut Criterion) {
     let ours = collection(Database::in_memory());
     let hand = Database::in_memory();
@@ -213,29 +239,32 @@ fn index(c: &mut Criterion) {
     };
 
     let mut g = c.benchmark_group("index/update_color");
-    g.throughput(Throughput::Elements(1));
+    rounds(&mut g);
     let mut n = 0u64;
-    settle();
-    g.bench_function("tuplekv", |b| {
-        b.iter(|| {
-            n += 1;
-            let res = ours.update(&key![n % PRELOAD], |mut u| {
-                u.color = COLORS[(n % 3) as usize].to_owned();
-                u
-            });
-            assert!(res.is_ok());
-        })
-    });
-    settle();
-    g.bench_function("hand_engine", |b| {
-        b.iter(|| {
-            n += 1;
-            assert!(hand_update(&hand, n % PRELOAD, COLORS[(n % 3) as usize]));
-        })
-    });
-    if let Ok(d) = &deno {
+    for round in ROUNDS {
         settle();
-        g.bench_function("denokv_sqlite", |b| {
+        g.bench_function(BenchmarkId::new("tuplekv", round), |b| {
+            b.iter(|| {
+                n += 1;
+                let res = ours.update(&key![n % PRELOAD], |mut u| {
+                    u.color = COLORS[(n % 3) as usize].to_owned();
+                    u
+                });
+                assert!(res.is_ok());
+            })
+        });
+        settle();
+        g.bench_function(BenchmarkId::new("hand_engine", round), |b| {
+            b.iter(|| {
+                n += 1;
+                assert!(hand_update(&hand, n % PRELOAD, COLORS[(n % 3) as usize]));
+            })
+        });
+    }
+    if let Ok(d) = &deno {
+        peer(&mut g);
+        settle();
+        g.bench_function(BenchmarkId::new("denokv_sqlite", ROUNDS[0]), |b| {
             b.iter(|| {
                 n += 1;
                 assert!(deno_update(d, n % PRELOAD, COLORS[(n % 3) as usize]));
@@ -245,30 +274,33 @@ fn index(c: &mut Criterion) {
     g.finish();
 
     let mut g = c.benchmark_group("index/get_by_email");
-    g.throughput(Throughput::Elements(1));
+    rounds(&mut g);
     let emails: Vec<String> = (0..PRELOAD).map(|i| user(i).email).collect();
     let mut i = 0usize;
-    settle();
-    g.bench_function("tuplekv", |b| {
-        b.iter(|| {
-            i = (i + 7919) % emails.len();
-            black_box(
-                ours.get_by("email", &key![emails[i].clone()])
-                    .ok()
-                    .flatten(),
-            );
-        })
-    });
-    settle();
-    g.bench_function("hand_engine", |b| {
-        b.iter(|| {
-            i = (i + 7919) % emails.len();
-            black_box(hand_get_by_email(&hand, &emails[i]));
-        })
-    });
-    if let Ok(d) = &deno {
+    for round in ROUNDS {
         settle();
-        g.bench_function("denokv_sqlite", |b| {
+        g.bench_function(BenchmarkId::new("tuplekv", round), |b| {
+            b.iter(|| {
+                i = (i + 7919) % emails.len();
+                black_box(
+                    ours.get_by("email", &key![emails[i].clone()])
+                        .ok()
+                        .flatten(),
+                );
+            })
+        });
+        settle();
+        g.bench_function(BenchmarkId::new("hand_engine", round), |b| {
+            b.iter(|| {
+                i = (i + 7919) % emails.len();
+                black_box(hand_get_by_email(&hand, &emails[i]));
+            })
+        });
+    }
+    if let Ok(d) = &deno {
+        peer(&mut g);
+        settle();
+        g.bench_function(BenchmarkId::new("denokv_sqlite", ROUNDS[0]), |b| {
             b.iter(|| {
                 i = (i + 7919) % emails.len();
                 black_box(deno_get_by_email(d, &emails[i]));
@@ -279,35 +311,38 @@ fn index(c: &mut Criterion) {
 
     // Each deletion removes a record inserted (untimed) just before it.
     let mut g = c.benchmark_group("index/delete");
-    g.throughput(Throughput::Elements(1));
+    rounds(&mut g);
     let next = || fresh.fetch_add(1, Ordering::Relaxed);
-    settle();
-    g.bench_function("tuplekv", |b| {
-        b.iter_batched(
-            || {
-                let id = next();
-                assert!(ours.insert(&user(id)).is_ok());
-                id
-            },
-            |id| assert!(matches!(ours.delete(&key![id]), Ok(Some(_)))),
-            BatchSize::SmallInput,
-        )
-    });
-    settle();
-    g.bench_function("hand_engine", |b| {
-        b.iter_batched(
-            || {
-                let id = next();
-                assert!(hand_insert(&hand, &user(id)));
-                id
-            },
-            |id| assert!(hand_delete(&hand, id)),
-            BatchSize::SmallInput,
-        )
-    });
-    if let Ok(d) = &deno {
+    for round in ROUNDS {
         settle();
-        g.bench_function("denokv_sqlite", |b| {
+        g.bench_function(BenchmarkId::new("tuplekv", round), |b| {
+            b.iter_batched(
+                || {
+                    let id = next();
+                    assert!(ours.insert(&user(id)).is_ok());
+                    id
+                },
+                |id| assert!(matches!(ours.delete(&key![id]), Ok(Some(_)))),
+                BatchSize::SmallInput,
+            )
+        });
+        settle();
+        g.bench_function(BenchmarkId::new("hand_engine", round), |b| {
+            b.iter_batched(
+                || {
+                    let id = next();
+                    assert!(hand_insert(&hand, &user(id)));
+                    id
+                },
+                |id| assert!(hand_delete(&hand, id)),
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    if let Ok(d) = &deno {
+        peer(&mut g);
+        settle();
+        g.bench_function(BenchmarkId::new("denokv_sqlite", ROUNDS[0]), |b| {
             b.iter_batched(
                 || {
                     let id = next();
@@ -324,28 +359,31 @@ fn index(c: &mut Criterion) {
     // Inserts run last: they grow each database by as many records as its speed allows in
     // the measurement time, and reads and updates should meet databases of equal size.
     let mut g = c.benchmark_group("index/insert");
-    g.throughput(Throughput::Elements(1));
-    settle();
-    g.bench_function("tuplekv", |b| {
-        b.iter(|| {
-            assert!(
-                ours.insert(&user(fresh.fetch_add(1, Ordering::Relaxed)))
-                    .is_ok()
-            )
-        })
-    });
-    settle();
-    g.bench_function("hand_engine", |b| {
-        b.iter(|| {
-            assert!(hand_insert(
-                &hand,
-                &user(fresh.fetch_add(1, Ordering::Relaxed))
-            ))
-        })
-    });
-    if let Ok(d) = &deno {
+    rounds(&mut g);
+    for round in ROUNDS {
         settle();
-        g.bench_function("denokv_sqlite", |b| {
+        g.bench_function(BenchmarkId::new("tuplekv", round), |b| {
+            b.iter(|| {
+                assert!(
+                    ours.insert(&user(fresh.fetch_add(1, Ordering::Relaxed)))
+                        .is_ok()
+                )
+            })
+        });
+        settle();
+        g.bench_function(BenchmarkId::new("hand_engine", round), |b| {
+            b.iter(|| {
+                assert!(hand_insert(
+                    &hand,
+                    &user(fresh.fetch_add(1, Ordering::Relaxed))
+                ))
+            })
+        });
+    }
+    if let Ok(d) = &deno {
+        peer(&mut g);
+        settle();
+        g.bench_function(BenchmarkId::new("denokv_sqlite", ROUNDS[0]), |b| {
             b.iter(|| assert!(deno_insert(d, &user(fresh.fetch_add(1, Ordering::Relaxed)))))
         });
     }

@@ -202,11 +202,14 @@ pub(crate) fn render(
             md,
             "| implementation | parameter | median time | throughput | ratio |\n|---|---|---|---|---|"
         );
-        for m in rows {
-            let reference = rows
-                .iter()
+        let reference_of = |m: &Measurement| {
+            rows.iter()
+                .copied()
                 .filter(|r| r.param == m.param && is_ours(&r.function))
-                .min_by_key(|r| (r.function != "tuplekv", r.function.clone()));
+                .min_by_key(|r| (r.function != "tuplekv", r.function.clone()))
+        };
+        for m in rows {
+            let reference = reference_of(m);
             let ratio = match reference {
                 Some(ours) if !is_ours(&m.function) => {
                     let r = m.median_ns / ours.median_ns;
@@ -235,6 +238,34 @@ pub(crate) fn render(
                 m.param.as_deref().unwrap_or("-"),
                 human_time(m.median_ns),
                 m.ops_per_sec().map_or("-".to_owned(), human_rate),
+            );
+        }
+        // A peer measured in alternating rounds (`round 1`, `round 2`, ...) against ours: the
+        // median of its per-round ratios, which the machine's drift moves far less than any
+        // one round's.
+        let mut by_round: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for m in rows.iter().filter(|m| {
+            !is_ours(&m.function) && m.param.as_deref().is_some_and(|p| p.starts_with("round "))
+        }) {
+            if let Some(ours) = reference_of(m) {
+                by_round
+                    .entry(m.function.as_str())
+                    .or_default()
+                    .push(m.median_ns / ours.median_ns);
+            }
+        }
+        for (peer, mut per_round) in by_round.into_iter().filter(|(_, r)| r.len() >= 2) {
+            per_round.sort_by(f64::total_cmp);
+            let mid = per_round.len() / 2;
+            let median = match (per_round.len() % 2, per_round.get(mid)) {
+                (1, Some(m)) => *m,
+                (_, Some(m)) => (per_round.get(mid - 1).copied().unwrap_or(*m) + m) / 2.0,
+                (_, None) => continue,
+            };
+            let _ = writeln!(
+                md,
+                "| {peer} | median of {} rounds | - | - | {median:.2}x |",
+                per_round.len()
             );
         }
         for s in skipped.iter().filter(|s| s.group == *group) {
@@ -463,6 +494,29 @@ mod tests {
         );
         let chart = svg(&ratios);
         assert_eq!(chart.matches("<rect x=").count(), 2);
+    }
+
+    #[test]
+    fn alternating_rounds_get_the_median_of_their_per_round_ratios() {
+        let rows = [
+            m("index/get", "tuplekv", Some("round 1"), 100.0),
+            m("index/get", "hand_engine", Some("round 1"), 70.0),
+            m("index/get", "tuplekv", Some("round 2"), 100.0),
+            m("index/get", "hand_engine", Some("round 2"), 110.0),
+            m("index/get", "tuplekv", Some("round 3"), 100.0),
+            m("index/get", "hand_engine", Some("round 3"), 95.0),
+            m("index/get", "denokv_sqlite", Some("round 1"), 9000.0),
+        ];
+        let (md, ratios) = render(&rows, &[], "cpu", "2026-11-23", "cargo xtask bench");
+        assert_eq!(ratios.len(), 4, "one chart bar per round and peer");
+        assert!(
+            md.contains("| hand_engine | median of 3 rounds | - | - | 0.95x |"),
+            "{md}"
+        );
+        assert!(
+            !md.contains("denokv_sqlite | median"),
+            "a peer measured once has no median row: {md}"
+        );
     }
 
     #[test]
