@@ -926,3 +926,69 @@ fn an_update_past_the_mutation_limit_writes_nothing_and_one_at_it_commits() {
     assert_eq!(c.count("tags", &key!["tag994"]).unwrap(), 1);
     assert!(c.verify().unwrap().is_clean());
 }
+
+/// Entries written before integer primary keys were stored as a `U64` hold `0x00` + the encoded
+/// key as bytes. A collection must read them, find nothing wrong with them, and replace or
+/// remove them on write like entries in the new form.
+#[test]
+fn entries_in_the_earlier_bytes_form_still_read_verify_and_update() {
+    use tuplekv_engine::{ByteRange, ReadView, Selector, Value, codec::encode_key};
+
+    let db = Database::in_memory();
+    let c = users(db.clone());
+    for (id, email, color) in [(1, "a@x", "green"), (2, "b@x", "blue"), (3, "c@x", "green")] {
+        c.insert(&user(id, email, color)).unwrap();
+    }
+    // Rewrite every integer pointer into the bytes form, as an earlier build stored it.
+    let range: ByteRange = Selector::prefix(&key!["users"]).byte_range().unwrap();
+    let mut rewritten = 0;
+    for e in db.snapshot().scan(&range, false, usize::MAX).unwrap() {
+        if let Value::U64(id) = e.value {
+            let mut old = vec![0u8];
+            old.extend(encode_key(&key![id]));
+            db.set_raw(&e.key, old).unwrap();
+            rewritten += 1;
+        }
+    }
+    assert!(
+        rewritten >= 9,
+        "every record has pointer entries: {rewritten}"
+    );
+
+    assert!(
+        c.verify().unwrap().findings.is_empty(),
+        "the bytes form is not wrong"
+    );
+    assert_eq!(c.get_by("email", &key!["b@x"]).unwrap().unwrap().0, key![2]);
+    assert_eq!(
+        ids(&c
+            .list_by("color", &key!["green"], ListOptions::default())
+            .unwrap()),
+        [1, 3]
+    );
+    assert_eq!(c.count("tags", &key!["all"]).unwrap(), 3);
+
+    // An update that gives up and claims values, and a delete, over bytes-form entries.
+    c.update(&key![1], |mut u| {
+        u.email = "z@x".into();
+        u.color = "blue".into();
+        u
+    })
+    .unwrap();
+    c.delete(&key![3]).unwrap();
+    assert_eq!(c.get_by("email", &key!["a@x"]).unwrap(), None);
+    assert_eq!(c.get_by("email", &key!["z@x"]).unwrap().unwrap().0, key![1]);
+    assert_eq!(
+        ids(&c
+            .list_by("color", &key!["blue"], ListOptions::default())
+            .unwrap()),
+        [1, 2]
+    );
+    assert_eq!(c.count("color", &key!["green"]).unwrap(), 0);
+    let report = c.verify().unwrap();
+    assert!(report.findings.is_empty(), "{report:?}");
+    assert!(
+        c.insert(&user(4, "a@x", "green")).is_ok(),
+        "the given-up email is free"
+    );
+}
