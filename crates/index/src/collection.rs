@@ -283,6 +283,11 @@ where
         Ok(out)
     }
 
+    /// The record key of the primary key encoded as `pk_bytes` (as an index entry holds it).
+    fn record_key_of(&self, pk_bytes: &[u8]) -> Vec<u8> {
+        [self.def.record_prefix.as_slice(), pk_bytes].concat()
+    }
+
     /// The encoded primary key at the end of `record_key` (one `record_key` built).
     fn pk_bytes<'k>(&self, record_key: &'k [u8]) -> &'k [u8] {
         record_key
@@ -1052,16 +1057,10 @@ where
         let pk = decode_key(&pk_bytes).map_err(codec_err)?;
         let record = match copy {
             Some(bytes) => Some(self.decode(&pk, bytes)?),
-            None => {
-                let mut record_key =
-                    Vec::with_capacity(self.def.record_prefix.len() + pk_bytes.len());
-                record_key.extend_from_slice(&self.def.record_prefix);
-                record_key.extend_from_slice(&pk_bytes);
-                match read(&record_key)? {
-                    Some(e) => Some(self.decode(&pk, value_bytes(&e.value)?)?),
-                    None => None,
-                }
-            }
+            None => match read(&self.record_key_of(&pk_bytes))? {
+                Some(e) => Some(self.decode(&pk, value_bytes(&e.value)?)?),
+                None => None,
+            },
         };
         Ok(record.map(|r| (pk, r)))
     }
@@ -1120,13 +1119,7 @@ where
                     let record = self.decode(&pk, bytes)?;
                     Found::Covering(pk, record)
                 }
-                None => {
-                    let mut record_key =
-                        Vec::with_capacity(self.def.record_prefix.len() + pk_bytes.len());
-                    record_key.extend_from_slice(&self.def.record_prefix);
-                    record_key.extend_from_slice(&pk_bytes);
-                    Found::Pointer(pk, record_key)
-                }
+                None => Found::Pointer(pk, self.record_key_of(&pk_bytes)),
             })
         })??;
         let (pk, record) = match found {
