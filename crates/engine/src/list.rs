@@ -153,13 +153,15 @@ impl<V: ReadView> ListIter<V> {
 
     /// The key of the last entry yielded, if any.
     fn last_key(&self) -> Option<&[u8]> {
-        match self.taken.checked_sub(1) {
-            Some(i) => {
-                let start = i.checked_sub(1).map_or(0, |p| self.batch_key_ends[p]);
-                Some(&self.batch_keys[start..self.batch_key_ends[i]])
-            }
-            None => self.last_before_batch.as_deref(),
-        }
+        let Some(i) = self.taken.checked_sub(1) else {
+            return self.last_before_batch.as_deref();
+        };
+        let start = i
+            .checked_sub(1)
+            .and_then(|p| self.batch_key_ends.get(p).copied())
+            .unwrap_or(0);
+        let end = *self.batch_key_ends.get(i)?;
+        self.batch_keys.get(start..end)
     }
 
     #[cold]
