@@ -332,9 +332,10 @@ fn sum(c: &mut Criterion, w: &World) {
         }
     }
     g.finish();
+    // Absent when a filter skipped our sum bench; a number when it ran.
     assert!(matches!(
         w.ours.get_raw(&hot).ok().flatten().map(|e| e.value),
-        Some(Value::U64(_))
+        None | Some(Value::U64(_))
     ));
 }
 

@@ -106,6 +106,19 @@ fn chain_of(spare: Option<Arc<Chain>>, versions: impl IntoIterator<Item = Versio
     }
 }
 
+/// Gives a value its shared (reference-counted) form now, next to its version list.
+///
+/// A `Bytes` made from a `Vec` (what `Value::from` builds) allocates its reference count on
+/// its first clone. Left to the first reader, that small allocation lands wherever the
+/// reader's allocator happens to be, and every later read of the value misses the cache on
+/// it; made here, right after the key's version list is allocated, it sits beside that list,
+/// which every read touches first.
+fn share(value: &Value) {
+    if let Value::Bytes(b) | Value::V8(b) = value {
+        drop(b.clone());
+    }
+}
+
 /// The entry `key` shows at version `at`, if live: its newest version at or below `at`.
 fn entry_at(key: &KeyBytes, chain: &Chain, at: u64, now: &mut Option<u64>) -> Option<Entry> {
     let version = chain.at(at)?;
@@ -838,7 +851,13 @@ impl Inner {
             .mutations
             .iter()
             .filter(|m| !matches!(m.kind, MutationKind::Delete))
-            .map(|_| Arc::new(Chain::default()))
+            .map(|m| {
+                let chain = Arc::new(Chain::default());
+                if let MutationKind::Set { value, .. } = &m.kind {
+                    share(value);
+                }
+                chain
+            })
             .collect();
         Slots {
             checks,
