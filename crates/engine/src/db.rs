@@ -111,8 +111,8 @@ fn chain_of(spare: Option<Arc<Chain>>, versions: impl IntoIterator<Item = Versio
 /// A `Bytes` made from a `Vec` (what `Value::from` builds) allocates its reference count on
 /// its first clone. Left to the first reader, that small allocation lands wherever the
 /// reader's allocator happens to be, and every later read of the value misses the cache on
-/// it; made here, right after the key's version list is allocated, it sits beside that list,
-/// which every read touches first.
+/// it; made here, right after the key's version list is allocated, it usually sits beside
+/// that list, which every read touches first (the allocator decides; nothing relies on it).
 fn share(value: &Value) {
     if let Value::Bytes(b) | Value::V8(b) = value {
         drop(b.clone());
