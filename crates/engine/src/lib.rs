@@ -36,11 +36,12 @@
 //!   (which holds keys of up to [`KeyBytes::INLINE`] bytes), the version list and the value's
 //!   reference count. A workload that keeps adding keys takes fresh memory on most commits.
 //!   With glibc, a thread other than the main one then also grows its own heap one page per
-//!   `mprotect` call: fresh-key commits on a spawned thread ran at 434–523k/s with the
-//!   defaults and at 590–628k/s with `GLIBC_TUNABLES=glibc.malloc.arena_max=1`, which puts
-//!   every thread on the main heap (that grows in larger steps) but makes threads share it:
-//!   with two committing threads it was the slower setting. Measure your allocator settings
-//!   on your workload.
+//!   `mprotect` call. Fresh-key commits on a spawned thread ran at 402–523k/s with the
+//!   defaults and at 468–628k/s (most rounds near 600k/s) with
+//!   `GLIBC_TUNABLES=glibc.malloc.arena_max=1`, which puts every thread on the main heap
+//!   (that one grows in larger steps) but makes the threads share it: with two committing
+//!   threads it was the slower setting (458–529k/s against 630–832k/s). Measure allocator
+//!   settings on your own workload.
 //!
 //! # Durability
 //! [`Database::open`] backs the same engine with a write-ahead log and checkpoints in a
