@@ -3,25 +3,46 @@
 //! Point reads are bound by memory latency: a skiplist search compares the sought key with a
 //! node's key at every step, and a key kept in a separate heap buffer costs a second cache miss
 //! per comparison. Keys of up to [`KeyBytes::INLINE`] bytes (nearly all real keys) live inside
-//! the node, and copying one into a returned entry needs no allocation.
+//! the node, and copying one into a returned entry needs no allocation: it copies the whole
+//! fixed-size buffer, which compiles to a few vector moves instead of a `memcpy` call with a
+//! run-time length (a list copies one key per entry).
 
 use std::borrow::Borrow;
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 
-use smallvec::SmallVec;
-
 /// An encoded key, inline up to [`KeyBytes::INLINE`] bytes.
-#[derive(Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct KeyBytes(SmallVec<[u8; KeyBytes::INLINE]>);
+///
+/// Equality, order and hash are those of the bytes (as `[u8]`), so a `KeyBytes` map can be
+/// searched with a borrowed `&[u8]`.
+pub struct KeyBytes(Repr);
+
+/// Where the bytes are.
+#[derive(Clone)]
+enum Repr {
+    /// The first `len` bytes of `bytes` (`len <= INLINE`). Copying a key copies this whole
+    /// fixed-size buffer: a few vector moves, no call to `memcpy` with a run-time length.
+    Inline {
+        len: u8,
+        bytes: [u8; KeyBytes::INLINE],
+    },
+    /// A key longer than [`KeyBytes::INLINE`] bytes.
+    Heap(Box<[u8]>),
+}
 
 impl KeyBytes {
     /// Keys up to this many bytes are stored without a heap allocation.
     pub const INLINE: usize = 48;
 
     /// The key's bytes.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
-        &self.0
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Heap(bytes) => bytes,
+        }
     }
 
     /// The key, decoded into a tuple.
@@ -29,15 +50,52 @@ impl KeyBytes {
     /// # Errors
     /// If the bytes are not a valid tuple (only possible for keys written raw).
     pub fn decode(&self) -> Result<tuplekv_codec::Key, tuplekv_codec::DecodeError> {
-        tuplekv_codec::decode_key(&self.0)
+        tuplekv_codec::decode_key(self.as_slice())
+    }
+}
+
+impl Default for KeyBytes {
+    /// The empty key.
+    fn default() -> Self {
+        KeyBytes(Repr::Inline {
+            len: 0,
+            bytes: [0; KeyBytes::INLINE],
+        })
     }
 }
 
 impl Clone for KeyBytes {
-    /// One copy of the bytes (the derived clone copies byte by byte; keys are cloned into
-    /// every returned entry, so this is on the read path).
+    /// An inline key is copied as its whole fixed-size buffer; keys are cloned into every
+    /// returned entry, so this is on the read path.
+    #[inline]
     fn clone(&self) -> Self {
-        KeyBytes(SmallVec::from_slice(&self.0))
+        KeyBytes(self.0.clone())
+    }
+}
+
+impl PartialEq for KeyBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for KeyBytes {}
+
+impl PartialOrd for KeyBytes {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for KeyBytes {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
+
+impl Hash for KeyBytes {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state);
     }
 }
 
@@ -45,37 +103,48 @@ impl Deref for KeyBytes {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.0
+        self.as_slice()
     }
 }
 
 impl AsRef<[u8]> for KeyBytes {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        self.as_slice()
     }
 }
 
 impl Borrow<[u8]> for KeyBytes {
     fn borrow(&self) -> &[u8] {
-        &self.0
+        self.as_slice()
     }
 }
 
 impl From<&[u8]> for KeyBytes {
     fn from(b: &[u8]) -> Self {
-        KeyBytes(SmallVec::from_slice(b))
+        match u8::try_from(b.len()) {
+            Ok(len) if b.len() <= KeyBytes::INLINE => {
+                let mut bytes = [0; KeyBytes::INLINE];
+                bytes[..b.len()].copy_from_slice(b);
+                KeyBytes(Repr::Inline { len, bytes })
+            }
+            _ => KeyBytes(Repr::Heap(b.into())),
+        }
     }
 }
 
 impl From<Vec<u8>> for KeyBytes {
     fn from(b: Vec<u8>) -> Self {
-        KeyBytes(SmallVec::from_vec(b))
+        if b.len() <= KeyBytes::INLINE {
+            KeyBytes::from(b.as_slice())
+        } else {
+            KeyBytes(Repr::Heap(b.into_boxed_slice()))
+        }
     }
 }
 
 impl PartialEq<[u8]> for KeyBytes {
     fn eq(&self, other: &[u8]) -> bool {
-        self.0.as_slice() == other
+        self.as_slice() == other
     }
 }
 
@@ -86,8 +155,38 @@ impl fmt::Debug for KeyBytes {
             Ok(key) => write!(f, "{key}"),
             Err(_) => {
                 f.write_str("0x")?;
-                self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+                self.iter().try_for_each(|b| write!(f, "{b:02x}"))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_inline(key: &KeyBytes) -> bool {
+        matches!(key.0, Repr::Inline { .. })
+    }
+
+    #[test]
+    fn keys_up_to_the_inline_limit_live_inline_and_longer_ones_on_the_heap() {
+        for n in [0, 1, KeyBytes::INLINE - 1, KeyBytes::INLINE] {
+            let bytes = vec![0xab; n];
+            assert!(is_inline(&KeyBytes::from(bytes.as_slice())), "{n} bytes");
+            // Spare capacity does not keep a short key on the heap.
+            let mut v = Vec::with_capacity(4 * KeyBytes::INLINE);
+            v.extend_from_slice(&bytes);
+            assert!(is_inline(&KeyBytes::from(v)), "{n} bytes from a roomy vec");
+        }
+        for n in [KeyBytes::INLINE + 1, 2049] {
+            let bytes = vec![0xab; n];
+            assert!(!is_inline(&KeyBytes::from(bytes.as_slice())), "{n} bytes");
+            assert!(
+                !is_inline(&KeyBytes::from(bytes.clone())),
+                "{n} bytes from a vec"
+            );
+            assert_eq!(KeyBytes::from(bytes.clone()).clone().as_slice(), bytes);
         }
     }
 }
