@@ -31,8 +31,9 @@ COMMANDS:
     fuzz --all [--seconds N]      run every fuzz target, N seconds each
     fuzz --list                   print the fuzz targets
     bench [--quick] [GROUP...]    run criterion bench groups (default: all of them)
-    soak [--cases N] [--skip-loom]
-                                  long runs: many property cases, crash and stress rounds, loom
+    soak [--cases N] [--skip-asan] [--skip-loom]
+                                  long runs: many property cases, crash and stress rounds,
+                                  the engine under AddressSanitizer, loom
     help [COMMAND]                print this help, or a command's
 
 Run `cargo xtask <COMMAND> --help` for details.";
@@ -86,17 +87,21 @@ OPTIONS:
 
 /// Help for `cargo xtask soak`.
 const SOAK_HELP: &str = "\
-cargo xtask soak [--cases N] [--skip-loom]
+cargo xtask soak [--cases N] [--skip-asan] [--skip-loom]
 
 The long runs CI cannot afford, stopping at the first failure:
     TUPLEKV_PROPTEST_CASES=N TUPLEKV_CRASH_ITERATIONS=200 TUPLEKV_STRESS=10 \\
         SEQUENCE_HAMMER_PER_THREAD=20000 cargo test --workspace --release
+    RUSTC_BOOTSTRAP=1 RUSTFLAGS='-Zsanitizer=address' ASAN_OPTIONS=detect_leaks=0 \\
+        TUPLEKV_PROPTEST_CASES=N/5 TUPLEKV_STRESS=5 CARGO_TARGET_DIR=target/asan \\
+        cargo test -p tuplekv-engine --target x86_64-unknown-linux-gnu --lib --tests
     RUSTFLAGS='--cfg loom' CARGO_TARGET_DIR=target/loom \\
         cargo test -p tuplekv-sequence --test loom --release
 A failing property case is saved under the crate's proptest-regressions/ (commit it).
 
 OPTIONS:
     --cases N      cases per property test (default 5000)
+    --skip-asan    leave out the AddressSanitizer run (the engine's unsafe code)
     --skip-loom    leave out the loom model checks";
 
 /// A parsed command line.
@@ -246,6 +251,7 @@ fn parse_soak(args: &[String]) -> Result<Task, UsageError> {
         match arg.as_str() {
             a if is_help(a) => return Ok(Task::Help(SOAK_HELP)),
             "--skip-loom" => soak.skip_loom = true,
+            "--skip-asan" => soak.skip_asan = true,
             "--cases" => {
                 let value = args.next().map(String::as_str).unwrap_or_default();
                 soak.cases = match value.parse::<u32>() {
@@ -369,6 +375,14 @@ mod tests {
             Ok(Task::Soak(SoakArgs {
                 cases: 100,
                 skip_loom: true,
+                skip_asan: false,
+            }))
+        );
+        assert_eq!(
+            parse_str("soak --skip-asan"),
+            Ok(Task::Soak(SoakArgs {
+                skip_asan: true,
+                ..SoakArgs::default()
             }))
         );
         assert_eq!(parse_str("help soak"), Ok(Task::Help(SOAK_HELP)));

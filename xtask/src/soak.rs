@@ -1,6 +1,9 @@
 //! `cargo xtask soak`: the long runs that CI cannot afford. The same tests as `cargo test`, with
-//! many more property cases, crash iterations and stress rounds, plus the loom model checks of
-//! the sequence allocator (which need `--cfg loom` and their own target directory).
+//! many more property cases, crash iterations and stress rounds; the engine's tests under
+//! AddressSanitizer (the engine holds the workspace's only `unsafe` code, the epoch-protected
+//! version lists, and a use after free there would otherwise go unseen); and the loom model
+//! checks of the sequence allocator. The sanitizer and loom builds need their own flags and
+//! target directories.
 
 use std::process::Command;
 
@@ -18,6 +21,8 @@ pub(crate) struct SoakArgs {
     pub(crate) cases: u32,
     /// Leave out the loom model checks (they rebuild the sequence crate with `--cfg loom`).
     pub(crate) skip_loom: bool,
+    /// Leave out the AddressSanitizer run of the engine's tests (it rebuilds the engine).
+    pub(crate) skip_asan: bool,
 }
 
 impl Default for SoakArgs {
@@ -25,6 +30,7 @@ impl Default for SoakArgs {
         SoakArgs {
             cases: DEFAULT_CASES,
             skip_loom: false,
+            skip_asan: false,
         }
     }
 }
@@ -44,6 +50,35 @@ fn steps(args: &SoakArgs) -> Vec<Command> {
         .env("TUPLEKV_STRESS", "10")
         .env("SEQUENCE_HAMMER_PER_THREAD", "20000");
     steps.push(tests);
+
+    if !args.skip_asan {
+        // `-Zsanitizer` is unstable: RUSTC_BOOTSTRAP for this command only. An explicit
+        // `--target` keeps build scripts and proc macros uninstrumented. Leak checking is off:
+        // the epoch collector does not run the last deferred frees before the process exits.
+        let mut asan = cmd::cargo();
+        asan.args([
+            "test",
+            "-p",
+            "tuplekv-engine",
+            "--target",
+            HOST_TARGET,
+            "--lib",
+            "--tests",
+        ])
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("RUSTFLAGS", "-Zsanitizer=address")
+        .env("ASAN_OPTIONS", "detect_leaks=0")
+        .env(
+            "TUPLEKV_PROPTEST_CASES",
+            (args.cases / 5).max(1).to_string(),
+        )
+        .env("TUPLEKV_STRESS", "5")
+        .env(
+            "CARGO_TARGET_DIR",
+            cmd::workspace_root().join("target").join("asan"),
+        );
+        steps.push(asan);
+    }
 
     if !args.skip_loom {
         // A separate target directory, so the `--cfg loom` build does not evict the normal one.
@@ -66,6 +101,9 @@ fn steps(args: &SoakArgs) -> Vec<Command> {
     steps
 }
 
+/// The target the sanitizer build names explicitly (AddressSanitizer on x86-64 Linux).
+const HOST_TARGET: &str = "x86_64-unknown-linux-gnu";
+
 /// Runs the soak steps, stopping at the first failure.
 pub(crate) fn run(args: &SoakArgs) -> Result<()> {
     for mut step in steps(args) {
@@ -83,22 +121,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn soak_runs_the_suite_with_long_settings_then_loom() {
+    fn soak_runs_the_suite_with_long_settings_then_the_sanitizer_then_loom() {
         let steps = steps(&SoakArgs::default());
-        assert_eq!(steps.len(), 2);
+        assert_eq!(steps.len(), 3);
         let suite = cmd::display(&steps[0]);
         assert!(suite.contains("TUPLEKV_PROPTEST_CASES=5000"), "{suite}");
         assert!(suite.contains("--release"), "{suite}");
-        let loom = cmd::display(&steps[1]);
+        let asan = cmd::display(&steps[1]);
+        assert!(asan.contains("-Zsanitizer=address"), "{asan}");
+        assert!(asan.contains("RUSTC_BOOTSTRAP=1"), "{asan}");
+        assert!(asan.contains("-p tuplekv-engine"), "{asan}");
+        assert!(asan.contains("--target x86_64-unknown-linux-gnu"), "{asan}");
+        assert!(asan.contains("TUPLEKV_PROPTEST_CASES=1000"), "{asan}");
+        let loom = cmd::display(&steps[2]);
         assert!(loom.contains("RUSTFLAGS='--cfg loom'"), "{loom}");
         assert!(loom.contains("--test loom"), "{loom}");
     }
 
     #[test]
-    fn skip_loom_leaves_only_the_suite() {
+    fn skip_loom_and_skip_asan_leave_only_the_suite() {
         let args = SoakArgs {
             cases: 10,
             skip_loom: true,
+            skip_asan: true,
         };
         let steps = steps(&args);
         assert_eq!(steps.len(), 1);
