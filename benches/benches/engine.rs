@@ -6,6 +6,11 @@
 //! multi-key atomicity: it does less work, shown for scale) and `denokv_sqlite` in memory
 //! (Deno KV's own backend). Run: `cargo xtask bench engine` or
 //! `cargo bench -p tuplekv-benches --bench engine`.
+//!
+//! Every implementation is measured in three alternating rounds ([`ROUNDS`]: ours, then each
+//! peer, round after round), and the report gives each peer the median of its per-round
+//! ratios. Measured once each, ours and a peer were up to about fifteen seconds apart, and this
+//! shared machine's speed can drift by more than a goal's margin in that time.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -101,44 +106,64 @@ fn get(c: &mut Criterion, w: &World) {
     let mut g = c.benchmark_group("engine/get");
     for threads in [1usize, 2] {
         g.throughput(Throughput::Elements(threads as u64));
-        g.bench_function(id("tuplekv", threads), |b| {
-            b.iter_custom(|n| {
-                parallel(threads, n, |t, i| {
-                    black_box(w.ours.get_raw(pick(t, i)).ok().flatten());
-                })
-            })
-        });
-        g.bench_function(id("btreemap_rwlock", threads), |b| {
-            b.iter_custom(|n| {
-                parallel(threads, n, |t, i| {
-                    black_box(w.btree.read().0.get(pick(t, i)).map(|(v, _)| v.clone()));
-                })
-            })
-        });
-        g.bench_function(id("crossbeam_skipmap", threads), |b| {
-            b.iter_custom(|n| {
-                parallel(threads, n, |t, i| {
-                    black_box(w.skip.get(pick(t, i)).map(|e| e.value().clone()));
-                })
-            })
-        });
-        if let Some(deno) = &w.deno {
-            g.bench_function(id("denokv_sqlite", threads), |b| {
+        for round in ROUNDS.map(Some) {
+            g.bench_function(id("tuplekv", threads, round), |b| {
                 b.iter_custom(|n| {
-                    let handles = deno.handles(threads);
                     parallel(threads, n, |t, i| {
-                        black_box(handles[t].get(pick(t, i)).ok());
+                        black_box(w.ours.get_raw(pick(t, i)).ok().flatten());
                     })
                 })
             });
+            g.bench_function(id("btreemap_rwlock", threads, round), |b| {
+                b.iter_custom(|n| {
+                    parallel(threads, n, |t, i| {
+                        black_box(w.btree.read().0.get(pick(t, i)).map(|(v, _)| v.clone()));
+                    })
+                })
+            });
+            g.bench_function(id("crossbeam_skipmap", threads, round), |b| {
+                b.iter_custom(|n| {
+                    parallel(threads, n, |t, i| {
+                        black_box(w.skip.get(pick(t, i)).map(|e| e.value().clone()));
+                    })
+                })
+            });
+            if let Some(deno) = &w.deno {
+                g.bench_function(id("denokv_sqlite", threads, round), |b| {
+                    b.iter_custom(|n| {
+                        let handles = deno.handles(threads);
+                        parallel(threads, n, |t, i| {
+                            black_box(handles[t].get(pick(t, i)).ok());
+                        })
+                    })
+                });
+            }
         }
     }
     g.finish();
 }
 
-/// The `BenchmarkId` of `name` run on `threads` threads.
-fn id(name: &str, threads: usize) -> BenchmarkId {
-    BenchmarkId::new(name, format!("{threads} thread(s)"))
+/// The rounds in which ours and every peer are measured in turn (round 1 of each, then round
+/// 2 of each, ...). This machine's speed drifts by tens of percent over seconds, so two
+/// measurements far apart in time can differ by more than the implementations do; the report
+/// gives each peer the median of its per-round ratios, as for the index benches.
+const ROUNDS: [u32; 3] = [1, 2, 3];
+
+/// The rounds of a commit bench: the workload's in [`ROUNDS`]; the growing map's once (each
+/// round would start from a larger map).
+fn rounds_of(map: Map) -> Vec<Option<u32>> {
+    match map {
+        Map::Steady => ROUNDS.map(Some).to_vec(),
+        Map::Growing => vec![None],
+    }
+}
+
+/// The `BenchmarkId` of `name` run on `threads` threads, in `round` if measured in rounds.
+fn id(name: &str, threads: usize, round: Option<u32>) -> BenchmarkId {
+    match round {
+        Some(round) => BenchmarkId::new(name, format!("{threads} thread(s), round {round}")),
+        None => BenchmarkId::new(name, format!("{threads} thread(s)")),
+    }
 }
 
 /// The keys of commit number `n`: two fresh keys no other commit uses.
@@ -163,14 +188,14 @@ enum Map {
 /// numbers come from `fresh`, so each sample's pairs are one contiguous range.
 fn commit_bench(
     g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
-    name: &str,
+    bench: BenchmarkId,
     threads: usize,
     map: Map,
     fresh: &AtomicU64,
     commit: impl Fn(usize, u64) + Sync,
     remove: impl Fn(std::ops::Range<u64>),
 ) {
-    g.bench_function(id(name, threads), |b| {
+    g.bench_function(bench, |b| {
         b.iter_custom(|n| {
             let first = fresh.load(Ordering::Relaxed);
             let took = parallel(threads, n, |t, _| {
@@ -210,118 +235,121 @@ fn commit(c: &mut Criterion, w: &World, map: Map) {
     });
     for threads in [1usize, 2] {
         g.throughput(Throughput::Elements(threads as u64));
-        commit_bench(
-            &mut g,
-            "tuplekv",
-            threads,
-            map,
-            &fresh,
-            |_, n| {
-                let (ka, kb) = pair_keys(n);
-                let res = w
-                    .ours
-                    .atomic()
-                    .check_raw(&ka, None)
-                    .check_raw(&kb, None)
-                    .set_raw(&ka, value.clone())
-                    .set_raw(&kb, value.clone())
-                    .commit();
-                assert!(matches!(res, Ok(r) if r.is_committed()));
-            },
-            |pairs| {
-                let pairs: Vec<u64> = pairs.collect();
-                // Two deletes per pair, at most `MUTATIONS_MAX` per commit.
-                for chunk in pairs.chunks(MUTATIONS_MAX / 2) {
-                    let mut a = w.ours.atomic();
-                    for &n in chunk {
-                        let (ka, kb) = pair_keys(n);
-                        a = a.delete_raw(&ka).delete_raw(&kb);
-                    }
-                    let res = a.commit();
-                    assert!(matches!(res, Ok(r) if r.is_committed()));
-                }
-            },
-        );
-        commit_bench(
-            &mut g,
-            "btreemap_rwlock",
-            threads,
-            map,
-            &fresh,
-            |_, n| {
-                let (ka, kb) = pair_keys(n);
-                let mut guard = w.btree.write();
-                let (map, version) = &mut *guard;
-                assert!(!map.contains_key(&ka) && !map.contains_key(&kb));
-                *version += 1;
-                map.insert(ka, (value.clone(), *version));
-                map.insert(kb, (value.clone(), *version));
-            },
-            |pairs| {
-                let mut guard = w.btree.write();
-                for n in pairs {
-                    let (ka, kb) = pair_keys(n);
-                    guard.0.remove(&ka);
-                    guard.0.remove(&kb);
-                }
-            },
-        );
-        if map == Map::Growing {
-            continue;
-        }
-        commit_bench(
-            &mut g,
-            "crossbeam_skipmap",
-            threads,
-            map,
-            &fresh,
-            |_, n| {
-                let (ka, kb) = pair_keys(n);
-                // Not atomic across the two keys: less work than a commit.
-                assert!(!w.skip.contains_key(&ka) && !w.skip.contains_key(&kb));
-                w.skip.insert(ka, value.clone());
-                w.skip.insert(kb, value.clone());
-            },
-            |pairs| {
-                for n in pairs {
-                    let (ka, kb) = pair_keys(n);
-                    w.skip.remove(&ka);
-                    w.skip.remove(&kb);
-                }
-            },
-        );
-        if let Some(deno) = &w.deno {
-            let handles = deno.handles(threads);
+        for round in rounds_of(map) {
             commit_bench(
                 &mut g,
-                "denokv_sqlite",
+                id("tuplekv", threads, round),
                 threads,
                 map,
                 &fresh,
-                |t, n| {
+                |_, n| {
                     let (ka, kb) = pair_keys(n);
-                    let ok = handles[t].commit(denokv::two_checks_two_sets(ka, kb, value.clone()));
-                    assert_eq!(ok, Ok(true));
+                    let res = w
+                        .ours
+                        .atomic()
+                        .check_raw(&ka, None)
+                        .check_raw(&kb, None)
+                        .set_raw(&ka, value.clone())
+                        .set_raw(&kb, value.clone())
+                        .commit();
+                    assert!(matches!(res, Ok(r) if r.is_committed()));
                 },
                 |pairs| {
                     let pairs: Vec<u64> = pairs.collect();
+                    // Two deletes per pair, at most `MUTATIONS_MAX` per commit.
                     for chunk in pairs.chunks(MUTATIONS_MAX / 2) {
-                        let mutations = chunk
-                            .iter()
-                            .flat_map(|&n| {
-                                let (ka, kb) = pair_keys(n);
-                                [denokv::delete(ka), denokv::delete(kb)]
-                            })
-                            .collect();
-                        let write = denokv_proto::AtomicWrite {
-                            checks: vec![],
-                            mutations,
-                            enqueues: vec![],
-                        };
-                        assert_eq!(handles[0].commit(write), Ok(true));
+                        let mut a = w.ours.atomic();
+                        for &n in chunk {
+                            let (ka, kb) = pair_keys(n);
+                            a = a.delete_raw(&ka).delete_raw(&kb);
+                        }
+                        let res = a.commit();
+                        assert!(matches!(res, Ok(r) if r.is_committed()));
                     }
                 },
             );
+            commit_bench(
+                &mut g,
+                id("btreemap_rwlock", threads, round),
+                threads,
+                map,
+                &fresh,
+                |_, n| {
+                    let (ka, kb) = pair_keys(n);
+                    let mut guard = w.btree.write();
+                    let (map, version) = &mut *guard;
+                    assert!(!map.contains_key(&ka) && !map.contains_key(&kb));
+                    *version += 1;
+                    map.insert(ka, (value.clone(), *version));
+                    map.insert(kb, (value.clone(), *version));
+                },
+                |pairs| {
+                    let mut guard = w.btree.write();
+                    for n in pairs {
+                        let (ka, kb) = pair_keys(n);
+                        guard.0.remove(&ka);
+                        guard.0.remove(&kb);
+                    }
+                },
+            );
+            if map == Map::Growing {
+                continue;
+            }
+            commit_bench(
+                &mut g,
+                id("crossbeam_skipmap", threads, round),
+                threads,
+                map,
+                &fresh,
+                |_, n| {
+                    let (ka, kb) = pair_keys(n);
+                    // Not atomic across the two keys: less work than a commit.
+                    assert!(!w.skip.contains_key(&ka) && !w.skip.contains_key(&kb));
+                    w.skip.insert(ka, value.clone());
+                    w.skip.insert(kb, value.clone());
+                },
+                |pairs| {
+                    for n in pairs {
+                        let (ka, kb) = pair_keys(n);
+                        w.skip.remove(&ka);
+                        w.skip.remove(&kb);
+                    }
+                },
+            );
+            if let Some(deno) = &w.deno {
+                let handles = deno.handles(threads);
+                commit_bench(
+                    &mut g,
+                    id("denokv_sqlite", threads, round),
+                    threads,
+                    map,
+                    &fresh,
+                    |t, n| {
+                        let (ka, kb) = pair_keys(n);
+                        let ok =
+                            handles[t].commit(denokv::two_checks_two_sets(ka, kb, value.clone()));
+                        assert_eq!(ok, Ok(true));
+                    },
+                    |pairs| {
+                        let pairs: Vec<u64> = pairs.collect();
+                        for chunk in pairs.chunks(MUTATIONS_MAX / 2) {
+                            let mutations = chunk
+                                .iter()
+                                .flat_map(|&n| {
+                                    let (ka, kb) = pair_keys(n);
+                                    [denokv::delete(ka), denokv::delete(kb)]
+                                })
+                                .collect();
+                            let write = denokv_proto::AtomicWrite {
+                                checks: vec![],
+                                mutations,
+                                enqueues: vec![],
+                            };
+                            assert_eq!(handles[0].commit(write), Ok(true));
+                        }
+                    },
+                );
+            }
         }
     }
     g.finish();
@@ -345,56 +373,61 @@ fn list(c: &mut Criterion, w: &World) {
     };
     for threads in [1usize, 2] {
         g.throughput(Throughput::Elements(100 * threads as u64));
-        g.bench_function(id("tuplekv", threads), |b| {
-            b.iter_custom(|n| {
-                parallel(threads, n, |t, i| {
-                    let entries: Result<Vec<_>, _> = w
-                        .ours
-                        .list(&selectors[pick(t, i)], options.clone())
-                        .and_then(Iterator::collect);
-                    assert_eq!(entries.map(|e| e.len()).ok(), Some(100));
-                })
-            })
-        });
-        g.bench_function(id("btreemap_rwlock", threads), |b| {
-            b.iter_custom(|n| {
-                parallel(threads, n, |t, i| {
-                    let start = &w.keys[picks[pick(t, i)]];
-                    let guard = w.btree.read();
-                    let out: Vec<(Vec<u8>, Vec<u8>)> = guard
-                        .0
-                        .range(start.clone()..end.clone())
-                        .take(100)
-                        .map(|(k, (v, _))| (k.clone(), v.clone()))
-                        .collect();
-                    assert_eq!(out.len(), 100);
-                })
-            })
-        });
-        g.bench_function(id("crossbeam_skipmap", threads), |b| {
-            b.iter_custom(|n| {
-                parallel(threads, n, |t, i| {
-                    let start = &w.keys[picks[pick(t, i)]];
-                    let out: Vec<(Vec<u8>, Vec<u8>)> = w
-                        .skip
-                        .range(start.clone()..end.clone())
-                        .take(100)
-                        .map(|e| (e.key().clone(), e.value().clone()))
-                        .collect();
-                    assert_eq!(out.len(), 100);
-                })
-            })
-        });
-        if let Some(deno) = &w.deno {
-            g.bench_function(id("denokv_sqlite", threads), |b| {
+        for round in ROUNDS.map(Some) {
+            g.bench_function(id("tuplekv", threads, round), |b| {
                 b.iter_custom(|n| {
-                    let handles = deno.handles(threads);
                     parallel(threads, n, |t, i| {
-                        let start = &w.keys[picks[pick(t, i)]];
-                        assert_eq!(handles[t].range(start, &end, 100).map(|v| v.len()), Ok(100));
+                        let entries: Result<Vec<_>, _> = w
+                            .ours
+                            .list(&selectors[pick(t, i)], options.clone())
+                            .and_then(Iterator::collect);
+                        assert_eq!(entries.map(|e| e.len()).ok(), Some(100));
                     })
                 })
             });
+            g.bench_function(id("btreemap_rwlock", threads, round), |b| {
+                b.iter_custom(|n| {
+                    parallel(threads, n, |t, i| {
+                        let start = &w.keys[picks[pick(t, i)]];
+                        let guard = w.btree.read();
+                        let out: Vec<(Vec<u8>, Vec<u8>)> = guard
+                            .0
+                            .range(start.clone()..end.clone())
+                            .take(100)
+                            .map(|(k, (v, _))| (k.clone(), v.clone()))
+                            .collect();
+                        assert_eq!(out.len(), 100);
+                    })
+                })
+            });
+            g.bench_function(id("crossbeam_skipmap", threads, round), |b| {
+                b.iter_custom(|n| {
+                    parallel(threads, n, |t, i| {
+                        let start = &w.keys[picks[pick(t, i)]];
+                        let out: Vec<(Vec<u8>, Vec<u8>)> = w
+                            .skip
+                            .range(start.clone()..end.clone())
+                            .take(100)
+                            .map(|e| (e.key().clone(), e.value().clone()))
+                            .collect();
+                        assert_eq!(out.len(), 100);
+                    })
+                })
+            });
+            if let Some(deno) = &w.deno {
+                g.bench_function(id("denokv_sqlite", threads, round), |b| {
+                    b.iter_custom(|n| {
+                        let handles = deno.handles(threads);
+                        parallel(threads, n, |t, i| {
+                            let start = &w.keys[picks[pick(t, i)]];
+                            assert_eq!(
+                                handles[t].range(start, &end, 100).map(|v| v.len()),
+                                Ok(100)
+                            );
+                        })
+                    })
+                });
+            }
         }
     }
     g.finish();
@@ -408,43 +441,45 @@ fn sum(c: &mut Criterion, w: &World) {
     let summed = AtomicBool::new(false);
     for threads in [1usize, 2] {
         g.throughput(Throughput::Elements(threads as u64));
-        g.bench_function(id("tuplekv", threads), |b| {
-            b.iter_custom(|n| {
-                summed.store(true, Ordering::Relaxed);
-                parallel(threads, n, |_, _| {
-                    let res = w.ours.atomic().sum_raw(&hot, 1).commit();
-                    assert!(matches!(res, Ok(r) if r.is_committed()));
-                })
-            })
-        });
-        g.bench_function(id("btreemap_rwlock", threads), |b| {
-            b.iter_custom(|n| {
-                parallel(threads, n, |_, _| {
-                    let mut guard = w.btree.write();
-                    let (map, version) = &mut *guard;
-                    *version += 1;
-                    let v = *version;
-                    let slot = map.entry(hot.clone()).or_insert_with(|| (vec![0; 8], v));
-                    let n = u64::from_le_bytes(slot.0[..8].try_into().unwrap_or([0; 8]));
-                    slot.0 = n.wrapping_add(1).to_le_bytes().to_vec();
-                    slot.1 = v;
-                })
-            })
-        });
-        if let Some(deno) = &w.deno {
-            g.bench_function(id("denokv_sqlite", threads), |b| {
+        for round in ROUNDS.map(Some) {
+            g.bench_function(id("tuplekv", threads, round), |b| {
                 b.iter_custom(|n| {
-                    let handles = deno.handles(threads);
-                    parallel(threads, n, |t, _| {
-                        let write = denokv_proto::AtomicWrite {
-                            checks: vec![],
-                            mutations: vec![denokv::sum(hot.clone(), 1)],
-                            enqueues: vec![],
-                        };
-                        assert_eq!(handles[t].commit(write), Ok(true));
+                    summed.store(true, Ordering::Relaxed);
+                    parallel(threads, n, |_, _| {
+                        let res = w.ours.atomic().sum_raw(&hot, 1).commit();
+                        assert!(matches!(res, Ok(r) if r.is_committed()));
                     })
                 })
             });
+            g.bench_function(id("btreemap_rwlock", threads, round), |b| {
+                b.iter_custom(|n| {
+                    parallel(threads, n, |_, _| {
+                        let mut guard = w.btree.write();
+                        let (map, version) = &mut *guard;
+                        *version += 1;
+                        let v = *version;
+                        let slot = map.entry(hot.clone()).or_insert_with(|| (vec![0; 8], v));
+                        let n = u64::from_le_bytes(slot.0[..8].try_into().unwrap_or([0; 8]));
+                        slot.0 = n.wrapping_add(1).to_le_bytes().to_vec();
+                        slot.1 = v;
+                    })
+                })
+            });
+            if let Some(deno) = &w.deno {
+                g.bench_function(id("denokv_sqlite", threads, round), |b| {
+                    b.iter_custom(|n| {
+                        let handles = deno.handles(threads);
+                        parallel(threads, n, |t, _| {
+                            let write = denokv_proto::AtomicWrite {
+                                checks: vec![],
+                                mutations: vec![denokv::sum(hot.clone(), 1)],
+                                enqueues: vec![],
+                            };
+                            assert_eq!(handles[t].commit(write), Ok(true));
+                        })
+                    })
+                });
+            }
         }
     }
     g.finish();

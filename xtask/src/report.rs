@@ -169,6 +169,14 @@ fn human_rate(ops: f64) -> String {
     }
 }
 
+/// Splits a benchmark parameter into its setting and round: `"1 thread(s), round 2"` is
+/// `("1 thread(s)", 2)` and `"round 3"` is `("", 3)`; `None` without a round.
+fn split_round(param: &str) -> Option<(&str, u32)> {
+    let (setting, round) = param.rsplit_once(", ").unwrap_or(("", param));
+    let n = round.strip_prefix("round ")?.parse().ok()?;
+    Some((setting, n))
+}
+
 /// The Markdown report and the ratios for the chart.
 pub(crate) fn render(
     measurements: &[Measurement],
@@ -242,19 +250,21 @@ pub(crate) fn render(
         }
         // A peer measured in alternating rounds (`round 1`, `round 2`, ...) against ours: the
         // median of its per-round ratios, which the machine's drift moves far less than any
-        // one round's.
-        let mut by_round: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-        for m in rows.iter().filter(|m| {
-            !is_ours(&m.function) && m.param.as_deref().is_some_and(|p| p.starts_with("round "))
-        }) {
+        // one round's. One median per peer and setting (`1 thread(s), round 2` is round 2 of
+        // the setting `1 thread(s)`).
+        let mut by_round: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
+        for m in rows.iter().filter(|m| !is_ours(&m.function)) {
+            let Some((setting, _)) = m.param.as_deref().and_then(split_round) else {
+                continue;
+            };
             if let Some(ours) = reference_of(m) {
                 by_round
-                    .entry(m.function.as_str())
+                    .entry((m.function.as_str(), setting))
                     .or_default()
                     .push(m.median_ns / ours.median_ns);
             }
         }
-        for (peer, mut per_round) in by_round.into_iter().filter(|(_, r)| r.len() >= 2) {
+        for ((peer, setting), mut per_round) in by_round.into_iter().filter(|(_, r)| r.len() >= 2) {
             per_round.sort_by(f64::total_cmp);
             let mid = per_round.len() / 2;
             let median = match (per_round.len() % 2, per_round.get(mid)) {
@@ -262,9 +272,14 @@ pub(crate) fn render(
                 (_, Some(m)) => (per_round.get(mid - 1).copied().unwrap_or(*m) + m) / 2.0,
                 (_, None) => continue,
             };
+            let setting = if setting.is_empty() {
+                String::new()
+            } else {
+                format!("{setting}, ")
+            };
             let _ = writeln!(
                 md,
-                "| {peer} | median of {} rounds | - | - | {median:.2}x |",
+                "| {peer} | {setting}median of {} rounds | - | - | {median:.2}x |",
                 per_round.len()
             );
         }
@@ -517,6 +532,36 @@ mod tests {
             !md.contains("denokv_sqlite | median"),
             "a peer measured once has no median row: {md}"
         );
+    }
+
+    #[test]
+    fn rounds_of_each_setting_get_their_own_median() {
+        let mut rows = Vec::new();
+        for (round, peer_1t, peer_2t) in
+            [(1, 2000.0, 900.0), (2, 2600.0, 1100.0), (3, 2400.0, 1000.0)]
+        {
+            let p = |t: u32| format!("{t} thread(s), round {round}");
+            rows.push(m("engine/get", "tuplekv", Some(&p(1)), 100.0));
+            rows.push(m("engine/get", "denokv_sqlite", Some(&p(1)), peer_1t));
+            rows.push(m("engine/get", "tuplekv", Some(&p(2)), 50.0));
+            rows.push(m("engine/get", "denokv_sqlite", Some(&p(2)), peer_2t));
+        }
+        let (md, _) = render(&rows, &[], "cpu", "2026-11-23", "cargo xtask bench");
+        assert!(
+            md.contains("| denokv_sqlite | 1 thread(s), median of 3 rounds | - | - | 24.00x |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| denokv_sqlite | 2 thread(s), median of 3 rounds | - | - | 20.00x |"),
+            "{md}"
+        );
+        assert_eq!(split_round("round 3"), Some(("", 3)));
+        assert_eq!(
+            split_round("2 thread(s), round 1"),
+            Some(("2 thread(s)", 1))
+        );
+        assert_eq!(split_round("2 thread(s)"), None);
+        assert_eq!(split_round("2 thread(s), round x"), None);
     }
 
     #[test]
