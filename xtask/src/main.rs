@@ -101,7 +101,7 @@ A failing property case is saved under the crate's proptest-regressions/ (commit
 
 OPTIONS:
     --cases N      cases per property test (default 5000)
-    --skip-asan    leave out the AddressSanitizer run (the engine's unsafe code)
+    --skip-asan    leave out the AddressSanitizer run of the engine's tests
     --skip-loom    leave out the loom model checks";
 
 /// A parsed command line.

@@ -3,10 +3,9 @@
 //! # Design
 //! - Keys live in a lock-free ordered map ([`KeyMap`], a crossbeam skiplist) from encoded key
 //!   to a *version list*: an immutable, newest-first list of `(version, value or tombstone,
-//!   expiry)` behind an epoch-protected pointer ([`ChainCell`]). A writer never edits a list
-//!   in place: it builds a new one and swaps it in, so a reader holding the old list keeps a
-//!   consistent copy and nobody waits for anybody. Readers load lists without writing shared
-//!   memory; a replaced list is freed once no pinned reader can hold it.
+//!   expiry)` behind an `ArcSwap`. A writer never edits a list in place: it builds a new one
+//!   and swaps it in, so a reader holding the old list keeps a consistent copy and nobody
+//!   waits for anybody.
 //! - A commit first finds its keys' slots in the map without any lock (a key it writes gets
 //!   an empty version list if absent, which reads as absent), so committers search the map in
 //!   parallel. Then writers are serialised by one commit mutex, held only to check and swap
@@ -35,13 +34,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crossbeam_epoch as epoch;
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tuplekv_codec::{ByteRange, Key, Selector};
 
 use crate::atomic::{Atomic, AtomicWrite, CommitResult, Conflict, FailedCheck, MutationKind};
-use crate::chain_cell::ChainCell;
 use crate::durable::fs::{FileSystem, OsFs};
 use crate::durable::{self, Durability, LogSink, OpenDir, RecoveryReport, Wal};
 use crate::error::Error;
@@ -81,21 +79,28 @@ pub(crate) struct Chain {
     pub(crate) versions: SmallVec<[Version; 1]>,
 }
 
-/// The newest of a newest-first list's `versions` at or below `at`.
-pub(crate) fn version_at(versions: &[Version], at: u64) -> Option<&Version> {
-    versions.iter().find(|v| v.version <= at)
+impl Chain {
+    /// The newest version at or below `at`.
+    pub(crate) fn at(&self, at: u64) -> Option<&Version> {
+        self.versions.iter().find(|v| v.version <= at)
+    }
 }
 
-/// A published-to-be version list of `versions`, built in `spare` (an empty list allocated
-/// before the commit lock) when there is one.
-fn chain_of(spare: Option<Box<Chain>>, versions: impl IntoIterator<Item = Version>) -> Box<Chain> {
+/// A published-to-be version list of `versions`, built in `spare` (an empty list nobody else
+/// holds, allocated before the commit lock) when there is one.
+fn chain_of(spare: Option<Arc<Chain>>, versions: impl IntoIterator<Item = Version>) -> Arc<Chain> {
     match spare {
-        Some(mut chain) => {
-            chain.versions.clear();
-            chain.versions.extend(versions);
-            chain
-        }
-        None => Box::new(Chain {
+        Some(mut chain) => match Arc::get_mut(&mut chain) {
+            Some(unshared) => {
+                unshared.versions.clear();
+                unshared.versions.extend(versions);
+                chain
+            }
+            None => Arc::new(Chain {
+                versions: versions.into_iter().collect(),
+            }),
+        },
+        None => Arc::new(Chain {
             versions: versions.into_iter().collect(),
         }),
     }
@@ -115,8 +120,8 @@ fn share(value: &Value) {
 }
 
 /// The entry `key` shows at version `at`, if live: its newest version at or below `at`.
-fn entry_at(key: &KeyBytes, versions: &[Version], at: u64, now: &mut Option<u64>) -> Option<Entry> {
-    let version = version_at(versions, at)?;
+fn entry_at(key: &KeyBytes, chain: &Chain, at: u64, now: &mut Option<u64>) -> Option<Entry> {
+    let version = chain.at(at)?;
     version.live_value(now)?;
     entry_of(key, version)
 }
@@ -222,7 +227,7 @@ pub(crate) struct Slots<'a> {
     /// under the lock a commit fills them in rather than allocate (an allocation that grows
     /// the heap faults pages in, and under the lock every other committer waits for it). A
     /// list of one version needs nothing more; a longer one still allocates its versions.
-    spare: SmallVec<[Box<Chain>; 4]>,
+    spare: SmallVec<[Arc<Chain>; 4]>,
 }
 
 pub(crate) struct Inner {
@@ -335,7 +340,7 @@ impl Database {
             if let Some(deadline) = version.expires_at {
                 expiring.push((deadline, key.clone()));
             }
-            map.insert(key, ChainCell::new(Box::new(durable::chain_of(version))));
+            map.insert(key, ArcSwap::from_pointee(durable::chain_of(version)));
         }
         let inner = Arc::new(Inner {
             map,
@@ -563,7 +568,7 @@ impl Database {
         let mut stats = Stats::default();
         for entry in self.inner.map.iter() {
             stats.keys += 1;
-            stats.versions += entry.chain().load(&epoch::pin()).len();
+            stats.versions += entry.value().load().versions.len();
         }
         (
             stats.reclaim_queue,
@@ -714,7 +719,9 @@ impl Inner {
     /// Reads `key` at version `at` (which must be registered or be the latest published).
     pub(crate) fn read_at(&self, key: &[u8], at: u64) -> Option<Entry> {
         self.map
-            .read(key, |key, versions| entry_at(key, versions, at, &mut None))
+            .read(key, |key, chain| {
+                entry_at(key, &chain.load(), at, &mut None)
+            })
             .flatten()
     }
 
@@ -745,12 +752,13 @@ impl Inner {
         key: &[u8],
         f: impl FnOnce(Option<(&KeyBytes, &Version)>) -> R,
     ) -> R {
-        self.map.with(key, |found| {
+        self.map.with(key, |slot| {
+            let found = slot.map(|(key, chain)| (key, chain.load()));
             let at = self.visible.load(Ordering::Acquire);
-            let live = found.and_then(|(key, versions)| {
-                let version = version_at(versions, at)?;
+            let live = found.as_ref().and_then(|(key, chain)| {
+                let version = chain.at(at)?;
                 version.live_value(&mut None)?;
-                Some((key, version))
+                Some((*key, version))
             });
             f(live)
         })
@@ -769,8 +777,8 @@ impl Inner {
         }
         let mut now = None;
         self.map
-            .scan(&range.start, &range.end, reverse, |key, versions| {
-                if let Some(entry) = entry_at(key, versions, at, &mut now) {
+            .scan(&range.start, &range.end, reverse, |key, chain| {
+                if let Some(entry) = entry_at(key, &chain.load(), at, &mut now) {
                     out.push(entry);
                 }
                 out.len() < limit
@@ -781,15 +789,14 @@ impl Inner {
     /// The value a key's slot has now, for mutations that read it. Called with the commit
     /// lock held, so every version in the map is published.
     fn current(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Value> {
-        let guard = epoch::pin();
-        let versions = slot?.chain().load(&guard);
-        versions.first()?.live_value(now).cloned()
+        let chain = slot?.value().load();
+        chain.versions.first()?.live_value(now).cloned()
     }
 
     /// The stamp of the value [`Inner::current`] returns, without copying the value.
     fn current_stamp(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Versionstamp> {
-        let guard = epoch::pin();
-        let newest = slot?.chain().load(&guard).first()?;
+        let chain = slot?.value().load();
+        let newest = chain.versions.first()?;
         newest.live_value(now)?;
         Some(Versionstamp::from_version(newest.version))
     }
@@ -845,7 +852,7 @@ impl Inner {
             .iter()
             .filter(|m| !matches!(m.kind, MutationKind::Delete))
             .map(|m| {
-                let chain = Box::new(Chain::default());
+                let chain = Arc::new(Chain::default());
                 if let MutationKind::Set { value, .. } = &m.kind {
                     share(value);
                 }
@@ -862,7 +869,16 @@ impl Inner {
 
     /// The slot of `key`, inserted empty if the key is absent.
     fn slot_for_write(&self, key: &KeyBytes) -> Slot<'_> {
-        self.map.get_or_insert_with(key.clone(), ChainCell::empty)
+        thread_local! {
+            // Shared by this thread's empty slots: no allocation per new key.
+            static EMPTY: Arc<Chain> = Arc::new(Chain::default());
+        }
+        self.map.get_or_insert_with(key.clone(), || {
+            let empty = EMPTY
+                .try_with(Arc::clone)
+                .unwrap_or_else(|_| Arc::new(Chain::default()));
+            ArcSwap::new(empty)
+        })
     }
 
     /// Makes a slot found before the commit lock current, with the lock held: a slot that was
@@ -901,7 +917,7 @@ impl Inner {
     /// After an operation wrote nothing: queues for removal the empty slots it inserted.
     fn release(&self, slots: &Slots<'_>) {
         for slot in slots.mutations.iter().flatten() {
-            if !slot.is_removed() && slot.chain().load(&epoch::pin()).is_empty() {
+            if !slot.is_removed() && slot.value().load().versions.is_empty() {
                 self.reclaimer.mark(slot.key().clone());
             }
         }
@@ -926,12 +942,12 @@ impl Inner {
             let Some(slot) = self.map.get(key.as_slice()) else {
                 continue;
             };
-            let guard = epoch::pin();
-            let old = slot.chain().load(&guard);
-            if old.iter().all(|v| v.version <= published) {
+            let old = slot.value().load();
+            if old.versions.iter().all(|v| v.version <= published) {
                 continue;
             }
             let versions: SmallVec<[Version; 1]> = old
+                .versions
                 .iter()
                 .filter(|v| v.version <= published)
                 .cloned()
@@ -945,7 +961,7 @@ impl Inner {
             if versions.is_empty() {
                 slot.remove();
             } else {
-                slot.chain().store(Some(Box::new(Chain { versions })));
+                slot.value().store(Arc::new(Chain { versions }));
             }
         }
     }
@@ -1008,19 +1024,25 @@ impl Inner {
                 conflict.range_changed = true;
                 break;
             }
-            let newer = |versions: &[Version]| versions.first().is_some_and(|v| v.version > since);
+            let newer = |chain: &ArcSwap<Chain>| {
+                chain
+                    .load()
+                    .versions
+                    .first()
+                    .is_some_and(|v| v.version > since)
+            };
             // A transaction's point read is the range [key, key ++ 00): one lookup, no scan.
             let point = rc.end.len() == rc.start.len() + 1
                 && rc.end.ends_with(&[0])
                 && rc.end.starts_with(&rc.start);
             let changed = if point {
                 self.map
-                    .read(&rc.start, |_, versions| newer(versions))
+                    .read(&rc.start, |_, chain| newer(chain))
                     .unwrap_or(false)
             } else {
                 let mut changed = false;
-                self.map.scan(&rc.start, &rc.end, false, |_, versions| {
-                    changed = newer(versions);
+                self.map.scan(&rc.start, &rc.end, false, |_, chain| {
+                    changed = newer(chain);
                     !changed
                 });
                 changed
@@ -1126,7 +1148,7 @@ impl Inner {
         key: KeyBytes,
         new: Version,
         slot: Option<Slot<'a>>,
-        spare: Option<Box<Chain>>,
+        spare: Option<Arc<Chain>>,
         retention: Option<&mut Option<Retention>>,
     ) -> Option<(KeyBytes, Slot<'a>)> {
         let tombstone = new.value.is_none();
@@ -1135,9 +1157,8 @@ impl Inner {
             // Only a delete has no slot, and deleting an absent key leaves nothing to write.
             return None;
         };
-        let guard = epoch::pin();
-        let old = slot.chain().load(&guard);
-        if old.is_empty() {
+        let old = slot.value().load();
+        if old.versions.is_empty() {
             // A slot inserted empty by `prepare` (this operation's or another's).
             if tombstone {
                 self.reclaimer.mark(key);
@@ -1146,10 +1167,10 @@ impl Inner {
             if let Some(deadline) = expiry {
                 self.reclaimer.schedule_expiry(deadline, key);
             }
-            slot.chain().store(Some(chain_of(spare, [new])));
+            slot.value().store(chain_of(spare, [new]));
             return None;
         }
-        if expiry.is_none() && old.first().is_some_and(|v| v.expires_at.is_some()) {
+        if expiry.is_none() && old.versions.first().is_some_and(|v| v.expires_at.is_some()) {
             // The key's deadline no longer applies; keep the expiry bookkeeping to one entry
             // per key that still has one.
             self.reclaimer.cancel_expiry(&key);
@@ -1157,15 +1178,15 @@ impl Inner {
         let kept: SmallVec<[&Version; 2]> = match retention {
             // Pruned once this commit is published (`prune_written`): keep everything until
             // then rather than take the snapshot registry twice.
-            None => old.iter().collect(),
+            None => old.versions.iter().collect(),
             Some(retention) => {
                 let retention = retention.get_or_insert_with(|| self.retention());
-                retention.keep(old).collect()
+                retention.keep(&old.versions).collect()
             }
         };
         let garbage = tombstone || !kept.is_empty();
         let chain = chain_of(spare, std::iter::once(new).chain(kept.into_iter().cloned()));
-        slot.chain().store(Some(chain));
+        slot.value().store(chain);
         if let Some(deadline) = expiry {
             self.reclaimer.schedule_expiry(deadline, key.clone());
         }
@@ -1187,9 +1208,8 @@ impl Inner {
         if slot.is_removed() {
             return false;
         }
-        let guard = epoch::pin();
-        let old = slot.chain().load(&guard);
-        let mut versions: SmallVec<[Version; 1]> = retention.keep(old).cloned().collect();
+        let old = slot.value().load();
+        let mut versions: SmallVec<[Version; 1]> = retention.keep(&old.versions).cloned().collect();
         // A dead version (tombstone or expired) at the end of the list reads the same as no
         // version at all, so drop it, but only once no snapshot older than it is open: a
         // transaction reading at such a snapshot learns from it that the key changed (with
@@ -1219,8 +1239,8 @@ impl Inner {
             return false;
         }
         let still_garbage = versions.len() > 1 || versions.iter().any(&mut dead);
-        if versions.len() != old.len() {
-            slot.chain().store(Some(Box::new(Chain { versions })));
+        if versions.len() != old.versions.len() {
+            slot.value().store(Arc::new(Chain { versions }));
         }
         still_garbage
     }

@@ -4,20 +4,20 @@
 //! reference-counted entries and pins the epoch at every step, so a scan of `n` keys costs
 //! about `3n` atomic read-modify-writes on the nodes it passes (count up, count down, pin),
 //! and two readers of the same keys fight over those cache lines. Here reads pin the epoch
-//! once and borrow nodes, and the version lists they point to ([`ChainCell`]), under that pin
-//! ([`KeyMap::read`], [`KeyMap::scan`]): a reader writes no shared memory. Only writers,
-//! which keep a key's place across the commit lock, take a counted handle ([`Slot`]).
+//! once and borrow nodes under that pin ([`KeyMap::read`], [`KeyMap::scan`]): no node is
+//! written by a reader. Only writers, which keep a key's place across the commit lock, take a
+//! counted handle ([`Slot`]).
 
 use std::ops::Bound;
 
+use arc_swap::ArcSwap;
 use crossbeam_epoch as epoch;
 use crossbeam_skiplist::base::{RefEntry, RefIter, SkipList};
 
-use crate::chain_cell::ChainCell;
-use crate::db::Version;
+use crate::db::Chain;
 use crate::key_bytes::KeyBytes;
 
-type List = SkipList<KeyBytes, ChainCell>;
+type List = SkipList<KeyBytes, ArcSwap<Chain>>;
 
 /// Encoded key → version list, ordered by key bytes.
 pub(crate) struct KeyMap {
@@ -28,15 +28,15 @@ pub(crate) struct KeyMap {
 /// until dropped, whatever happens to the map meanwhile.
 pub(crate) struct Slot<'a> {
     /// Always `Some` until dropped (`Drop` takes it out to release it).
-    entry: Option<RefEntry<'a, KeyBytes, ChainCell>>,
+    entry: Option<RefEntry<'a, KeyBytes, ArcSwap<Chain>>>,
 }
 
 impl<'a> Slot<'a> {
-    fn new(entry: RefEntry<'a, KeyBytes, ChainCell>) -> Self {
+    fn new(entry: RefEntry<'a, KeyBytes, ArcSwap<Chain>>) -> Self {
         Slot { entry: Some(entry) }
     }
 
-    fn entry(&self) -> &RefEntry<'a, KeyBytes, ChainCell> {
+    fn entry(&self) -> &RefEntry<'a, KeyBytes, ArcSwap<Chain>> {
         match &self.entry {
             Some(entry) => entry,
             None => unreachable!("a slot's entry is only taken when it is dropped"),
@@ -49,7 +49,7 @@ impl<'a> Slot<'a> {
     }
 
     /// The key's version list.
-    pub(crate) fn chain(&self) -> &ChainCell {
+    pub(crate) fn value(&self) -> &ArcSwap<Chain> {
         self.entry().value()
     }
 
@@ -109,61 +109,59 @@ impl KeyMap {
     pub(crate) fn get_or_insert_with(
         &self,
         key: KeyBytes,
-        value: impl FnOnce() -> ChainCell,
+        value: impl FnOnce() -> ArcSwap<Chain>,
     ) -> Slot<'_> {
         let guard = epoch::pin();
         Slot::new(self.list.get_or_insert_with(key, value, &guard))
     }
 
     /// Inserts `key`, replacing any node it had.
-    pub(crate) fn insert(&self, key: KeyBytes, value: ChainCell) {
+    pub(crate) fn insert(&self, key: KeyBytes, value: ArcSwap<Chain>) {
         let guard = epoch::pin();
         self.list.insert(key, value, &guard).release(&guard);
     }
 
-    /// Calls `f` with `key` and its versions (newest first), if present, under one epoch pin
-    /// and without counting.
+    /// Calls `f` with `key`'s node, if present, under one epoch pin and without counting.
     pub(crate) fn read<R>(
         &self,
         key: &[u8],
-        f: impl FnOnce(&KeyBytes, &[Version]) -> R,
+        f: impl FnOnce(&KeyBytes, &ArcSwap<Chain>) -> R,
     ) -> Option<R> {
-        self.with(key, |found| found.map(|(key, versions)| f(key, versions)))
+        self.with(key, |found| found.map(|(key, chain)| f(key, chain)))
     }
 
-    /// Calls `f` with `key` and its versions (`None` if absent) under one epoch pin, without
-    /// counting. The versions are loaded before `f` runs.
+    /// Calls `f` with `key`'s node (`None` if absent) under one epoch pin, without counting.
     pub(crate) fn with<R>(
         &self,
         key: &[u8],
-        f: impl FnOnce(Option<(&KeyBytes, &[Version])>) -> R,
+        f: impl FnOnce(Option<(&KeyBytes, &ArcSwap<Chain>)>) -> R,
     ) -> R {
         let guard = epoch::pin();
         let entry = self.list.get(key, &guard);
-        f(entry.as_ref().map(|e| (e.key(), e.value().load(&guard))))
+        f(entry.as_ref().map(|e| (e.key(), e.value())))
     }
 
-    /// Visits the keys in `[start, end)` with their versions, ascending or descending, under
-    /// one epoch pin and without counting, until `visit` returns `false`.
+    /// Visits the nodes with keys in `[start, end)`, ascending or descending, under one epoch
+    /// pin and without counting, until `visit` returns `false`.
     pub(crate) fn scan(
         &self,
         start: &[u8],
         end: &[u8],
         reverse: bool,
-        mut visit: impl FnMut(&KeyBytes, &[Version]) -> bool,
+        mut visit: impl FnMut(&KeyBytes, &ArcSwap<Chain>) -> bool,
     ) {
         let guard = epoch::pin();
         let bounds = (Bound::Included(start), Bound::Excluded(end));
         let mut range = self.list.range::<[u8], _>(bounds, &guard);
         if reverse {
             while let Some(entry) = range.next_back() {
-                if !visit(entry.key(), entry.value().load(&guard)) {
+                if !visit(entry.key(), entry.value()) {
                     break;
                 }
             }
         } else {
             for entry in range {
-                if !visit(entry.key(), entry.value().load(&guard)) {
+                if !visit(entry.key(), entry.value()) {
                     break;
                 }
             }
@@ -192,7 +190,7 @@ impl KeyMap {
 
 /// See [`KeyMap::iter`].
 pub(crate) struct Iter<'a> {
-    inner: RefIter<'a, KeyBytes, ChainCell>,
+    inner: RefIter<'a, KeyBytes, ArcSwap<Chain>>,
 }
 
 impl<'a> Iterator for Iter<'a> {
@@ -212,14 +210,17 @@ impl Drop for Iter<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
-    use crate::db::Chain;
-    use crate::value::Value;
 
     fn map_of(keys: &[&[u8]]) -> KeyMap {
         let map = KeyMap::default();
         for key in keys {
-            map.insert(KeyBytes::from(*key), ChainCell::empty());
+            map.insert(
+                KeyBytes::from(*key),
+                ArcSwap::from_pointee(Chain::default()),
+            );
         }
         map
     }
@@ -252,7 +253,7 @@ mod tests {
         assert!(!other.remove(), "already removed");
         assert!(other.is_removed());
         assert_eq!(other.key().as_slice(), b"a");
-        assert!(other.chain().load(&epoch::pin()).is_empty());
+        assert!(other.value().load().versions.is_empty());
         assert!(map.get(b"a").is_none());
         assert!(map.read(b"a", |_, _| ()).is_none());
         assert_eq!(map.len(), 0);
@@ -261,27 +262,17 @@ mod tests {
     #[test]
     fn get_or_insert_returns_the_existing_node() {
         let map = KeyMap::default();
-        let first = map.get_or_insert_with(KeyBytes::from(&b"k"[..]), ChainCell::empty);
+        let chain = Arc::new(Chain::default());
+        let first = map.get_or_insert_with(KeyBytes::from(&b"k"[..]), || {
+            ArcSwap::new(Arc::clone(&chain))
+        });
         let second = map.get_or_insert_with(KeyBytes::from(&b"k"[..]), || {
             unreachable!("the key is present")
         });
-        first.chain().store(Some(Box::new(Chain {
-            versions: [Version {
-                version: 7,
-                value: Some(Value::U64(1)),
-                expires_at: None,
-            }]
-            .into_iter()
-            .collect(),
-        })));
-        let guard = epoch::pin();
-        let seen: Vec<u64> = second
-            .chain()
-            .load(&guard)
-            .iter()
-            .map(|v| v.version)
-            .collect();
-        assert_eq!(seen, [7], "both handles name the same node");
+        assert!(Arc::ptr_eq(
+            &first.value().load_full(),
+            &second.value().load_full()
+        ));
         assert_eq!(map.len(), 1);
     }
 

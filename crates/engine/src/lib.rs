@@ -32,7 +32,7 @@
 //! - A reverse list pays one map search per entry, because the skiplist links only forward:
 //!   about three times a forward list of the same length (100 entries out of 100k keys took
 //!   25–34 µs against about 10 µs in one process on the benchmark machine).
-//! - A key costs about 215 bytes of allocator memory besides its value's buffer: the map node
+//! - A key costs about 230 bytes of allocator memory besides its value's buffer: the map node
 //!   (which holds keys of up to [`KeyBytes::INLINE`] bytes), the version list and the value's
 //!   reference count. A workload that keeps adding keys takes fresh memory on most commits.
 //!   With glibc, a thread other than the main one then also grows its own heap one page per
@@ -56,7 +56,6 @@
 //! *which* checks failed; expired values disappear at their deadline, not up to a minute later.
 
 mod atomic;
-mod chain_cell;
 mod db;
 pub mod durable;
 mod error;

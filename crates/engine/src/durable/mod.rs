@@ -90,12 +90,11 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_epoch as epoch;
 use parking_lot::{Condvar, Mutex};
 use smallvec::SmallVec;
 
 use crate::atomic::{AtomicWrite, CommitResult, MutationKind};
-use crate::db::{Chain, Inner, Options, Slots, Version, now_ms, version_at};
+use crate::db::{Chain, Inner, Options, Slots, Version, now_ms};
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
 use crate::value::Versionstamp;
@@ -1046,10 +1045,8 @@ impl Wal {
             Ok(())
         };
         for slot in inner.map.iter() {
-            let guard = epoch::pin();
-            let Some(v) = version_at(slot.chain().load(&guard), version) else {
-                continue;
-            };
+            let chain = slot.value().load();
+            let Some(v) = chain.at(version) else { continue };
             if v.value.is_none() || v.expires_at.is_some_and(|d| d <= now) {
                 continue;
             }
