@@ -3,8 +3,8 @@
 //! AddressSanitizer (the workspace forbids `unsafe`, but the engine's soundness rests on how it
 //! drives crossbeam's unsafe skiplist and epochs: guard-scoped borrows of nodes, counted
 //! handles released under a pin; a use after free there would otherwise go unseen); and the
-//! loom model checks of the sequence allocator. The sanitizer and loom builds need their own flags and
-//! target directories.
+//! loom model checks of the sequence allocator. The sanitizer and loom builds need their own
+//! flags and target directories ([`own_target_dir`]).
 
 use std::process::Command;
 
@@ -74,15 +74,11 @@ fn steps(args: &SoakArgs) -> Vec<Command> {
             (args.cases / 5).max(1).to_string(),
         )
         .env("TUPLEKV_STRESS", "5")
-        .env(
-            "CARGO_TARGET_DIR",
-            cmd::workspace_root().join("target").join("asan"),
-        );
+        .env("CARGO_TARGET_DIR", own_target_dir("asan"));
         steps.push(asan);
     }
 
     if !args.skip_loom {
-        // A separate target directory, so the `--cfg loom` build does not evict the normal one.
         let mut loom = cmd::cargo();
         loom.args([
             "test",
@@ -93,13 +89,16 @@ fn steps(args: &SoakArgs) -> Vec<Command> {
             "--release",
         ])
         .env("RUSTFLAGS", "--cfg loom")
-        .env(
-            "CARGO_TARGET_DIR",
-            cmd::workspace_root().join("target").join("loom"),
-        );
+        .env("CARGO_TARGET_DIR", own_target_dir("loom"));
         steps.push(loom);
     }
     steps
+}
+
+/// `target/<name>`: a build with its own `RUSTFLAGS` gets its own directory, so it does not
+/// evict the normal build (cargo rebuilds everything when the flags change).
+fn own_target_dir(name: &str) -> std::path::PathBuf {
+    cmd::workspace_root().join("target").join(name)
 }
 
 /// The target the sanitizer build names explicitly (AddressSanitizer on x86-64 Linux).
@@ -149,5 +148,18 @@ mod tests {
         let steps = steps(&args);
         assert_eq!(steps.len(), 1);
         assert!(cmd::display(&steps[0]).contains("TUPLEKV_PROPTEST_CASES=10"));
+    }
+
+    #[test]
+    fn skip_asan_alone_keeps_the_suite_and_loom() {
+        let args = SoakArgs {
+            skip_asan: true,
+            ..SoakArgs::default()
+        };
+        let steps: Vec<String> = steps(&args).iter().map(cmd::display).collect();
+        assert_eq!(steps.len(), 2);
+        assert!(steps.iter().all(|s| !s.contains("sanitizer")), "{steps:?}");
+        assert!(steps[1].contains("--cfg loom"), "{steps:?}");
+        assert!(steps[1].contains("target/loom"), "{steps:?}");
     }
 }
