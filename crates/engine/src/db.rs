@@ -778,8 +778,18 @@ impl Inner {
         let mut now = None;
         self.map
             .scan(&range.start, &range.end, reverse, |key, chain| {
-                if let Some(entry) = entry_at(key, &chain.load(), at, &mut now) {
-                    out.push(entry);
+                let chain = chain.load();
+                if let Some(version) = chain.at(at)
+                    && let Some(value) = version.live_value(&mut now)
+                {
+                    // Built in place: an `Option<Entry>` in between costs a copy of the
+                    // whole entry per key.
+                    out.push(Entry {
+                        key: key.clone(),
+                        value: value.clone(),
+                        versionstamp: Versionstamp::from_version(version.version),
+                        expires_at: version.expires_at,
+                    });
                 }
                 out.len() < limit
             });

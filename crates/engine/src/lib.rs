@@ -29,6 +29,12 @@
 //!   is open), deleted and expired keys in the background.
 //!
 //! # Costs worth knowing
+//! - To get a page of entries into a `Vec`, [`ListIter::read_all`] is the fast way: the batch
+//!   read from the snapshot becomes the vector as it is. Collecting the iterator moves each
+//!   entry (128 bytes) through it and grows the vector step by step, because a collect into
+//!   `Result<Vec<_>, _>` cannot see the iterator's size. 100 entries out of 100k keys took
+//!   about 5.0 µs with `read_all` and 7.1–7.4 µs collected, in one process on the benchmark
+//!   machine.
 //! - A reverse list pays one map search per entry, because the skiplist links only forward:
 //!   about three times a forward list of the same length (100 entries out of 100k keys took
 //!   25–34 µs against about 10 µs in one process on the benchmark machine).

@@ -57,15 +57,10 @@ pub struct ListIter<V> {
     buffer: std::vec::IntoIter<Entry>,
     /// The view has no more entries in `range`.
     range_done: bool,
-    /// The current batch's keys, concatenated, and where each ends: the cursor needs the last
-    /// yielded key, and copying every key once per batch into one buffer is far cheaper than
-    /// keeping a copy of each key as it is yielded.
-    batch_keys: Vec<u8>,
-    batch_key_ends: Vec<usize>,
-    /// Entries yielded from the current batch.
-    taken: usize,
-    /// The last key yielded before the current batch.
-    last_before_batch: Option<Vec<u8>>,
+    /// The key of the last entry yielded (empty before the first: no stored key is empty), for
+    /// the cursor. Its buffer is reused, so keeping it costs a short copy per entry and no
+    /// allocation.
+    last_key: Vec<u8>,
     /// The cursor the iteration resumed from (not `""`), reported until an entry is yielded.
     resumed_from: Option<String>,
     exhausted: bool,
@@ -104,10 +99,7 @@ impl<V: ReadView> ListIter<V> {
             batch_size,
             buffer: Vec::new().into_iter(),
             range_done: false,
-            batch_keys: Vec::new(),
-            batch_key_ends: Vec::new(),
-            taken: 0,
-            last_before_batch: None,
+            last_key: Vec::new(),
             resumed_from: options.cursor.filter(|c| !c.is_empty()),
             exhausted: false,
         })
@@ -155,15 +147,68 @@ impl<V: ReadView> ListIter<V> {
 
     /// The key of the last entry yielded, if any.
     fn last_key(&self) -> Option<&[u8]> {
-        let Some(i) = self.taken.checked_sub(1) else {
-            return self.last_before_batch.as_deref();
-        };
-        let start = i
-            .checked_sub(1)
-            .and_then(|p| self.batch_key_ends.get(p).copied())
-            .unwrap_or(0);
-        let end = *self.batch_key_ends.get(i)?;
-        self.batch_keys.get(start..end)
+        Some(&self.last_key)
+            .filter(|k| !k.is_empty())
+            .map(Vec::as_slice)
+    }
+
+    /// Reads every entry left (up to the limit) into one vector.
+    ///
+    /// This is what `collect::<Result<Vec<_>, _>>()` gives, at a good deal less cost: a batch
+    /// read from the view becomes the vector as it is, where collecting moves each entry
+    /// through the iterator and grows the vector step by step. Afterwards [`ListIter::cursor`]
+    /// resumes after the last entry read, as after iterating.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, ListCursor, ListOptions, Selector, key};
+    ///
+    /// let db = Database::in_memory();
+    /// for i in 0..5 {
+    ///     db.set(&key!["k", i], b"v")?;
+    /// }
+    /// let selector = Selector::prefix(&key!["k"]);
+    /// let mut page = db.list(&selector, ListOptions { limit: Some(3), ..Default::default() })?;
+    /// assert_eq!(page.read_all()?.len(), 3);
+    /// let ListCursor::After(cursor) = page.cursor() else { panic!("stopped at the limit") };
+    /// let mut rest = db.list(&selector, ListOptions { cursor: Some(cursor), ..Default::default() })?;
+    /// assert_eq!(rest.read_all()?.len(), 2);
+    /// assert_eq!(rest.cursor(), ListCursor::Exhausted);
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// What reading the view returns; entries read before the error are dropped.
+    pub fn read_all(&mut self) -> Result<Vec<Entry>, Error> {
+        let mut out = Vec::new();
+        while self.remaining != Some(0) && !self.exhausted {
+            if self.buffer.len() == 0
+                && !self.range_done
+                && let Err(e) = self.refill()
+            {
+                self.exhausted = true;
+                return Err(e);
+            }
+            if self.buffer.len() == 0 {
+                self.exhausted = true;
+                break;
+            }
+            // A batch never holds more than the limit allows (see `refill`).
+            let batch = std::mem::take(&mut self.buffer);
+            if let Some(r) = self.remaining.as_mut() {
+                *r -= batch.len();
+            }
+            if out.is_empty() {
+                // Takes the batch's allocation as it is.
+                out = batch.collect();
+            } else {
+                out.extend(batch);
+            }
+            if let Some(last) = out.last() {
+                self.last_key.clear();
+                self.last_key.extend_from_slice(&last.key);
+            }
+        }
+        Ok(out)
     }
 
     #[cold]
@@ -171,7 +216,9 @@ impl<V: ReadView> ListIter<V> {
         let want = self
             .remaining
             .map_or(self.batch_size, |r| r.min(self.batch_size));
-        let batch = self.view.scan(&self.range, self.reverse, want)?;
+        let mut batch = self.view.scan(&self.range, self.reverse, want)?;
+        // A view that returns more than asked must not overrun the limit.
+        batch.truncate(want);
         if batch.len() < want {
             self.range_done = true;
         } else if let Some(last) = batch.last() {
@@ -183,18 +230,6 @@ impl<V: ReadView> ListIter<V> {
                 self.range.start = next;
             }
         }
-        if let Some(last) = self.last_key() {
-            self.last_before_batch = Some(last.to_vec());
-        }
-        self.batch_keys.clear();
-        self.batch_key_ends.clear();
-        self.batch_keys
-            .reserve(batch.iter().map(|e| e.key.len()).sum());
-        for entry in &batch {
-            self.batch_keys.extend_from_slice(&entry.key);
-            self.batch_key_ends.push(self.batch_keys.len());
-        }
-        self.taken = 0;
         // Called only once the buffer is drained.
         self.buffer = batch.into_iter();
         Ok(())
@@ -223,7 +258,8 @@ impl<V: ReadView> Iterator for ListIter<V> {
         if let Some(r) = self.remaining.as_mut() {
             *r -= 1;
         }
-        self.taken += 1;
+        self.last_key.clear();
+        self.last_key.extend_from_slice(&entry.key);
         Some(Ok(entry))
     }
 

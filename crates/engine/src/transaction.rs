@@ -217,7 +217,7 @@ impl<'s, S: Store> Transaction<'s, S> {
             end: range.end.clone(),
         };
         let mut entries: Vec<Entry> =
-            ListIter::new(self.snapshot.clone(), exact, read_options)?.collect::<Result<_, _>>()?;
+            ListIter::new(self.snapshot.clone(), exact, read_options)?.read_all()?;
         // What was read: the whole range, or up to the last entry when the limit stopped it.
         let full = read_limit.is_none_or(|l| entries.len() < l);
         let covered = match (full, entries.last()) {

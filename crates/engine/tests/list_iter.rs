@@ -116,3 +116,81 @@ fn size_hints_bound_what_the_iterator_yields() {
     );
     assert!(all.next().is_none());
 }
+
+fn keys_of(entries: &[tuplekv_engine::Entry]) -> Vec<tuplekv_codec::Key> {
+    entries
+        .iter()
+        .map(|e| e.decoded_key().expect("key"))
+        .collect()
+}
+
+fn keys(range: impl IntoIterator<Item = i64>) -> Vec<tuplekv_codec::Key> {
+    range.into_iter().map(|i| key!["k", i]).collect()
+}
+
+#[test]
+fn read_all_reads_what_iteration_would_across_batches_limits_and_directions() {
+    let db = db_with(10);
+    let selector = Selector::prefix(&key!["k"]);
+    for reverse in [false, true] {
+        for batch_size in [None, Some(1), Some(3), Some(10)] {
+            for limit in [None, Some(1), Some(4), Some(10), Some(11)] {
+                let options = ListOptions {
+                    limit,
+                    reverse,
+                    batch_size,
+                    cursor: None,
+                };
+                let case = format!("{options:?}");
+                let mut iterated = db.list(&selector, options.clone()).expect("list");
+                let want: Vec<_> = iterated.by_ref().map(|e| e.expect("entry")).collect();
+                let mut read = db.list(&selector, options).expect("list");
+                let got = read.read_all().expect("read_all");
+                assert_eq!(keys_of(&got), keys_of(&want), "{case}");
+                assert_eq!(got, want, "{case}");
+                assert_eq!(read.cursor(), iterated.cursor(), "{case}");
+                assert!(read.read_all().expect("again").is_empty(), "{case}");
+                assert!(read.next().is_none(), "{case}");
+            }
+        }
+    }
+}
+
+#[test]
+fn read_all_after_some_entries_reads_the_rest_and_the_cursor_follows() {
+    let db = db_with(10);
+    let selector = Selector::prefix(&key!["k"]);
+    let options = ListOptions {
+        limit: Some(8),
+        batch_size: Some(3),
+        ..ListOptions::default()
+    };
+    let mut list = db.list(&selector, options).expect("list");
+    assert_eq!(list.by_ref().take(4).count(), 4, "into the second batch");
+    assert_eq!(list.cursor(), after(&selector, 3));
+    let rest = list.read_all().expect("read_all");
+    assert_eq!(keys_of(&rest), keys(4..8), "up to the limit");
+    assert_eq!(list.cursor(), after(&selector, 7), "stopped at the limit");
+
+    let mut short = db
+        .list(
+            &selector,
+            ListOptions {
+                cursor: Some(list.cursor().as_deno_str().to_owned()),
+                ..ListOptions::default()
+            },
+        )
+        .expect("list");
+    assert_eq!(keys_of(&short.read_all().expect("rest")), keys(8..10));
+    assert_eq!(short.cursor(), ListCursor::Exhausted);
+}
+
+#[test]
+fn read_all_on_an_empty_range_is_empty_and_exhausted() {
+    let db = db_with(3);
+    let mut list = db
+        .list(&Selector::prefix(&key!["none"]), ListOptions::default())
+        .expect("list");
+    assert!(list.read_all().expect("read_all").is_empty());
+    assert_eq!(list.cursor(), ListCursor::Exhausted);
+}

@@ -566,9 +566,14 @@ fn engine_list(
     selector: &Selector,
     options: ListOptions,
 ) -> Result<(Vec<Row>, ListCursor, ListCursor), tuplekv_engine::Error> {
-    let mut it = db.list(selector, options)?;
+    let mut it = db.list(selector, options.clone())?;
     let before = it.cursor();
     let entries = it.by_ref().collect::<Result<Vec<_>, _>>()?;
+    // `read_all` must give what iterating gives, and leave the same cursor.
+    let mut all = db.list(selector, options)?;
+    let read = all.read_all()?;
+    assert_eq!(read, entries, "read_all and iterating disagree");
+    assert_eq!(all.cursor(), it.cursor(), "read_all leaves another cursor");
     Ok((rows(entries), before, it.cursor()))
 }
 
