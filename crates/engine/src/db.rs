@@ -28,7 +28,7 @@
 //!   snapshot, expired values, and the garbage of durable commits (published later, by the
 //!   log) are reclaimed by a background thread (`reclaim.rs`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -144,9 +144,55 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 /// Open snapshots, by the version they read at.
+///
+/// A sorted vector of `(version, open snapshots)`: nearly every registration is at the newest
+/// version (the end), and a vector that keeps its buffer registers and unregisters the
+/// snapshot of each list without allocating, where a `BTreeMap` allocated and freed a node
+/// whenever it went from empty to one snapshot and back.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    counts: BTreeMap<u64, usize>,
+    counts: Vec<(u64, usize)>,
+}
+
+impl Registry {
+    /// Counts one more snapshot at `version`.
+    fn add(&mut self, version: u64) {
+        if let Some((last, count)) = self.counts.last_mut()
+            && *last == version
+        {
+            *count += 1;
+            return;
+        }
+        match self.counts.binary_search_by_key(&version, |&(v, _)| v) {
+            Ok(i) => {
+                if let Some((_, count)) = self.counts.get_mut(i) {
+                    *count += 1;
+                }
+            }
+            Err(i) => self.counts.insert(i, (version, 1)),
+        }
+    }
+
+    /// Counts one snapshot fewer at `version`; `true` if that was its last.
+    fn remove(&mut self, version: u64) -> bool {
+        let Ok(i) = self.counts.binary_search_by_key(&version, |&(v, _)| v) else {
+            return false;
+        };
+        let Some((_, count)) = self.counts.get_mut(i) else {
+            return false;
+        };
+        *count -= 1;
+        if *count > 0 {
+            return false;
+        }
+        self.counts.remove(i);
+        true
+    }
+
+    /// The versions with open snapshots, oldest first.
+    fn versions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.counts.iter().map(|&(v, _)| v)
+    }
 }
 
 /// What readers may still need, taken once per commit or reclaim batch: the last published
@@ -712,7 +758,7 @@ impl Inner {
         let registry = self.snapshots.lock();
         Retention {
             visible: self.visible.load(Ordering::Acquire),
-            points: registry.counts.keys().copied().collect(),
+            points: registry.versions().collect(),
         }
     }
 
@@ -1320,7 +1366,7 @@ impl Snapshot {
         // Read the version under the registry lock, so no writer can compute a watermark
         // above it between the read and the registration.
         let version = inner.visible.load(Ordering::Acquire);
-        *registry.counts.entry(version).or_insert(0) += 1;
+        registry.add(version);
         Snapshot {
             inner: Arc::clone(inner),
             version,
@@ -1358,13 +1404,7 @@ impl Snapshot {
 
 impl Clone for Snapshot {
     fn clone(&self) -> Self {
-        *self
-            .inner
-            .snapshots
-            .lock()
-            .counts
-            .entry(self.version)
-            .or_insert(0) += 1;
+        self.inner.snapshots.lock().add(self.version);
         Snapshot {
             inner: Arc::clone(&self.inner),
             version: self.version,
@@ -1375,23 +1415,15 @@ impl Clone for Snapshot {
 impl Drop for Snapshot {
     fn drop(&mut self) {
         let mut registry = self.inner.snapshots.lock();
-        if let Some(count) = registry.counts.get_mut(&self.version) {
-            *count -= 1;
-            if *count == 0 {
-                registry.counts.remove(&self.version);
-                // Versions kept for this snapshot may now be reclaimable. Retry the parked
-                // keys only when the oldest snapshot closes: that is what pins nearly all of
-                // them, and short snapshots closing above a long one would otherwise make
-                // every pass revisit them.
-                let oldest = registry
-                    .counts
-                    .keys()
-                    .next()
-                    .is_none_or(|&v| v > self.version);
-                drop(registry);
-                if oldest {
-                    self.inner.reclaimer.wake_if_leftover();
-                }
+        if registry.remove(self.version) {
+            // Versions kept for this snapshot may now be reclaimable. Retry the parked keys
+            // only when the oldest snapshot closes: that is what pins nearly all of them, and
+            // short snapshots closing above a long one would otherwise make every pass
+            // revisit them.
+            let oldest = registry.versions().next().is_none_or(|v| v > self.version);
+            drop(registry);
+            if oldest {
+                self.inner.reclaimer.wake_if_leftover();
             }
         }
     }
@@ -1413,5 +1445,28 @@ impl ReadView for Snapshot {
         check_read_key(&range.start)?;
         check_read_key(&range.end)?;
         Ok(self.inner.scan_at(range, reverse, limit, self.version))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Registry;
+
+    #[test]
+    fn the_registry_counts_snapshots_per_version_in_order() {
+        let mut registry = Registry::default();
+        for version in [5, 5, 3, 9, 5, 7] {
+            registry.add(version);
+        }
+        assert_eq!(registry.versions().collect::<Vec<_>>(), [3, 5, 7, 9]);
+        assert!(!registry.remove(5), "two more at 5");
+        assert!(!registry.remove(4), "none at 4");
+        assert!(registry.remove(3), "the only one at 3");
+        assert!(!registry.remove(3), "already gone");
+        assert!(!registry.remove(5));
+        assert!(registry.remove(5));
+        assert_eq!(registry.versions().collect::<Vec<_>>(), [7, 9]);
+        assert!(registry.remove(9) && registry.remove(7));
+        assert_eq!(registry.versions().next(), None);
     }
 }
