@@ -32,12 +32,12 @@
 //! - To get a page of entries into a `Vec`, [`ListIter::read_all`] is the fast way: the batch
 //!   read from the snapshot becomes the vector as it is. Collecting the iterator moves each
 //!   entry (128 bytes) through it and grows the vector step by step, because a collect into
-//!   `Result<Vec<_>, _>` cannot see the iterator's size. 100 entries out of 100k keys took
-//!   about 5.0 µs with `read_all` and 7.1–7.4 µs collected, in one process on the benchmark
-//!   machine.
+//!   `Result<Vec<_>, _>` cannot see the iterator's size. In the engine bench (100 entries out
+//!   of 100k keys, one thread) `read_all` took 5.2–6.4 µs and collecting 7.2–8.2 µs.
 //! - A reverse list pays one map search per entry, because the skiplist links only forward:
-//!   about three times a forward list of the same length (100 entries out of 100k keys took
-//!   25–34 µs against about 10 µs in one process on the benchmark machine).
+//!   about four times a forward list of the same length (100 entries out of 100k keys, read
+//!   with `read_all`, took about 23 µs against 6.0–6.5 µs in one process on the benchmark
+//!   machine).
 //! - A key costs about 230 bytes of allocator memory besides its value's buffer: the map node
 //!   (which holds keys of up to [`KeyBytes::INLINE`] bytes), the version list and the value's
 //!   reference count. A workload that keeps adding keys takes fresh memory on most commits.
