@@ -561,20 +561,30 @@ impl ModelSelector {
 
 /// Lists `options` from the database: the rows, and the iterator's cursor before the first
 /// entry and after the last.
-fn engine_list(
-    db: &Database,
-    selector: &Selector,
-    options: ListOptions,
-) -> Result<(Vec<Row>, ListCursor, ListCursor), tuplekv_engine::Error> {
-    let mut it = db.list(selector, options.clone())?;
-    let before = it.cursor();
-    let entries = it.by_ref().collect::<Result<Vec<_>, _>>()?;
-    // `read_all` must give what iterating gives, and leave the same cursor.
-    let mut all = db.list(selector, options)?;
-    let read = all.read_all()?;
-    assert_eq!(read, entries, "read_all and iterating disagree");
-    assert_eq!(all.cursor(), it.cursor(), "read_all leaves another cursor");
-    Ok((rows(entries), before, it.cursor()))
+/// One list through the iterator: its rows, and its cursor before and after iterating. The
+/// same list read with `read_all` must agree (rows and final cursor); the outer error says it
+/// did not, the inner one is the engine's.
+type Listed = Result<(Vec<Row>, ListCursor, ListCursor), tuplekv_engine::Error>;
+
+fn engine_list(db: &Database, selector: &Selector, options: ListOptions) -> Result<Listed, String> {
+    let listed = (|| {
+        let mut it = db.list(selector, options.clone())?;
+        let before = it.cursor();
+        let entries = it.by_ref().collect::<Result<Vec<_>, _>>()?;
+        let mut all = db.list(selector, options.clone())?;
+        let read = all.read_all()?;
+        Ok((entries, read, before, it.cursor(), all.cursor()))
+    })();
+    match listed {
+        Err(e) => Ok(Err(e)),
+        Ok((entries, read, ..)) if read != entries => Err(format!(
+            "read_all {read:?} and iterating {entries:?} disagree ({options:?})"
+        )),
+        Ok((.., after, read_after)) if read_after != after => Err(format!(
+            "read_all leaves cursor {read_after:?}, iterating {after:?} ({options:?})"
+        )),
+        Ok((entries, _, before, after, _)) => Ok(Ok((rows(entries), before, after))),
+    }
 }
 
 /// One list with every option, compared with the model, then the continuation from its
@@ -600,7 +610,7 @@ fn check_list(db: &Database, model: &Reference, spec: &ListSpec) -> Result<(), S
         cursor: cursor.clone(),
         batch_size: spec.batch_size.map(usize::from),
     };
-    let got = engine_list(db, &ms.selector, options.clone());
+    let got = engine_list(db, &ms.selector, options.clone())?;
     let (rows, before, after) = match (got, &want_range) {
         (Err(_), None) => return Ok(()), // Deno rejects the selector or the cursor too
         (Ok(_), None) => return Err("an invalid selector or cursor was accepted".into()),
@@ -651,7 +661,7 @@ fn check_list(db: &Database, model: &Reference, spec: &ListSpec) -> Result<(), S
             cursor: Some(next),
             ..options
         },
-    )
+    )?
     .map_err(|e| format!("continuation: {e}"))?;
     let want = model.scan(&start, &end, spec.reverse, limit.unwrap_or(usize::MAX));
     if rest != want {
@@ -680,7 +690,7 @@ fn check_paginate(
             cursor: cursor.clone(),
             batch_size: batch_size.map(usize::from),
         };
-        let (rows, _, after) = match engine_list(db, &ms.selector, options) {
+        let (rows, _, after) = match engine_list(db, &ms.selector, options)? {
             Err(_) if !ms.valid => return Ok(()),
             Err(e) => return Err(e.to_string()),
             Ok(_) if !ms.valid => return Err("an invalid selector was accepted".into()),
