@@ -1,7 +1,7 @@
 //! The list iterator's own bookkeeping: the cursor wherever iteration stops (inside a batch,
-//! at a batch boundary, in reverse) and the size hints `collect` relies on.
+//! at a batch boundary, in reverse), the size hints `collect` relies on, and `read_all`.
 
-use tuplekv_engine::{Database, ListCursor, ListOptions, Selector, key};
+use tuplekv_engine::{Database, ListCursor, ListIter, ListOptions, Selector, key};
 
 fn db_with(n: i64) -> Database {
     let db = Database::in_memory();
@@ -193,4 +193,67 @@ fn read_all_on_an_empty_range_is_empty_and_exhausted() {
         .expect("list");
     assert!(list.read_all().expect("read_all").is_empty());
     assert_eq!(list.cursor(), ListCursor::Exhausted);
+}
+
+/// A view over `db` that fails its `fail_on`-th scan and returns one entry more than asked.
+struct Flaky {
+    db: Database,
+    scans: std::cell::Cell<usize>,
+    fail_on: usize,
+}
+
+impl tuplekv_engine::ReadView for Flaky {
+    fn get_raw(&self, key: &[u8]) -> Result<Option<tuplekv_engine::Entry>, tuplekv_engine::Error> {
+        self.db.get_raw(key)
+    }
+
+    fn scan(
+        &self,
+        range: &tuplekv_codec::ByteRange,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<tuplekv_engine::Entry>, tuplekv_engine::Error> {
+        self.scans.set(self.scans.get() + 1);
+        if self.scans.get() == self.fail_on {
+            return Err(tuplekv_engine::Error::Io {
+                context: "scanning a test view".into(),
+                kind: std::io::ErrorKind::Other,
+                message: "injected".into(),
+            });
+        }
+        self.db.scan(range, reverse, limit + 1)
+    }
+}
+
+fn flaky(fail_on: usize) -> ListIter<Flaky> {
+    let view = Flaky {
+        db: db_with(10),
+        scans: std::cell::Cell::new(0),
+        fail_on,
+    };
+    let options = ListOptions {
+        limit: Some(7),
+        batch_size: Some(3),
+        ..ListOptions::default()
+    };
+    ListIter::new(view, Selector::prefix(&key!["k"]), options).expect("list")
+}
+
+#[test]
+fn a_view_returning_more_than_asked_never_overruns_the_limit_or_skips_keys() {
+    let mut read = flaky(usize::MAX);
+    assert_eq!(keys_of(&read.read_all().expect("read_all")), keys(0..7));
+    let iterated: Vec<_> = flaky(usize::MAX).map(|e| e.expect("entry")).collect();
+    assert_eq!(keys_of(&iterated), keys(0..7));
+}
+
+#[test]
+fn a_failed_scan_fails_read_all_and_ends_the_listing() {
+    let mut list = flaky(2);
+    assert_eq!(list.by_ref().take(2).count(), 2, "the first batch is read");
+    let err = list.read_all().expect_err("the second batch fails");
+    assert!(err.to_string().contains("injected"), "{err}");
+    assert_eq!(list.cursor(), ListCursor::Exhausted);
+    assert!(list.next().is_none());
+    assert!(list.read_all().expect("nothing more").is_empty());
 }
