@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use tuplekv_benches::denokv::{self, DenoSqlite};
 use tuplekv_benches::skip;
-use tuplekv_benches::workloads::user_value;
+use tuplekv_benches::workloads::{insert_pair, user_value};
 use tuplekv_codec::{encode_key, key};
 use tuplekv_engine::{Database, Durability, Options};
 
@@ -91,14 +91,7 @@ fn durability(c: &mut Criterion) {
                     let r = run.fetch_add(1, Ordering::Relaxed);
                     committers(threads, iters, |_, n| {
                         let (ka, kb) = keys(r, n);
-                        let res = db
-                            .atomic()
-                            .check_raw(&ka, None)
-                            .check_raw(&kb, None)
-                            .set_raw(&ka, value.clone())
-                            .set_raw(&kb, value.clone())
-                            .commit();
-                        assert!(matches!(res, Ok(c) if c.is_committed()));
+                        insert_pair(db, &ka, &kb, &value);
                     })
                 })
             });

@@ -23,7 +23,7 @@ use parking_lot::RwLock;
 use tuplekv_benches::denokv::{self, DenoSqlite};
 use tuplekv_benches::skip;
 use tuplekv_benches::workloads::{
-    ENGINE_KEYS, key_indexes, prefix_end, user_key, user_keys_encoded, user_value,
+    ENGINE_KEYS, insert_pair, key_indexes, prefix_end, user_key, user_keys_encoded, user_value,
 };
 use tuplekv_codec::{Selector, encode_key, key};
 use tuplekv_engine::limits::MUTATIONS_MAX;
@@ -244,15 +244,7 @@ fn commit(c: &mut Criterion, w: &World, map: Map) {
                 &fresh,
                 |_, n| {
                     let (ka, kb) = pair_keys(n);
-                    let res = w
-                        .ours
-                        .atomic()
-                        .check_raw(&ka, None)
-                        .check_raw(&kb, None)
-                        .set_raw(&ka, value.clone())
-                        .set_raw(&kb, value.clone())
-                        .commit();
-                    assert!(matches!(res, Ok(r) if r.is_committed()));
+                    insert_pair(&w.ours, &ka, &kb, &value);
                 },
                 |pairs| {
                     let pairs: Vec<u64> = pairs.collect();

@@ -2,6 +2,7 @@
 
 use num_bigint::BigInt;
 use tuplekv_codec::{Key, key};
+use tuplekv_engine::Database;
 
 /// The codec mix: the shapes applications actually use, in fixed proportions.
 ///
@@ -80,4 +81,18 @@ pub fn prefix_end(prefix: &Key) -> Vec<u8> {
     let mut end = tuplekv_codec::encode_key(prefix);
     end.push(0xff);
     end
+}
+
+/// The unique-index insert the engine and durability benches commit: two absence checks and
+/// two sets of `value`, as one atomic operation. Panics unless it committed (every key a bench
+/// passes is fresh).
+pub fn insert_pair(db: &Database, ka: &[u8], kb: &[u8], value: &[u8]) {
+    let res = db
+        .atomic()
+        .check_raw(ka, None)
+        .check_raw(kb, None)
+        .set_raw(ka, value.to_vec())
+        .set_raw(kb, value.to_vec())
+        .commit();
+    assert!(matches!(res, Ok(ref r) if r.is_committed()), "{res:?}");
 }
