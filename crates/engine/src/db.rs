@@ -3,9 +3,10 @@
 //! # Design
 //! - Keys live in a lock-free ordered map ([`KeyMap`], a crossbeam skiplist) from encoded key
 //!   to a *version list*: an immutable, newest-first list of `(version, value or tombstone,
-//!   expiry)` behind an `ArcSwap`. A writer never edits a list in place: it builds a new one
-//!   and swaps it in, so a reader holding the old list keeps a consistent copy and nobody
-//!   waits for anybody.
+//!   expiry)` behind an epoch-protected pointer ([`ChainCell`]). A writer never edits a list
+//!   in place: it builds a new one and swaps it in, so a reader holding the old list keeps a
+//!   consistent copy and nobody waits for anybody; the writers free replaced lists once no
+//!   pinned reader can hold them ([`Retired`]).
 //! - A commit first finds its keys' slots in the map without any lock (a key it writes gets
 //!   an empty version list if absent, which reads as absent), so committers search the map in
 //!   parallel. Then writers are serialised by one commit mutex, held only to check and swap
@@ -34,12 +35,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use arc_swap::ArcSwap;
+use crossbeam_epoch as epoch;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tuplekv_codec::{ByteRange, Key, Selector};
 
 use crate::atomic::{Atomic, AtomicWrite, CommitResult, Conflict, FailedCheck, MutationKind};
+use crate::chain_cell::{ChainCell, Retired};
 use crate::durable::fs::{FileSystem, OsFs};
 use crate::durable::{self, Durability, LogSink, OpenDir, RecoveryReport, Wal};
 use crate::error::Error;
@@ -79,28 +81,21 @@ pub(crate) struct Chain {
     pub(crate) versions: SmallVec<[Version; 1]>,
 }
 
-impl Chain {
-    /// The newest version at or below `at`.
-    pub(crate) fn at(&self, at: u64) -> Option<&Version> {
-        self.versions.iter().find(|v| v.version <= at)
-    }
+/// The newest of `versions` (newest first) at or below `at`.
+pub(crate) fn version_at(versions: &[Version], at: u64) -> Option<&Version> {
+    versions.iter().find(|v| v.version <= at)
 }
 
-/// A published-to-be version list of `versions`, built in `spare` (an empty list nobody else
-/// holds, allocated before the commit lock) when there is one.
-fn chain_of(spare: Option<Arc<Chain>>, versions: impl IntoIterator<Item = Version>) -> Arc<Chain> {
+/// A published-to-be version list of `versions`, built in `spare` (an empty list allocated
+/// before the commit lock) when there is one.
+fn chain_of(spare: Option<Box<Chain>>, versions: impl IntoIterator<Item = Version>) -> Box<Chain> {
     match spare {
-        Some(mut chain) => match Arc::get_mut(&mut chain) {
-            Some(unshared) => {
-                unshared.versions.clear();
-                unshared.versions.extend(versions);
-                chain
-            }
-            None => Arc::new(Chain {
-                versions: versions.into_iter().collect(),
-            }),
-        },
-        None => Arc::new(Chain {
+        Some(mut chain) => {
+            chain.versions.clear();
+            chain.versions.extend(versions);
+            chain
+        }
+        None => Box::new(Chain {
             versions: versions.into_iter().collect(),
         }),
     }
@@ -120,8 +115,8 @@ fn share(value: &Value) {
 }
 
 /// The entry `key` shows at version `at`, if live: its newest version at or below `at`.
-fn entry_at(key: &KeyBytes, chain: &Chain, at: u64, now: &mut Option<u64>) -> Option<Entry> {
-    let version = chain.at(at)?;
+fn entry_at(key: &KeyBytes, versions: &[Version], at: u64, now: &mut Option<u64>) -> Option<Entry> {
+    let version = version_at(versions, at)?;
     version.live_value(now)?;
     entry_of(key, version)
 }
@@ -273,7 +268,7 @@ pub(crate) struct Slots<'a> {
     /// under the lock a commit fills them in rather than allocate (an allocation that grows
     /// the heap faults pages in, and under the lock every other committer waits for it). A
     /// list of one version needs nothing more; a longer one still allocates its versions.
-    spare: SmallVec<[Arc<Chain>; 4]>,
+    spare: SmallVec<[Box<Chain>; 4]>,
 }
 
 pub(crate) struct Inner {
@@ -286,6 +281,8 @@ pub(crate) struct Inner {
     pub(crate) reclaimer: Reclaimer,
     /// The write-ahead log, for a durable database.
     pub(crate) wal: Option<Arc<Wal>>,
+    /// Version lists replaced by writers, freed by writers once no reader can hold them.
+    pub(crate) retired: Retired,
 }
 
 /// An in-memory, ordered, transactional key-value store with Deno KV's data model.
@@ -338,6 +335,7 @@ impl Database {
             snapshots: Mutex::new(Registry::default()),
             reclaimer: Reclaimer::default(),
             wal: None,
+            retired: Retired::default(),
         });
         if options.background_reclaim {
             Reclaimer::spawn(&inner);
@@ -386,7 +384,7 @@ impl Database {
             if let Some(deadline) = version.expires_at {
                 expiring.push((deadline, key.clone()));
             }
-            map.insert(key, ArcSwap::from_pointee(durable::chain_of(version)));
+            map.insert(key, ChainCell::new(Box::new(durable::chain_of(version))));
         }
         let inner = Arc::new(Inner {
             map,
@@ -395,6 +393,7 @@ impl Database {
             snapshots: Mutex::new(Registry::default()),
             reclaimer: Reclaimer::default(),
             wal: Some(recovered.wal),
+            retired: Retired::default(),
         });
         for (deadline, key) in expiring {
             inner.reclaimer.schedule_expiry(deadline, key);
@@ -614,7 +613,7 @@ impl Database {
         let mut stats = Stats::default();
         for entry in self.inner.map.iter() {
             stats.keys += 1;
-            stats.versions += entry.value().load().versions.len();
+            stats.versions += entry.cell().load(&epoch::pin()).len();
         }
         (
             stats.reclaim_queue,
@@ -765,9 +764,7 @@ impl Inner {
     /// Reads `key` at version `at` (which must be registered or be the latest published).
     pub(crate) fn read_at(&self, key: &[u8], at: u64) -> Option<Entry> {
         self.map
-            .read(key, |key, chain| {
-                entry_at(key, &chain.load(), at, &mut None)
-            })
+            .read(key, |key, versions| entry_at(key, versions, at, &mut None))
             .flatten()
     }
 
@@ -798,13 +795,13 @@ impl Inner {
         key: &[u8],
         f: impl FnOnce(Option<(&KeyBytes, &Version)>) -> R,
     ) -> R {
-        self.map.with(key, |slot| {
-            let found = slot.map(|(key, chain)| (key, chain.load()));
+        // `with` loads the list (acquire) before this closure runs and loads `visible`.
+        self.map.with(key, |found| {
             let at = self.visible.load(Ordering::Acquire);
-            let live = found.as_ref().and_then(|(key, chain)| {
-                let version = chain.at(at)?;
+            let live = found.and_then(|(key, versions)| {
+                let version = version_at(versions, at)?;
                 version.live_value(&mut None)?;
-                Some((*key, version))
+                Some((key, version))
             });
             f(live)
         })
@@ -823,9 +820,8 @@ impl Inner {
         }
         let mut now = None;
         self.map
-            .scan(&range.start, &range.end, reverse, |key, chain| {
-                let chain = chain.load();
-                if let Some(version) = chain.at(at)
+            .scan(&range.start, &range.end, reverse, |key, versions| {
+                if let Some(version) = version_at(versions, at)
                     && let Some(value) = version.live_value(&mut now)
                 {
                     // Built in place: an `Option<Entry>` in between costs a copy of the
@@ -845,14 +841,14 @@ impl Inner {
     /// The value a key's slot has now, for mutations that read it. Called with the commit
     /// lock held, so every version in the map is published.
     fn current(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Value> {
-        let chain = slot?.value().load();
-        chain.versions.first()?.live_value(now).cloned()
+        let guard = epoch::pin();
+        slot?.cell().load(&guard).first()?.live_value(now).cloned()
     }
 
     /// The stamp of the value [`Inner::current`] returns, without copying the value.
     fn current_stamp(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Versionstamp> {
-        let chain = slot?.value().load();
-        let newest = chain.versions.first()?;
+        let guard = epoch::pin();
+        let newest = slot?.cell().load(&guard).first()?;
         newest.live_value(now)?;
         Some(Versionstamp::from_version(newest.version))
     }
@@ -908,7 +904,7 @@ impl Inner {
             .iter()
             .filter(|m| !matches!(m.kind, MutationKind::Delete))
             .map(|m| {
-                let chain = Arc::new(Chain::default());
+                let chain = Box::new(Chain::default());
                 if let MutationKind::Set { value, .. } = &m.kind {
                     share(value);
                 }
@@ -925,16 +921,8 @@ impl Inner {
 
     /// The slot of `key`, inserted empty if the key is absent.
     fn slot_for_write(&self, key: &KeyBytes) -> Slot<'_> {
-        thread_local! {
-            // Shared by this thread's empty slots: no allocation per new key.
-            static EMPTY: Arc<Chain> = Arc::new(Chain::default());
-        }
-        self.map.get_or_insert_with(key.clone(), || {
-            let empty = EMPTY
-                .try_with(Arc::clone)
-                .unwrap_or_else(|_| Arc::new(Chain::default()));
-            ArcSwap::new(empty)
-        })
+        // An empty cell is a null pointer: no allocation per new key.
+        self.map.get_or_insert_with(key.clone(), ChainCell::empty)
     }
 
     /// Makes a slot found before the commit lock current, with the lock held: a slot that was
@@ -973,7 +961,7 @@ impl Inner {
     /// After an operation wrote nothing: queues for removal the empty slots it inserted.
     fn release(&self, slots: &Slots<'_>) {
         for slot in slots.mutations.iter().flatten() {
-            if !slot.is_removed() && slot.value().load().versions.is_empty() {
+            if !slot.is_removed() && slot.cell().load(&epoch::pin()).is_empty() {
                 self.reclaimer.mark(slot.key().clone());
             }
         }
@@ -998,12 +986,12 @@ impl Inner {
             let Some(slot) = self.map.get(key.as_slice()) else {
                 continue;
             };
-            let old = slot.value().load();
-            if old.versions.iter().all(|v| v.version <= published) {
+            let guard = epoch::pin();
+            let old = slot.cell().load(&guard);
+            if old.iter().all(|v| v.version <= published) {
                 continue;
             }
             let versions: SmallVec<[Version; 1]> = old
-                .versions
                 .iter()
                 .filter(|v| v.version <= published)
                 .cloned()
@@ -1017,7 +1005,8 @@ impl Inner {
             if versions.is_empty() {
                 slot.remove();
             } else {
-                slot.value().store(Arc::new(Chain { versions }));
+                slot.cell()
+                    .store(Some(Box::new(Chain { versions })), &self.retired);
             }
         }
     }
@@ -1080,25 +1069,19 @@ impl Inner {
                 conflict.range_changed = true;
                 break;
             }
-            let newer = |chain: &ArcSwap<Chain>| {
-                chain
-                    .load()
-                    .versions
-                    .first()
-                    .is_some_and(|v| v.version > since)
-            };
+            let newer = |versions: &[Version]| versions.first().is_some_and(|v| v.version > since);
             // A transaction's point read is the range [key, key ++ 00): one lookup, no scan.
             let point = rc.end.len() == rc.start.len() + 1
                 && rc.end.ends_with(&[0])
                 && rc.end.starts_with(&rc.start);
             let changed = if point {
                 self.map
-                    .read(&rc.start, |_, chain| newer(chain))
+                    .read(&rc.start, |_, versions| newer(versions))
                     .unwrap_or(false)
             } else {
                 let mut changed = false;
-                self.map.scan(&rc.start, &rc.end, false, |_, chain| {
-                    changed = newer(chain);
+                self.map.scan(&rc.start, &rc.end, false, |_, versions| {
+                    changed = newer(versions);
                     !changed
                 });
                 changed
@@ -1204,7 +1187,7 @@ impl Inner {
         key: KeyBytes,
         new: Version,
         slot: Option<Slot<'a>>,
-        spare: Option<Arc<Chain>>,
+        spare: Option<Box<Chain>>,
         retention: Option<&mut Option<Retention>>,
     ) -> Option<(KeyBytes, Slot<'a>)> {
         let tombstone = new.value.is_none();
@@ -1213,8 +1196,9 @@ impl Inner {
             // Only a delete has no slot, and deleting an absent key leaves nothing to write.
             return None;
         };
-        let old = slot.value().load();
-        if old.versions.is_empty() {
+        let guard = epoch::pin();
+        let old = slot.cell().load(&guard);
+        if old.is_empty() {
             // A slot inserted empty by `prepare` (this operation's or another's).
             if tombstone {
                 self.reclaimer.mark(key);
@@ -1223,10 +1207,11 @@ impl Inner {
             if let Some(deadline) = expiry {
                 self.reclaimer.schedule_expiry(deadline, key);
             }
-            slot.value().store(chain_of(spare, [new]));
+            slot.cell()
+                .store(Some(chain_of(spare, [new])), &self.retired);
             return None;
         }
-        if expiry.is_none() && old.versions.first().is_some_and(|v| v.expires_at.is_some()) {
+        if expiry.is_none() && old.first().is_some_and(|v| v.expires_at.is_some()) {
             // The key's deadline no longer applies; keep the expiry bookkeeping to one entry
             // per key that still has one.
             self.reclaimer.cancel_expiry(&key);
@@ -1234,15 +1219,16 @@ impl Inner {
         let kept: SmallVec<[&Version; 2]> = match retention {
             // Pruned once this commit is published (`prune_written`): keep everything until
             // then rather than take the snapshot registry twice.
-            None => old.versions.iter().collect(),
+            None => old.iter().collect(),
             Some(retention) => {
                 let retention = retention.get_or_insert_with(|| self.retention());
-                retention.keep(&old.versions).collect()
+                retention.keep(old).collect()
             }
         };
         let garbage = tombstone || !kept.is_empty();
         let chain = chain_of(spare, std::iter::once(new).chain(kept.into_iter().cloned()));
-        slot.value().store(chain);
+        slot.cell().store(Some(chain), &self.retired);
+        drop(guard);
         if let Some(deadline) = expiry {
             self.reclaimer.schedule_expiry(deadline, key.clone());
         }
@@ -1264,8 +1250,9 @@ impl Inner {
         if slot.is_removed() {
             return false;
         }
-        let old = slot.value().load();
-        let mut versions: SmallVec<[Version; 1]> = retention.keep(&old.versions).cloned().collect();
+        let guard = epoch::pin();
+        let old = slot.cell().load(&guard);
+        let mut versions: SmallVec<[Version; 1]> = retention.keep(old).cloned().collect();
         // A dead version (tombstone or expired) at the end of the list reads the same as no
         // version at all, so drop it, but only once no snapshot older than it is open: a
         // transaction reading at such a snapshot learns from it that the key changed (with
@@ -1295,8 +1282,9 @@ impl Inner {
             return false;
         }
         let still_garbage = versions.len() > 1 || versions.iter().any(&mut dead);
-        if versions.len() != old.versions.len() {
-            slot.value().store(Arc::new(Chain { versions }));
+        if versions.len() != old.len() {
+            slot.cell()
+                .store(Some(Box::new(Chain { versions })), &self.retired);
         }
         still_garbage
     }

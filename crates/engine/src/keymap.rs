@@ -10,14 +10,14 @@
 
 use std::ops::Bound;
 
-use arc_swap::ArcSwap;
 use crossbeam_epoch as epoch;
 use crossbeam_skiplist::base::{RefEntry, RefIter, SkipList};
 
-use crate::db::Chain;
+use crate::chain_cell::ChainCell;
+use crate::db::Version;
 use crate::key_bytes::KeyBytes;
 
-type List = SkipList<KeyBytes, ArcSwap<Chain>>;
+type List = SkipList<KeyBytes, ChainCell>;
 
 /// Encoded key → version list, ordered by key bytes.
 pub(crate) struct KeyMap {
@@ -28,15 +28,15 @@ pub(crate) struct KeyMap {
 /// until dropped, whatever happens to the map meanwhile.
 pub(crate) struct Slot<'a> {
     /// Always `Some` until dropped (`Drop` takes it out to release it).
-    entry: Option<RefEntry<'a, KeyBytes, ArcSwap<Chain>>>,
+    entry: Option<RefEntry<'a, KeyBytes, ChainCell>>,
 }
 
 impl<'a> Slot<'a> {
-    fn new(entry: RefEntry<'a, KeyBytes, ArcSwap<Chain>>) -> Self {
+    fn new(entry: RefEntry<'a, KeyBytes, ChainCell>) -> Self {
         Slot { entry: Some(entry) }
     }
 
-    fn entry(&self) -> &RefEntry<'a, KeyBytes, ArcSwap<Chain>> {
+    fn entry(&self) -> &RefEntry<'a, KeyBytes, ChainCell> {
         match &self.entry {
             Some(entry) => entry,
             None => unreachable!("a slot's entry is only taken when it is dropped"),
@@ -49,7 +49,7 @@ impl<'a> Slot<'a> {
     }
 
     /// The key's version list.
-    pub(crate) fn value(&self) -> &ArcSwap<Chain> {
+    pub(crate) fn cell(&self) -> &ChainCell {
         self.entry().value()
     }
 
@@ -109,53 +109,55 @@ impl KeyMap {
     pub(crate) fn get_or_insert_with(
         &self,
         key: KeyBytes,
-        value: impl FnOnce() -> ArcSwap<Chain>,
+        value: impl FnOnce() -> ChainCell,
     ) -> Slot<'_> {
         let guard = epoch::pin();
         Slot::new(self.list.get_or_insert_with(key, value, &guard))
     }
 
     /// Inserts `key`, replacing any node it had.
-    pub(crate) fn insert(&self, key: KeyBytes, value: ArcSwap<Chain>) {
+    pub(crate) fn insert(&self, key: KeyBytes, value: ChainCell) {
         let guard = epoch::pin();
         self.list.insert(key, value, &guard).release(&guard);
     }
 
-    /// Calls `f` with `key`'s node, if present, under one epoch pin and without counting.
+    /// Calls `f` with `key` and its versions, if present, under one epoch pin and without
+    /// counting.
     pub(crate) fn read<R>(
         &self,
         key: &[u8],
-        f: impl FnOnce(&KeyBytes, &ArcSwap<Chain>) -> R,
+        f: impl FnOnce(&KeyBytes, &[Version]) -> R,
     ) -> Option<R> {
         self.with(key, |found| found.map(|(key, chain)| f(key, chain)))
     }
 
-    /// Calls `f` with `key`'s node (`None` if absent) under one epoch pin, without counting.
+    /// Calls `f` with `key` and its versions (`None` if absent) under one epoch pin, without
+    /// counting.
     pub(crate) fn with<R>(
         &self,
         key: &[u8],
-        f: impl FnOnce(Option<(&KeyBytes, &ArcSwap<Chain>)>) -> R,
+        f: impl FnOnce(Option<(&KeyBytes, &[Version])>) -> R,
     ) -> R {
         let guard = epoch::pin();
         let entry = self.list.get(key, &guard);
-        f(entry.as_ref().map(|e| (e.key(), e.value())))
+        f(entry.as_ref().map(|e| (e.key(), e.value().load(&guard))))
     }
 
-    /// Visits the nodes with keys in `[start, end)`, ascending or descending, under one epoch
-    /// pin and without counting, until `visit` returns `false`.
+    /// Visits the keys in `[start, end)` with their versions, ascending or descending, under
+    /// one epoch pin and without counting, until `visit` returns `false`.
     pub(crate) fn scan(
         &self,
         start: &[u8],
         end: &[u8],
         reverse: bool,
-        mut visit: impl FnMut(&KeyBytes, &ArcSwap<Chain>) -> bool,
+        mut visit: impl FnMut(&KeyBytes, &[Version]) -> bool,
     ) {
         let guard = epoch::pin();
         if reverse {
             let bounds = (Bound::Included(start), Bound::Excluded(end));
             let mut range = self.list.range::<[u8], _>(bounds, &guard);
             while let Some(entry) = range.next_back() {
-                if !visit(entry.key(), entry.value()) {
+                if !visit(entry.key(), entry.value().load(&guard)) {
                     break;
                 }
             }
@@ -169,7 +171,9 @@ impl KeyMap {
             .list
             .lower_bound::<[u8]>(Bound::Included(start), &guard);
         while let Some(entry) = next {
-            if !bytes_below(entry.key().as_slice(), end) || !visit(entry.key(), entry.value()) {
+            if !bytes_below(entry.key().as_slice(), end)
+                || !visit(entry.key(), entry.value().load(&guard))
+            {
                 break;
             }
             next = entry.next();
@@ -236,7 +240,7 @@ fn be_word(s: &[u8], at: usize) -> u64 {
 
 /// See [`KeyMap::iter`].
 pub(crate) struct Iter<'a> {
-    inner: RefIter<'a, KeyBytes, ArcSwap<Chain>>,
+    inner: RefIter<'a, KeyBytes, ChainCell>,
 }
 
 impl<'a> Iterator for Iter<'a> {
@@ -256,17 +260,14 @@ impl Drop for Iter<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
+    use crate::chain_cell::Retired;
+    use crate::db::Chain;
 
     fn map_of(keys: &[&[u8]]) -> KeyMap {
         let map = KeyMap::default();
         for key in keys {
-            map.insert(
-                KeyBytes::from(*key),
-                ArcSwap::from_pointee(Chain::default()),
-            );
+            map.insert(KeyBytes::from(*key), ChainCell::empty());
         }
         map
     }
@@ -350,7 +351,7 @@ mod tests {
         assert!(!other.remove(), "already removed");
         assert!(other.is_removed());
         assert_eq!(other.key().as_slice(), b"a");
-        assert!(other.value().load().versions.is_empty());
+        assert!(other.cell().load(&epoch::pin()).is_empty());
         assert!(map.get(b"a").is_none());
         assert!(map.read(b"a", |_, _| ()).is_none());
         assert_eq!(map.len(), 0);
@@ -359,17 +360,28 @@ mod tests {
     #[test]
     fn get_or_insert_returns_the_existing_node() {
         let map = KeyMap::default();
-        let chain = Arc::new(Chain::default());
-        let first = map.get_or_insert_with(KeyBytes::from(&b"k"[..]), || {
-            ArcSwap::new(Arc::clone(&chain))
-        });
+        let retired = Retired::default();
+        let first = map.get_or_insert_with(KeyBytes::from(&b"k"[..]), ChainCell::empty);
         let second = map.get_or_insert_with(KeyBytes::from(&b"k"[..]), || {
             unreachable!("the key is present")
         });
-        assert!(Arc::ptr_eq(
-            &first.value().load_full(),
-            &second.value().load_full()
-        ));
+        let version = Version {
+            version: 7,
+            value: None,
+            expires_at: None,
+        };
+        first.cell().store(
+            Some(Box::new(Chain {
+                versions: smallvec::smallvec![version],
+            })),
+            &retired,
+        );
+        let guard = epoch::pin();
+        assert_eq!(
+            second.cell().load(&guard).len(),
+            1,
+            "one node, seen by both"
+        );
         assert_eq!(map.len(), 1);
     }
 

@@ -62,6 +62,7 @@
 //! *which* checks failed; expired values disappear at their deadline, not up to a minute later.
 
 mod atomic;
+mod chain_cell;
 mod db;
 pub mod durable;
 mod error;

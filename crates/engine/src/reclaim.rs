@@ -342,6 +342,9 @@ impl Inner {
                 overflow |= cap(&mut leftover);
             }
         }
+        // Lists replaced by overwrites are not marked; free the ones readers have let go, so
+        // an idle database does not keep them until its next writes.
+        self.retired.collect();
         if overflow {
             shared.parked_overflow.store(true, Ordering::Release);
         }
@@ -381,5 +384,14 @@ impl Inner {
     /// Everything reclaimable now.
     pub(crate) fn reclaim_all(&self) {
         self.reclaim_pass(true);
+        // Replaced version lists are freed once the epoch has moved on past every reader
+        // that could hold them: a few collections do it when no other thread stays pinned.
+        for _ in 0..16 {
+            if self.retired.len() == 0 {
+                break;
+            }
+            self.retired.collect();
+            std::thread::yield_now();
+        }
     }
 }

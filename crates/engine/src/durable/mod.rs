@@ -1045,8 +1045,10 @@ impl Wal {
             Ok(())
         };
         for slot in inner.map.iter() {
-            let chain = slot.value().load();
-            let Some(v) = chain.at(version) else { continue };
+            let guard = crossbeam_epoch::pin();
+            let Some(v) = crate::db::version_at(slot.cell().load(&guard), version) else {
+                continue;
+            };
             if v.value.is_none() || v.expires_at.is_some_and(|d| d <= now) {
                 continue;
             }

@@ -1,0 +1,377 @@
+//! [`ChainCell`]: the pointer from a map node to its key's version list, read under an epoch
+//! pin, and [`Retired`]: where replaced lists wait until no reader can hold them. This module
+//! holds the engine's only `unsafe` code.
+//!
+//! # Why not a reference-counted pointer
+//! Readers visit one version list per key they pass. With `ArcSwap`, each visit takes and pays
+//! back a debt slot: two locked instructions per key, and on x86 a locked instruction stops the
+//! processor from starting the next key's loads early. Each `ArcSwap` store costs more still:
+//! it walks every thread's debt list to pay off readers (about 225 ns, under the commit lock).
+//! Crossbeam's epochs already protect the map's nodes while a reader walks them; here they
+//! protect the lists too: a read is a plain load, a store one atomic swap.
+//!
+//! # Who frees a replaced list
+//! Not the readers. Handing each replaced list to the epoch collector (`defer_destroy`) makes
+//! whichever thread pins next run the frees, and readers pin far more often than writers: an
+//! earlier version of this module did that, and gets running beside a writer fell to 51–97% of
+//! their rate alone. Here the writer keeps what it replaced in [`Retired`]: every
+//! [`RETIRE_BATCH`] lists it seals a batch and defers one tiny marker to the collector, which
+//! only records that the batch's generation is safe. The writer frees safe batches itself, as
+//! later commits seal theirs and in every reclamation pass.
+//!
+//! # The invariant every `unsafe` block relies on
+//! A list that a cell points to is freed only when no pinned thread can reach it:
+//! - [`ChainCell::store`] unlinks the old list with an atomic swap, so no load that starts
+//!   later returns it, and puts it in [`Retired`]. Its batch is sealed after the swap; the
+//!   sealing defers a marker, which the collector runs only after every thread pinned at that
+//!   moment has unpinned, and a list is freed only once its batch's marker (or a later batch's:
+//!   markers of later batches cover earlier ones) has run.
+//! - A cell's own list is freed when the cell is dropped. The skiplist drops a node's value
+//!   only in the node's deferred destructor (once no pinned thread can reach the node) or when
+//!   the whole map is dropped (`&mut`, so nobody reads it).
+//!
+//! [`ChainCell::load`] ties the list it returns to the guard it was loaded under, so no
+//! reference outlives the pin that keeps it alive.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
+use parking_lot::Mutex;
+
+use crate::db::{Chain, Version};
+
+/// Replaced lists per sealed batch: one deferred marker (and one flush of the thread's
+/// deferred functions) per this many stores over an existing list.
+pub(crate) const RETIRE_BATCH: usize = 64;
+
+/// A key's version list, newest first, replaced as a whole by writers. A null pointer is the
+/// empty list (a slot inserted for a write, before the write lands): no allocation.
+pub(crate) struct ChainCell {
+    ptr: Atomic<Chain>,
+}
+
+impl ChainCell {
+    /// A cell holding the empty list.
+    pub(crate) fn empty() -> Self {
+        ChainCell {
+            ptr: Atomic::null(),
+        }
+    }
+
+    /// A cell holding `chain`.
+    pub(crate) fn new(chain: Box<Chain>) -> Self {
+        ChainCell {
+            ptr: Atomic::from(Owned::from(chain)),
+        }
+    }
+
+    /// The versions, newest first, as of this load; valid while `guard` stays pinned.
+    #[inline]
+    pub(crate) fn load<'g>(&self, guard: &'g Guard) -> &'g [Version] {
+        let shared = self.ptr.load(Ordering::Acquire, guard);
+        // SAFETY: `shared` is null or points to a list this cell held while `guard` was
+        // pinned. Such a list is freed only after `guard` unpins (see the module docs: a
+        // replaced list waits in `Retired` for a marker deferred after its swap, and the
+        // cell's own list goes with the node, whose destruction is deferred), so it lives for
+        // `'g`. Lists are never written after they are published: `store` takes ownership of
+        // a finished list.
+        #[allow(unsafe_code)]
+        let chain = unsafe { shared.as_ref() };
+        chain.map_or(&[], |c| c.versions.as_slice())
+    }
+
+    /// Replaces the list with `chain` (`None`: the empty list). The old list goes to
+    /// `retired`, which frees it once no pinned reader can still hold it.
+    pub(crate) fn store(&self, chain: Option<Box<Chain>>, retired: &Retired) {
+        let guard = epoch::pin();
+        let new = chain.map_or_else(Shared::null, |c| {
+            Owned::<Chain>::from(c).into_shared(&guard)
+        });
+        let old = self.ptr.swap(new, Ordering::AcqRel, &guard);
+        if !old.is_null() {
+            retired.push(old, &guard);
+        }
+    }
+}
+
+impl Drop for ChainCell {
+    fn drop(&mut self) {
+        let ptr = std::mem::replace(&mut self.ptr, Atomic::null());
+        // SAFETY: `&mut self`: the cell is being destroyed, which the skiplist does only once
+        // no pinned thread can reach its node, or when the map itself is dropped. No reader
+        // holds the list, and this is its only owner.
+        #[allow(unsafe_code)]
+        let owned = unsafe { ptr.try_into_owned() };
+        drop(owned);
+    }
+}
+
+impl std::fmt::Debug for ChainCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let guard = epoch::pin();
+        f.debug_list().entries(self.load(&guard)).finish()
+    }
+}
+
+/// Version lists unlinked from their cells, kept until no reader can hold them, then freed by
+/// the writers (see the module docs).
+pub(crate) struct Retired {
+    state: Mutex<RetiredState>,
+    /// The newest generation whose marker the epoch collector has run: every batch up to it
+    /// is safe to free.
+    safe: Arc<AtomicU64>,
+}
+
+#[derive(Default)]
+struct RetiredState {
+    /// Unlinked since the last seal. An `Atomic` is only a pointer here (no ownership), so
+    /// holding one while readers still read the list asserts nothing about it.
+    open: Vec<Atomic<Chain>>,
+    /// Sealed batches, oldest first, each with its generation.
+    sealed: VecDeque<(u64, Vec<Atomic<Chain>>)>,
+    /// The generation the next sealed batch gets (from 1: `safe` starts at 0, none).
+    next_generation: u64,
+    /// Lists in `open` and `sealed`.
+    count: usize,
+}
+
+impl Default for Retired {
+    fn default() -> Self {
+        Retired {
+            state: Mutex::new(RetiredState {
+                next_generation: 1,
+                ..RetiredState::default()
+            }),
+            safe: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Retired {
+    /// Keeps `old`, just unlinked from its cell, until it is safe to free; every
+    /// [`RETIRE_BATCH`] lists, seals a batch and frees the batches found safe.
+    fn push(&self, old: Shared<'_, Chain>, guard: &Guard) {
+        let ready = {
+            let mut state = self.state.lock();
+            state.open.push(Atomic::from(old));
+            state.count += 1;
+            if state.open.len() < RETIRE_BATCH {
+                return;
+            }
+            self.seal(&mut state, guard);
+            self.take_safe(&mut state)
+        };
+        free(ready);
+    }
+
+    /// Seals what is open, then frees every batch already safe (none of a batch sealed now:
+    /// its marker has not run yet). Called by reclamation passes, so an idle database does
+    /// not keep replaced lists around for long.
+    pub(crate) fn collect(&self) {
+        let guard = epoch::pin();
+        let ready = {
+            let mut state = self.state.lock();
+            if !state.open.is_empty() {
+                self.seal(&mut state, &guard);
+            }
+            self.take_safe(&mut state)
+        };
+        drop(guard);
+        free(ready);
+    }
+
+    /// Replaced lists not freed yet (for stats and tests).
+    pub(crate) fn len(&self) -> usize {
+        self.state.lock().count
+    }
+
+    /// Turns the open lists into a batch and defers its marker to the collector.
+    fn seal(&self, state: &mut RetiredState, guard: &Guard) {
+        let generation = state.next_generation;
+        state.next_generation += 1;
+        let batch = std::mem::take(&mut state.open);
+        state.sealed.push_back((generation, batch));
+        let safe = Arc::clone(&self.safe);
+        guard.defer(move || {
+            safe.fetch_max(generation, Ordering::Release);
+        });
+        // Hands the marker to the global queue now (a thread's deferred functions otherwise
+        // wait until it has 64), and lets this writer run what is due, markers included.
+        guard.flush();
+    }
+
+    /// Takes the sealed batches whose lists no reader can hold any more.
+    fn take_safe(&self, state: &mut RetiredState) -> Vec<Vec<Atomic<Chain>>> {
+        let safe = self.safe.load(Ordering::Acquire);
+        let mut ready = Vec::new();
+        while state.sealed.front().is_some_and(|(g, _)| *g <= safe) {
+            if let Some((_, batch)) = state.sealed.pop_front() {
+                state.count -= batch.len();
+                ready.push(batch);
+            }
+        }
+        ready
+    }
+}
+
+/// Frees lists no reader can reach (taken from [`Retired`] as safe, or owned outright).
+fn free(batches: Vec<Vec<Atomic<Chain>>>) {
+    for batch in batches {
+        for list in batch {
+            // SAFETY: `list` was unlinked from its cell by a swap before its batch was sealed,
+            // and its batch's marker (or a later one's) has run: every thread pinned when it
+            // was sealed, so every thread that could have loaded the list, has unpinned. Each
+            // swap yields a distinct pointer, retired once, so this is its only free.
+            #[allow(unsafe_code)]
+            let owned = unsafe { list.try_into_owned() };
+            drop(owned);
+        }
+    }
+}
+
+impl Drop for Retired {
+    fn drop(&mut self) {
+        // The database is being dropped: no reader of its map is left, so everything retired
+        // can go, safe or not.
+        let state = self.state.get_mut();
+        let mut all: Vec<_> = state.sealed.drain(..).map(|(_, b)| b).collect();
+        all.push(std::mem::take(&mut state.open));
+        state.count = 0;
+        free(all);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use bytes::Bytes;
+    use smallvec::smallvec;
+
+    use super::*;
+    use crate::value::Value;
+
+    fn chain(versions: &[u64]) -> Box<Chain> {
+        Box::new(Chain {
+            versions: versions
+                .iter()
+                .map(|&version| Version {
+                    version,
+                    value: Some(Value::U64(version)),
+                    expires_at: None,
+                })
+                .collect(),
+        })
+    }
+
+    fn versions_of(cell: &ChainCell) -> Vec<u64> {
+        let guard = epoch::pin();
+        cell.load(&guard).iter().map(|v| v.version).collect()
+    }
+
+    #[test]
+    fn an_empty_cell_reads_as_no_versions_and_storing_over_it_retires_nothing() {
+        let retired = Retired::default();
+        let cell = ChainCell::empty();
+        assert!(versions_of(&cell).is_empty());
+        cell.store(Some(chain(&[2, 1])), &retired);
+        assert_eq!(versions_of(&cell), [2, 1]);
+        assert_eq!(retired.len(), 0, "nothing was replaced");
+        cell.store(None, &retired);
+        assert!(versions_of(&cell).is_empty());
+        assert_eq!(retired.len(), 1);
+    }
+
+    #[test]
+    fn a_list_loaded_before_a_store_stays_readable_until_unpinned() {
+        let retired = Retired::default();
+        let cell = ChainCell::new(chain(&[1]));
+        let guard = epoch::pin();
+        let old = cell.load(&guard);
+        let stores = 3 * RETIRE_BATCH + 1;
+        for v in 0..stores {
+            cell.store(Some(chain(&[v as u64 + 2])), &retired);
+            retired.collect();
+        }
+        assert_eq!(old.len(), 1);
+        assert_eq!(old.first().map(|v| v.version), Some(1));
+        assert_eq!(
+            retired.len(),
+            stores,
+            "nothing is freed while a thread that could hold it is pinned"
+        );
+        drop(guard);
+    }
+
+    static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+    /// A value that counts itself in [`LIVE`] while alive.
+    struct Tracked;
+    impl Tracked {
+        fn value() -> Value {
+            LIVE.fetch_add(1, Ordering::SeqCst);
+            Value::Bytes(Bytes::from_owner(Tracked))
+        }
+    }
+    impl AsRef<[u8]> for Tracked {
+        fn as_ref(&self) -> &[u8] {
+            b"v"
+        }
+    }
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            LIVE.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Every list a cell held is freed exactly once: replaced ones by the writers once safe,
+    /// the rest when their cells are dropped. (That writers free as they go, rather than at
+    /// the end, is `tests/reclamation.rs`'s to check: here other unit tests in the process
+    /// may hold pins, which hold the epoch back for everyone.)
+    #[test]
+    fn replaced_and_dropped_lists_are_freed_exactly_once() {
+        let tracked = |version| {
+            Box::new(Chain {
+                versions: smallvec![Version {
+                    version,
+                    value: Some(Tracked::value()),
+                    expires_at: None,
+                }],
+            })
+        };
+        let cells: Arc<Vec<ChainCell>> = Arc::new((0..8).map(|_| ChainCell::empty()).collect());
+        let retired = Arc::new(Retired::default());
+        let writers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (cells, retired) = (Arc::clone(&cells), Arc::clone(&retired));
+                std::thread::spawn(move || {
+                    for i in 0..4_000u64 {
+                        let cell = &cells[((i + t) % 8) as usize];
+                        cell.store(Some(tracked(i)), &retired);
+                        let guard = epoch::pin();
+                        assert_eq!(cell.load(&guard).len(), 1);
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().expect("writer");
+        }
+        // With every thread unpinned, repeated collection frees everything retired.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while retired.len() > 0 && std::time::Instant::now() < deadline {
+            retired.collect();
+            std::thread::yield_now();
+        }
+        assert_eq!(retired.len(), 0, "every replaced list freed once safe");
+        assert_eq!(
+            LIVE.load(Ordering::SeqCst),
+            8,
+            "the cells' own lists remain"
+        );
+        drop(cells);
+        assert_eq!(LIVE.load(Ordering::SeqCst), 0, "every list freed");
+    }
+}
