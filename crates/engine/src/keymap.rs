@@ -15,7 +15,7 @@ use crossbeam_skiplist::base::{RefEntry, RefIter, SkipList};
 
 use crate::chain_cell::ChainCell;
 use crate::db::Version;
-use crate::key_bytes::KeyBytes;
+use crate::key_bytes::{KeyBytes, KeySlice, compare};
 
 type List = SkipList<KeyBytes, ChainCell>;
 
@@ -96,7 +96,7 @@ impl KeyMap {
     pub(crate) fn get(&self, key: &[u8]) -> Option<Slot<'_>> {
         let guard = epoch::pin();
         loop {
-            let entry = self.list.get(key, &guard)?;
+            let entry = self.list.get(KeySlice::new(key), &guard)?;
             // `pin` fails only for a node whose count already reached zero (being unlinked):
             // search again.
             if let Some(entry) = entry.pin() {
@@ -139,7 +139,7 @@ impl KeyMap {
         f: impl FnOnce(Option<(&KeyBytes, &[Version])>) -> R,
     ) -> R {
         let guard = epoch::pin();
-        let entry = self.list.get(key, &guard);
+        let entry = self.list.get(KeySlice::new(key), &guard);
         f(entry.as_ref().map(|e| (e.key(), e.value().load(&guard))))
     }
 
@@ -154,8 +154,11 @@ impl KeyMap {
     ) {
         let guard = epoch::pin();
         if reverse {
-            let bounds = (Bound::Included(start), Bound::Excluded(end));
-            let mut range = self.list.range::<[u8], _>(bounds, &guard);
+            let bounds = (
+                Bound::Included(KeySlice::new(start)),
+                Bound::Excluded(KeySlice::new(end)),
+            );
+            let mut range = self.list.range::<KeySlice, _>(bounds, &guard);
             while let Some(entry) = range.next_back() {
                 if !visit(entry.key(), entry.value().load(&guard)) {
                     break;
@@ -169,7 +172,7 @@ impl KeyMap {
         // nodes are skipped as `Range` skips them: `next` steps over marked successors.
         let mut next = self
             .list
-            .lower_bound::<[u8]>(Bound::Included(start), &guard);
+            .lower_bound(Bound::Included(KeySlice::new(start)), &guard);
         while let Some(entry) = next {
             if !bytes_below(entry.key().as_slice(), end)
                 || !visit(entry.key(), entry.value().load(&guard))
@@ -183,9 +186,9 @@ impl KeyMap {
     /// Up to `n` keys after `after` (from the first key without it), in order.
     pub(crate) fn keys_after(&self, after: Option<&[u8]>, n: usize) -> Vec<KeyBytes> {
         let guard = epoch::pin();
-        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let lower = after.map_or(Bound::Unbounded, |a| Bound::Excluded(KeySlice::new(a)));
         self.list
-            .range::<[u8], _>((lower, Bound::Unbounded), &guard)
+            .range::<KeySlice, _>((lower, Bound::Unbounded), &guard)
             .take(n)
             .map(|entry| entry.key().clone())
             .collect()
@@ -200,42 +203,10 @@ impl KeyMap {
     }
 }
 
-/// `a < b` in byte order, compared inline eight bytes at a time: keys are short, and for them
-/// a call to `memcmp` costs more than the comparison.
+/// `a < b` in byte order (inline, see [`compare`]).
 #[inline]
 fn bytes_below(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len().min(b.len());
-    if n >= 8 {
-        let mut at = 0;
-        while at + 8 < n {
-            let (x, y) = (be_word(a, at), be_word(b, at));
-            if x != y {
-                return x < y;
-            }
-            at += 8;
-        }
-        // The last eight bytes, overlapping the words already found equal: the first
-        // difference in them is the first difference of all.
-        let (x, y) = (be_word(a, n - 8), be_word(b, n - 8));
-        if x != y {
-            return x < y;
-        }
-    } else {
-        for (x, y) in a.iter().zip(b) {
-            if x != y {
-                return x < y;
-            }
-        }
-    }
-    a.len() < b.len()
-}
-
-/// The eight bytes of `s` from `at` as a big-endian number (callers keep `at + 8 <= s.len()`).
-#[inline]
-fn be_word(s: &[u8], at: usize) -> u64 {
-    s.get(at..at + 8)
-        .and_then(|w| <[u8; 8]>::try_from(w).ok())
-        .map_or(0, u64::from_be_bytes)
+    compare(a, b).is_lt()
 }
 
 /// See [`KeyMap::iter`].
@@ -289,44 +260,6 @@ mod tests {
         assert_eq!(scanned(&map, b"a", b"z", false, 2), [b"a", b"b"]);
         assert_eq!(scanned(&map, b"a", b"z", true, 1), [b"d"]);
         assert!(scanned(&map, b"x", b"z", false, 10).is_empty());
-    }
-
-    #[test]
-    fn bytes_below_is_byte_order_for_every_length_and_difference() {
-        let samples: Vec<Vec<u8>> = vec![
-            vec![],
-            vec![0],
-            vec![0xff],
-            b"abc".to_vec(),
-            b"abcdefgh".to_vec(),
-            b"abcdefgh\0".to_vec(),
-            b"abcdefgi".to_vec(),
-            b"abcdefghijklmnopq".to_vec(),
-            b"abcdefghijklmnopr".to_vec(),
-            b"abcdefghijklmnop".to_vec(),
-            vec![0x7f; 9],
-            vec![0x80; 9],
-            vec![0xff; 24],
-        ];
-        for a in &samples {
-            for b in &samples {
-                assert_eq!(bytes_below(a, b), a < b, "{a:?} < {b:?}");
-            }
-        }
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn bytes_below_agrees_with_slice_order_on_keys_sharing_a_prefix(
-            shared in proptest::collection::vec(proptest::num::u8::ANY, 0..20),
-            a in proptest::collection::vec(proptest::num::u8::ANY, 0..12),
-            b in proptest::collection::vec(proptest::num::u8::ANY, 0..12),
-        ) {
-            let a = [shared.as_slice(), &a].concat();
-            let b = [shared.as_slice(), &b].concat();
-            proptest::prop_assert_eq!(bytes_below(&a, &b), a < b);
-            proptest::prop_assert_eq!(bytes_below(&b, &a), b < a);
-        }
     }
 
     #[test]
