@@ -33,11 +33,11 @@
 //!   read from the snapshot becomes the vector as it is. Collecting the iterator moves each
 //!   entry (128 bytes) through it and grows the vector step by step, because a collect into
 //!   `Result<Vec<_>, _>` cannot see the iterator's size. In the engine bench (100 entries out
-//!   of 100k keys, one thread) `read_all` took 5.2–6.4 µs and collecting 7.2–8.2 µs.
+//!   of 100k keys, one thread) `read_all` took 3.96–4.08 µs and collecting 5.88–6.90 µs.
 //! - A reverse list pays one map search per entry, because the skiplist links only forward:
-//!   about four times a forward list of the same length (100 entries out of 100k keys, read
-//!   with `read_all`, took about 23 µs against 6.0–6.5 µs in one process on the benchmark
-//!   machine).
+//!   about four and a half times a forward list of the same length (100 entries out of 100k
+//!   keys, read with `read_all`: 16.3–17.4 µs against 3.5–3.8 µs in one process on the
+//!   benchmark machine).
 //! - Every entry a list or `get` returns shares its value's buffer: taking the share and,
 //!   when the entry is dropped, giving it back are one atomic instruction each, about 8 ns
 //!   apiece on the benchmark machine. That is some 40% of a 100-entry list; the walk, the

@@ -12,8 +12,8 @@ pub struct ListOptions {
     /// Most entries to return (`None`: all). Must be positive.
     pub limit: Option<usize>,
     /// From the end of the range backwards: the *last* `limit` keys, in descending order.
-    /// Each step back is a search of the map, so a reverse list costs about four times a
-    /// forward one (see the crate docs).
+    /// Each step back is a search of the map, so a reverse list costs about four and a half
+    /// times a forward one (see the crate docs).
     pub reverse: bool,
     /// Resume after the entry this cursor names (Deno's format). `""` means from the start.
     pub cursor: Option<String>,
