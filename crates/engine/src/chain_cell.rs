@@ -247,8 +247,8 @@ impl Drop for Retired {
 mod tests {
     use std::sync::atomic::AtomicUsize;
 
-    use bytes::Bytes;
     use smallvec::smallvec;
+    use tuplekv_testkit::counted::counted_bytes;
 
     use super::*;
     use crate::value::Value;
@@ -307,25 +307,6 @@ mod tests {
 
     static LIVE: AtomicUsize = AtomicUsize::new(0);
 
-    /// A value that counts itself in [`LIVE`] while alive.
-    struct Tracked;
-    impl Tracked {
-        fn value() -> Value {
-            LIVE.fetch_add(1, Ordering::SeqCst);
-            Value::Bytes(Bytes::from_owner(Tracked))
-        }
-    }
-    impl AsRef<[u8]> for Tracked {
-        fn as_ref(&self) -> &[u8] {
-            b"v"
-        }
-    }
-    impl Drop for Tracked {
-        fn drop(&mut self) {
-            LIVE.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-
     /// Every list a cell held is freed exactly once: replaced ones by the writers once safe,
     /// the rest when their cells are dropped. (That writers free as they go, rather than at
     /// the end, is `tests/reclamation.rs`'s to check: here other unit tests in the process
@@ -336,7 +317,7 @@ mod tests {
             Box::new(Chain {
                 versions: smallvec![Version {
                     version,
-                    value: Some(Tracked::value()),
+                    value: Some(Value::Bytes(counted_bytes(&LIVE, b"v"))),
                     expires_at: None,
                 }],
             })

@@ -6,8 +6,8 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use tuplekv_engine::{Database, Options, ReadView, Stats, Value, key};
+use tuplekv_testkit::counted::counted_bytes;
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -330,26 +330,9 @@ fn commits_racing_reclamation_of_their_reserved_slots_lose_no_write() {
 /// Values alive in [`replaced_values_are_freed_as_writes_go_on`].
 static LIVE_VALUES: AtomicUsize = AtomicUsize::new(0);
 
-/// A value's buffer that counts itself in [`LIVE_VALUES`].
-struct Counted;
-
-impl Counted {
-    fn value() -> Value {
-        LIVE_VALUES.fetch_add(1, Ordering::SeqCst);
-        Value::Bytes(Bytes::from_owner(Counted))
-    }
-}
-
-impl AsRef<[u8]> for Counted {
-    fn as_ref(&self) -> &[u8] {
-        b"counted"
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        LIVE_VALUES.fetch_sub(1, Ordering::SeqCst);
-    }
+/// A value that counts itself in [`LIVE_VALUES`] while alive.
+fn counted() -> Value {
+    Value::Bytes(counted_bytes(&LIVE_VALUES, b"counted"))
 }
 
 /// Values that overwrites and deletes replace are freed as the writes go on, not kept: large
@@ -363,11 +346,11 @@ fn replaced_values_are_freed_as_writes_go_on() {
     for _ in 0..100 {
         let mut a = db.atomic();
         for i in 0..1000 {
-            a = a.set(&key!["k", i], Counted::value());
+            a = a.set(&key!["k", i], counted());
         }
         assert!(a.commit().unwrap().is_committed());
         for _ in 0..500 {
-            db.set(&key!["hot"], Counted::value()).unwrap();
+            db.set(&key!["hot"], counted()).unwrap();
         }
         let mut a = db.atomic();
         for i in 0..1000 {
