@@ -644,8 +644,8 @@ pub struct Stats {
     pub reclaim_parked: usize,
     /// Version lists that commits replaced and that are not freed yet: each waits until every
     /// read that was running when it was replaced has finished, then a later commit or the
-    /// background pass frees it. A few hundred at most while writes go on; none after
-    /// [`Database::reclaim_now`] on an idle database.
+    /// background pass frees it. Usually a few batches of 64 while writes go on; none after
+    /// [`Database::reclaim_now`] once no read is running.
     pub retired_lists: usize,
 }
 
@@ -801,7 +801,8 @@ impl Inner {
         key: &[u8],
         f: impl FnOnce(Option<(&KeyBytes, &Version)>) -> R,
     ) -> R {
-        // `with` loads the list (acquire) before this closure runs and loads `visible`.
+        // `with` loads the list (acquire) before calling this closure, which then loads
+        // `visible` (acquire): the order the paragraph above relies on.
         self.map.with(key, |found| {
             let at = self.visible.load(Ordering::Acquire);
             let live = found.and_then(|(key, versions)| {
