@@ -133,8 +133,6 @@ struct RetiredState {
     sealed: VecDeque<(u64, Vec<Atomic<Chain>>)>,
     /// The generation the next sealed batch gets (from 1: `safe` starts at 0, none).
     next_generation: u64,
-    /// Lists in `open` and `sealed`.
-    count: usize,
 }
 
 impl Default for Retired {
@@ -156,7 +154,6 @@ impl Retired {
         let ready = {
             let mut state = self.state.lock();
             state.open.push(Atomic::from(old));
-            state.count += 1;
             if state.open.len() < RETIRE_BATCH {
                 return;
             }
@@ -184,7 +181,8 @@ impl Retired {
 
     /// Replaced lists not freed yet (for stats and tests).
     pub(crate) fn len(&self) -> usize {
-        self.state.lock().count
+        let state = self.state.lock();
+        state.open.len() + state.sealed.iter().map(|(_, b)| b.len()).sum::<usize>()
     }
 
     /// Turns the open lists into a batch and defers its marker to the collector.
@@ -208,7 +206,6 @@ impl Retired {
         let mut ready = Vec::new();
         while state.sealed.front().is_some_and(|(g, _)| *g <= safe) {
             if let Some((_, batch)) = state.sealed.pop_front() {
-                state.count -= batch.len();
                 ready.push(batch);
             }
         }
@@ -238,7 +235,6 @@ impl Drop for Retired {
         let state = self.state.get_mut();
         let mut all: Vec<_> = state.sealed.drain(..).map(|(_, b)| b).collect();
         all.push(std::mem::take(&mut state.open));
-        state.count = 0;
         free(all);
     }
 }

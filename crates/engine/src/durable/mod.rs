@@ -90,11 +90,12 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_epoch as epoch;
 use parking_lot::{Condvar, Mutex};
 use smallvec::SmallVec;
 
 use crate::atomic::{AtomicWrite, CommitResult, MutationKind};
-use crate::db::{Chain, Inner, Options, Slots, Version, now_ms};
+use crate::db::{Chain, Inner, Options, Slots, Version, now_ms, version_at};
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
 use crate::value::Versionstamp;
@@ -1045,8 +1046,8 @@ impl Wal {
             Ok(())
         };
         for slot in inner.map.iter() {
-            let guard = crossbeam_epoch::pin();
-            let Some(v) = crate::db::version_at(slot.cell().load(&guard), version) else {
+            let guard = epoch::pin();
+            let Some(v) = version_at(slot.cell().load(&guard), version) else {
                 continue;
             };
             if v.value.is_none() || v.expires_at.is_some_and(|d| d <= now) {
