@@ -4,9 +4,9 @@
 //! reference-counted entries and pins the epoch at every step, so a scan of `n` keys costs
 //! about `3n` atomic read-modify-writes on the nodes it passes (count up, count down, pin),
 //! and two readers of the same keys fight over those cache lines. Here reads pin the epoch
-//! once and borrow nodes under that pin ([`KeyMap::read`], [`KeyMap::scan`]): no node is
-//! written by a reader. Only writers, which keep a key's place across the commit lock, take a
-//! counted handle ([`Slot`]).
+//! once and borrow nodes, and the version lists they point to ([`ChainCell`]), under that pin
+//! ([`KeyMap::read`], [`KeyMap::scan`]): a reader writes no shared memory. Only writers,
+//! which keep a key's place across the commit lock, take a counted handle ([`Slot`]).
 
 use std::ops::Bound;
 
@@ -128,11 +128,11 @@ impl KeyMap {
         key: &[u8],
         f: impl FnOnce(&KeyBytes, &[Version]) -> R,
     ) -> Option<R> {
-        self.with(key, |found| found.map(|(key, chain)| f(key, chain)))
+        self.with(key, |found| found.map(|(key, versions)| f(key, versions)))
     }
 
     /// Calls `f` with `key` and its versions (`None` if absent) under one epoch pin, without
-    /// counting.
+    /// counting. The versions are loaded before `f` runs.
     pub(crate) fn with<R>(
         &self,
         key: &[u8],
@@ -167,9 +167,10 @@ impl KeyMap {
             return;
         }
         // Forward, the walk follows the bottom-level links itself rather than through
-        // crossbeam's `Range`, and compares each key with the end bound inline (`Range` calls
-        // `memcmp` through the key's `Borrow`): about 47 instructions fewer per entry. Removed
-        // nodes are skipped as `Range` skips them: `next` steps over marked successors.
+        // crossbeam's `Range`, and checks each key against the end bound once, inline: about
+        // 47 instructions fewer per entry when measured (while `Range` still compared through
+        // `memcmp`; it now searches by `KeySlice` too). Removed nodes are skipped as `Range`
+        // skips them: `next` steps over marked successors.
         let mut next = self
             .list
             .lower_bound(Bound::Included(KeySlice::new(start)), &guard);
@@ -310,11 +311,13 @@ mod tests {
             &retired,
         );
         let guard = epoch::pin();
-        assert_eq!(
-            second.cell().load(&guard).len(),
-            1,
-            "one node, seen by both"
-        );
+        let seen: Vec<u64> = second
+            .cell()
+            .load(&guard)
+            .iter()
+            .map(|v| v.version)
+            .collect();
+        assert_eq!(seen, [7], "both handles name the same node");
         assert_eq!(map.len(), 1);
     }
 
