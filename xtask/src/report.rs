@@ -248,16 +248,17 @@ pub(crate) fn render(
                 m.ops_per_sec().map_or("-".to_owned(), human_rate),
             );
         }
-        // A peer measured in alternating rounds (`round 1`, `round 2`, ...) against ours: the
-        // median of its per-round ratios, which the machine's drift moves far less than any
-        // one round's. One median per peer and setting (`1 thread(s), round 2` is round 2 of
-        // the setting `1 thread(s)`).
+        // A row measured in alternating rounds (`round 1`, `round 2`, ...) against the
+        // reference: the median of its per-round ratios, which the machine's drift moves far
+        // less than any one round's. One median per row name and setting (`1 thread(s), round
+        // 2` is round 2 of the setting `1 thread(s)`). Our own variants (such as a reader
+        // with no writer beside it) get one too.
         let mut by_round: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
-        for m in rows.iter().filter(|m| !is_ours(&m.function)) {
+        for m in rows.iter() {
             let Some((setting, _)) = m.param.as_deref().and_then(split_round) else {
                 continue;
             };
-            if let Some(ours) = reference_of(m) {
+            if let Some(ours) = reference_of(m).filter(|r| r.function != m.function) {
                 by_round
                     .entry((m.function.as_str(), setting))
                     .or_default()
@@ -532,6 +533,31 @@ mod tests {
             !md.contains("denokv_sqlite | median"),
             "a peer measured once has no median row: {md}"
         );
+    }
+
+    #[test]
+    fn our_own_variant_in_rounds_gets_a_median_of_its_ratios_to_the_reference() {
+        let mut rows = Vec::new();
+        for (round, alone) in [(1, 80.0), (2, 95.0), (3, 70.0)] {
+            let p = format!("round {round}");
+            rows.push(m("engine/get_under_write", "tuplekv", Some(&p), 100.0));
+            rows.push(m(
+                "engine/get_under_write",
+                "tuplekv_alone",
+                Some(&p),
+                alone,
+            ));
+        }
+        let (md, ratios) = render(&rows, &[], "cpu", "2026-11-23", "cargo xtask bench");
+        assert!(
+            md.contains("| tuplekv_alone | median of 3 rounds | - | - | 0.80x |"),
+            "{md}"
+        );
+        assert!(
+            !md.contains("| tuplekv | median"),
+            "the reference has no ratio to itself: {md}"
+        );
+        assert!(ratios.is_empty(), "the chart shows peers only");
     }
 
     #[test]
