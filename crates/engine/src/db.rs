@@ -17,7 +17,8 @@
 //!   entirely at once.
 //! - A read picks, in each key's list, the newest version at or below its read version. A
 //!   single-key read loads the list first and `visible` second, which makes it linearizable
-//!   without registering. Multi-key reads (snapshots, lists, `get_many`) register their
+//!   without registering (and it skips the second load when the list's newest version is at
+//!   or below a `visible` its thread loaded before: see `Inner::latest_of`). Multi-key reads (snapshots, lists, `get_many`) register their
 //!   version, so writers keep what they need.
 //! - Old versions: a key's list keeps only what some reader can still see: the newest version
 //!   at or below the last published one, the newest at or below each open snapshot's
@@ -29,6 +30,7 @@
 //!   snapshot, expired values, and the garbage of durable commits (published later, by the
 //!   log) are reclaimed by a background thread (`reclaim.rs`).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -271,12 +273,23 @@ pub(crate) struct Slots<'a> {
     spare: SmallVec<[Box<Chain>; 4]>,
 }
 
+/// The next [`Inner::id`]; 0 is never one, so the empty cache names no database.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The `visible` this thread last loaded in a latest-state read, with the id of its
+    /// database (see [`Inner::latest_of`]).
+    static SEEN_VISIBLE: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
 pub(crate) struct Inner {
     pub(crate) map: KeyMap,
     /// Serialises commits; holds the last committed version.
     pub(crate) commit: Mutex<u64>,
     /// The last version whose writes are all in place.
     pub(crate) visible: AtomicU64,
+    /// This database's number, unique in the process (see [`Inner::latest_of`]).
+    id: u64,
     pub(crate) snapshots: Mutex<Registry>,
     pub(crate) reclaimer: Reclaimer,
     /// The write-ahead log, for a durable database.
@@ -332,6 +345,7 @@ impl Database {
             map: KeyMap::default(),
             commit: Mutex::new(0),
             visible: AtomicU64::new(0),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             snapshots: Mutex::new(Registry::default()),
             reclaimer: Reclaimer::default(),
             wal: None,
@@ -390,6 +404,7 @@ impl Database {
             map,
             commit: Mutex::new(recovered.last),
             visible: AtomicU64::new(recovered.last),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             snapshots: Mutex::new(Registry::default()),
             reclaimer: Reclaimer::default(),
             wal: Some(recovered.wal),
@@ -802,16 +817,38 @@ impl Inner {
         f: impl FnOnce(Option<(&KeyBytes, &Version)>) -> R,
     ) -> R {
         // `with` loads the list (acquire) before calling this closure, which then loads
-        // `visible` (acquire): the order the paragraph above relies on.
+        // `visible` (acquire) if it needs it: the order the paragraph above relies on.
         self.map.with(key, |found| {
-            let at = self.visible.load(Ordering::Acquire);
             let live = found.and_then(|(key, versions)| {
-                let version = version_at(versions, at)?;
+                let version = self.latest_of(versions)?;
                 version.live_value(&mut None)?;
                 Some((key, version))
             });
             f(live)
         })
+    }
+
+    /// The newest of a just-loaded list's `versions` at or below `visible`, mostly without
+    /// loading `visible`.
+    ///
+    /// `visible` is written by every commit, so a read that loads it beside a running writer
+    /// misses the cache on it nearly every time. But `visible` only grows: a value this
+    /// thread loaded before is a lower bound of it now. So when the list's newest version is
+    /// at or below the value this thread last loaded (nearly always: a key is rarely read
+    /// right after a write to it), that version is published, no newer one is installed, and
+    /// it is exactly what a fresh load would pick. Only a list whose newest version is above
+    /// the cached value loads `visible` (and caches it). The cache is per thread and names its
+    /// database by [`Inner::id`], never by address: a database dropped and another allocated
+    /// in its place must not inherit its versions.
+    fn latest_of<'v>(&self, versions: &'v [Version]) -> Option<&'v Version> {
+        let newest = versions.first()?;
+        let (id, seen) = SEEN_VISIBLE.get();
+        if id == self.id && newest.version <= seen {
+            return Some(newest);
+        }
+        let at = self.visible.load(Ordering::Acquire);
+        SEEN_VISIBLE.set((self.id, at));
+        version_at(versions, at)
     }
 
     pub(crate) fn scan_at(
@@ -1445,7 +1482,67 @@ impl ReadView for Snapshot {
 
 #[cfg(test)]
 mod tests {
-    use super::Registry;
+    use super::{Chain, Database, Registry, Value, Version};
+    use crate::key_bytes::KeyBytes;
+    use crate::store::ReadView;
+
+    /// Installs `versions` as `key`'s list in `db` without publishing anything: what a commit
+    /// in progress (or a durable batch not yet logged) leaves for readers to see.
+    fn install(db: &Database, key: &[u8], versions: &[(u64, &[u8])]) {
+        let inner = &db.inner;
+        let slot = inner.slot_for_write(&KeyBytes::from(key));
+        let versions = versions
+            .iter()
+            .map(|&(version, value)| Version {
+                version,
+                value: Some(Value::from(value)),
+                expires_at: None,
+            })
+            .collect();
+        slot.cell()
+            .store(Some(Box::new(Chain { versions })), &inner.retired);
+    }
+
+    fn value_of(db: &Database, key: &[u8]) -> Option<Value> {
+        db.get_raw(key).ok().flatten().map(|e| e.value)
+    }
+
+    #[test]
+    fn a_latest_read_skips_a_version_above_the_visible_one_it_cached() {
+        let db = Database::in_memory();
+        db.set_raw(b"k", b"one").expect("set");
+        assert_eq!(
+            value_of(&db, b"k"),
+            Some(Value::from(b"one")),
+            "caches visible = 1"
+        );
+        install(&db, b"k", &[(2, b"two"), (1, b"one")]);
+        assert_eq!(value_of(&db, b"k"), Some(Value::from(b"one")));
+        db.inner.publish(2);
+        assert_eq!(value_of(&db, b"k"), Some(Value::from(b"two")));
+    }
+
+    #[test]
+    fn a_visible_version_cached_from_one_database_is_never_used_for_another() {
+        let busy = Database::in_memory();
+        for i in 0..50u64 {
+            busy.set_raw(b"k", &i.to_be_bytes()).expect("set");
+        }
+        let fresh = Database::in_memory();
+        fresh.set_raw(b"k", b"published").expect("set");
+        install(&fresh, b"k", &[(2, b"in flight"), (1, b"published")]);
+        for _ in 0..3 {
+            assert!(
+                value_of(&busy, b"k").is_some(),
+                "caches busy's visible = 50"
+            );
+            assert_eq!(
+                value_of(&fresh, b"k"),
+                Some(Value::from(b"published")),
+                "version 2 is at or below busy's 50, but not published in fresh"
+            );
+        }
+    }
 
     #[test]
     fn the_registry_counts_snapshots_per_version_in_order() {
