@@ -17,9 +17,9 @@
 //!   entirely at once.
 //! - A read picks, in each key's list, the newest version at or below its read version. A
 //!   single-key read loads the list first and `visible` second, which makes it linearizable
-//!   without registering (and it skips the second load when the list's newest version is at
-//!   or below a `visible` its thread loaded before: see `Inner::latest_of`). Multi-key reads (snapshots, lists, `get_many`) register their
-//!   version, so writers keep what they need.
+//!   without registering (it skips the second load when the list's newest version is at or
+//!   below a `visible` its thread loaded before: see `Inner::latest_of`). Multi-key reads
+//!   (snapshots, lists, `get_many`) register their version, so writers keep what they need.
 //! - Old versions: a key's list keeps only what some reader can still see: the newest version
 //!   at or below the last published one, the newest at or below each open snapshot's
 //!   version, and anything not yet published. A durable commit drops the rest as it writes;
