@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{cmd, report};
+use crate::{cmd, handoff, report};
 
 /// The package holding the benches.
 const PACKAGE: &str = "tuplekv-benches";
@@ -184,9 +184,12 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
         }
     };
     let mut timings = Vec::new();
+    let mut handoffs = Vec::new();
     for group in &groups {
         eprintln!("\n[bench] {group}");
+        let before = handoff::handoff_ns();
         timings.push((group, run_group(group, args.quick, &env)?));
+        handoffs.push((group.clone(), before, handoff::handoff_ns()));
     }
     drop(redis);
     eprintln!("\nbench summary:");
@@ -203,7 +206,8 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
         command.push(' ');
         command.push_str(g);
     }
-    let path = report::write(&out_dir, &measurements, &skipped, &command)?;
+    let notes: Vec<String> = handoff::report_line(&handoffs).into_iter().collect();
+    let path = report::write(&out_dir, &measurements, &skipped, &command, &notes)?;
     eprintln!(
         "report: {} ({} results, {} skipped peers), chart: {}",
         cmd::relative(&path),

@@ -8,6 +8,7 @@ mod bench;
 mod ci;
 mod cmd;
 mod fuzz;
+mod handoff;
 mod report;
 mod soak;
 

@@ -184,6 +184,7 @@ pub(crate) fn render(
     machine: &str,
     date: &str,
     command: &str,
+    notes: &[String],
 ) -> (String, Vec<Ratio>) {
     let mut md = String::new();
     let mut ratios = Vec::new();
@@ -192,6 +193,9 @@ pub(crate) fn render(
         md,
         "- date: {date}\n- machine: {machine}\n- command: `{command}`"
     );
+    for note in notes {
+        let _ = writeln!(md, "- {note}");
+    }
     let _ = writeln!(
         md,
         "- ratio = peer's median time / ours (above 1: we are faster). Medians from criterion; \
@@ -443,6 +447,7 @@ pub(crate) fn write(
     measurements: &[Measurement],
     skipped: &[Skipped],
     command: &str,
+    notes: &[String],
 ) -> Result<PathBuf> {
     fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let (md, ratios) = render(
@@ -451,6 +456,7 @@ pub(crate) fn write(
         &machine(),
         &utc_date(SystemTime::now()),
         command,
+        notes,
     );
     let report = out_dir.join("report.md");
     fs::write(&report, md).with_context(|| format!("writing {}", report.display()))?;
@@ -486,7 +492,14 @@ mod tests {
             peer: "denokv_sqlite".into(),
             reason: "could not build".into(),
         }];
-        let (md, ratios) = render(&rows, &skipped, "cpu", "2026-11-22", "cargo xtask bench");
+        let (md, ratios) = render(
+            &rows,
+            &skipped,
+            "cpu",
+            "2026-11-22",
+            "cargo xtask bench",
+            &[],
+        );
         assert_eq!(
             ratios,
             [
@@ -523,7 +536,7 @@ mod tests {
             m("index/get", "hand_engine", Some("round 3"), 95.0),
             m("index/get", "denokv_sqlite", Some("round 1"), 9000.0),
         ];
-        let (md, ratios) = render(&rows, &[], "cpu", "2026-11-23", "cargo xtask bench");
+        let (md, ratios) = render(&rows, &[], "cpu", "2026-11-23", "cargo xtask bench", &[]);
         assert_eq!(ratios.len(), 4, "one chart bar per round and peer");
         assert!(
             md.contains("| hand_engine | median of 3 rounds | - | - | 0.95x |"),
@@ -532,6 +545,19 @@ mod tests {
         assert!(
             !md.contains("denokv_sqlite | median"),
             "a peer measured once has no median row: {md}"
+        );
+    }
+
+    #[test]
+    fn notes_follow_the_header_one_line_each() {
+        let rows = [m("engine/get", "tuplekv", None, 100.0)];
+        let notes = ["vCPU handoff: engine 25 ns before, 197 ns after".to_owned()];
+        let (md, _) = render(&rows, &[], "cpu", "2026-11-23", "cargo xtask bench", &notes);
+        assert!(
+            md.contains(
+                "- command: `cargo xtask bench`\n- vCPU handoff: engine 25 ns before, 197 ns after\n"
+            ),
+            "{md}"
         );
     }
 
@@ -548,7 +574,7 @@ mod tests {
                 alone,
             ));
         }
-        let (md, ratios) = render(&rows, &[], "cpu", "2026-11-23", "cargo xtask bench");
+        let (md, ratios) = render(&rows, &[], "cpu", "2026-11-23", "cargo xtask bench", &[]);
         assert!(
             md.contains("| tuplekv_alone | median of 3 rounds | - | - | 0.80x |"),
             "{md}"
@@ -572,7 +598,7 @@ mod tests {
             rows.push(m("engine/get", "tuplekv", Some(&p(2)), 50.0));
             rows.push(m("engine/get", "denokv_sqlite", Some(&p(2)), peer_2t));
         }
-        let (md, _) = render(&rows, &[], "cpu", "2026-11-23", "cargo xtask bench");
+        let (md, _) = render(&rows, &[], "cpu", "2026-11-23", "cargo xtask bench", &[]);
         assert!(
             md.contains("| denokv_sqlite | 1 thread(s), median of 3 rounds | - | - | 24.00x |"),
             "{md}"
