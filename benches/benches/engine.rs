@@ -151,9 +151,10 @@ fn get(c: &mut Criterion, w: &World) {
 /// Five rounds, not three. A one-off probe alternating slices of 40k lists of ours with 2k of
 /// denokv_sqlite's, in one process, saw the ratio of a 100-key list range from 12x to 26x
 /// between slices, and denokv_sqlite's own list take from 62 to 126 µs across runs (ours:
-/// 4.2 to 5.8 µs). And a round of two-thread commits in "slow mode" (about half the usual
-/// throughput, seen in peers' rows too) could decide a three-round median alone. With five
-/// rounds, one outlying round moves the median by one rank, not to itself.
+/// 4.2 to 5.8 µs). And a round of two-thread commits run while the host had put the two
+/// vCPUs on separate cores (about half the usual throughput, peers' rows included; the
+/// report's handoff line says which placement a group met) could decide a three-round median
+/// alone. With five rounds, one outlying round moves the median by one rank, not to itself.
 const ROUNDS: [u32; 5] = [1, 2, 3, 4, 5];
 
 /// The rounds of a commit bench: the workload's in [`ROUNDS`]; the growing map's once (each
