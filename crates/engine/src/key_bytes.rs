@@ -13,8 +13,6 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 
-use ref_cast::RefCast;
-
 /// An encoded key, inline up to [`KeyBytes::INLINE`] bytes.
 ///
 /// Equality, order and hash are those of the bytes (as `[u8]`), so a `KeyBytes` map can be
@@ -95,41 +93,6 @@ impl Ord for KeyBytes {
     #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
         compare(self.as_slice(), other.as_slice())
-    }
-}
-
-/// Borrowed key bytes, ordered by [`compare`]: what the map is searched by. Searching by
-/// `[u8]` would compare through `memcmp` calls, and a search compares keys some 30 times.
-#[derive(RefCast, PartialEq, Eq)]
-#[repr(transparent)]
-pub(crate) struct KeySlice([u8]);
-
-impl KeySlice {
-    /// `bytes` as a key to search for.
-    #[inline]
-    pub(crate) fn new(bytes: &[u8]) -> &KeySlice {
-        KeySlice::ref_cast(bytes)
-    }
-}
-
-impl PartialOrd for KeySlice {
-    #[inline]
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for KeySlice {
-    #[inline]
-    fn cmp(&self, other: &Self) -> Ordering {
-        compare(&self.0, &other.0)
-    }
-}
-
-impl Borrow<KeySlice> for KeyBytes {
-    #[inline]
-    fn borrow(&self) -> &KeySlice {
-        KeySlice::new(self.as_slice())
     }
 }
 
