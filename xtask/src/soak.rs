@@ -1,9 +1,10 @@
 //! `cargo xtask soak`: the long runs that CI cannot afford. The same tests as `cargo test`, with
 //! many more property cases, crash iterations and stress rounds; the engine's tests under
-//! AddressSanitizer (the engine's soundness rests on how it drives crossbeam's unsafe skiplist
-//! and epochs: guard-scoped borrows of nodes and version lists, counted handles released under
-//! a pin, and the `unsafe` of `chain_cell.rs`, which frees replaced version lists once the
-//! epoch has moved past every reader; a use after free there would otherwise go unseen); and the
+//! AddressSanitizer (the engine's soundness rests on its own skiplist, `keymap.rs`, and on how
+//! it drives crossbeam's epochs: guard-scoped borrows of nodes and version lists, counted
+//! handles whose last release defers the node's free, and the `unsafe` of `chain_cell.rs`,
+//! which frees replaced version lists once the epoch has moved past every reader; a use after
+//! free there would otherwise go unseen); and the
 //! loom model checks of the sequence allocator. The sanitizer and loom builds need their own
 //! flags and target directories ([`own_target_dir`]).
 

@@ -1,6 +1,6 @@
 //! [`ChainCell`]: the pointer from a map node to its key's version list, read under an epoch
 //! pin, and [`Retired`]: where replaced lists wait until no reader can hold them. This module
-//! holds the engine's only `unsafe` code.
+//! and the map's (`keymap.rs`) hold the engine's `unsafe` code.
 //!
 //! # Why not a reference-counted pointer
 //! Readers visit one version list per key they pass. With `ArcSwap`, each visit takes and pays

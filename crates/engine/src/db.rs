@@ -1,7 +1,8 @@
 //! [`Database`]: the in-memory MVCC store.
 //!
 //! # Design
-//! - Keys live in a lock-free ordered map ([`KeyMap`], a crossbeam skiplist) from encoded key
+//! - Keys live in an ordered map ([`KeyMap`], our own skiplist: lock-free reads, links changed
+//!   under a small writer lock) from encoded key
 //!   to a *version list*: an immutable, newest-first list of `(version, value or tombstone,
 //!   expiry)` behind an epoch-protected pointer ([`ChainCell`]). A writer never edits a list
 //!   in place: it builds a new one and swaps it in, so a reader holding the old list keeps a

@@ -7,8 +7,8 @@
 //!   height generator), and every search reads its height hint from that same line, so two
 //!   threads inserting anywhere in the map pass that line back and forth (about 200 ns a trip
 //!   when the host puts the two vCPUs on separate cores);
-//! - every insert takes and releases counted references on the nodes it links, and pins the
-//!   epoch again for each.
+//! - every insert counts a reference on its node per level it links, and every search step
+//!   checks for marked links, the lock-free protocol's sign of a concurrent removal.
 //!
 //! Here the engine's own access pattern decides the design. Keys are removed only by the
 //! engine's writers (reclamation and rollback), and inserts are short once their place is

@@ -53,21 +53,23 @@
 //!   threads it was the slower setting (458–529k/s against 630–832k/s). Measure allocator
 //!   settings on your own workload.
 //! - The allocator is a large part of a commit: a fresh key allocates its map node, its version
-//!   list and its value's reference count. With `mimalloc` as the program's global allocator,
+//!   list and its value's reference count. Measured with the earlier map (crossbeam's
+//!   skiplist), with `mimalloc` as the program's global allocator,
 //!   2-check-2-set commits of fresh keys into a 100k-key map (deleted again after each round)
 //!   took a median 0.98 µs on one thread and 0.75 µs per commit with two, against 1.47 µs and
 //!   0.93 µs with glibc's malloc (rounds after the first, which faults in fresh memory and ran
 //!   slower with `mimalloc`). The engine does not pick an allocator for you; the benches use
 //!   the system's.
-//! - Threads inserting new keys at once share more than the commit lock: the skiplist updates
-//!   one shared cache line on every insert (its length, and the seed it draws tower heights
-//!   from), and every search reads its height hint from that line. How much that costs depends
-//!   on where the two threads run. On the benchmark VM, a cache line passed between two
-//!   threads in 22–33 ns when the host put the two vCPUs on one core and in 194–200 ns when it
-//!   put them on two, and it switched between the two during a run. Two threads committing
-//!   fresh 2-check-2-set pairs took 790–940 ns per commit (both threads together) in the
-//!   first placement and 1.51–1.74 µs in the second. Overwrites of keys already in the map
-//!   insert nothing and do not touch that line.
+//! - Threads inserting new keys at once share the map's writer lock (held only for the few
+//!   stores that link a node: the search for its place runs before, in parallel), the commit
+//!   lock, and the nodes around the new keys when they insert next to each other. How much
+//!   that costs depends on where the two threads run. On the benchmark VM, a cache line passed
+//!   between two threads in 22–33 ns when the host put the two vCPUs on one core and in
+//!   194–200 ns when it put them on two, and it switched between the two during a run. In one
+//!   engine bench run (23:41–23:55 UTC, 2026-11-23), two threads committing fresh
+//!   2-check-2-set pairs took 1.26–1.39 µs per pair of commits in three rounds and 2.49–2.60
+//!   µs in two rounds in which every implementation's rate halved. Overwrites of keys already
+//!   in the map insert nothing and take no writer lock.
 //!
 //! # Durability
 //! [`Database::open`] backs the same engine with a write-ahead log and checkpoints in a
