@@ -923,12 +923,21 @@ impl Inner {
     /// operation writes (anything but a delete) gets a slot even if absent: an empty version
     /// list, which every read takes for an absent key. See [`Slots`].
     pub(crate) fn prepare(&self, write: &AtomicWrite) -> Slots<'_> {
+        // Every key the operation writes, found or inserted in one pass (see
+        // `KeyMap::get_or_insert_all`).
+        let written: SmallVec<[&KeyBytes; 4]> = write
+            .mutations
+            .iter()
+            .filter(|m| !matches!(m.kind, MutationKind::Delete))
+            .map(|m| &m.key)
+            .collect();
+        let mut written = self.map.get_or_insert_all(&written).into_iter();
         let mutations: SmallVec<[Option<Slot<'_>>; 4]> = write
             .mutations
             .iter()
             .map(|m| match m.kind {
                 MutationKind::Delete => self.map.get(m.key.as_slice()),
-                _ => Some(self.slot_for_write(&m.key)),
+                _ => written.next(),
             })
             .collect();
         let checks = write

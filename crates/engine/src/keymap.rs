@@ -43,6 +43,7 @@ use std::sync::atomic::{self, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Shared};
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use crate::chain_cell::ChainCell;
 use crate::db::Version;
@@ -538,6 +539,81 @@ impl KeyMap {
         }
         // Allocated before the lock, so the lock is never held across an allocation.
         let node = self.new_node(key, value());
+        let _writer = self.writer.lock.lock();
+        self.settle_and_link(node, &mut preds, &guard)
+    }
+
+    /// [`KeyMap::get_or_insert_with`] for several keys at once, with empty cells for the
+    /// absent ones: a handle per key, in order. A search for a key that sorts after the one
+    /// before it starts from that key's place at every level (the keys of one commit are
+    /// often neighbours), and all the inserts are linked under one hold of the writer lock.
+    pub(crate) fn get_or_insert_all(&self, keys: &[&KeyBytes]) -> SmallVec<[Slot<'_>; 4]> {
+        let guard = epoch::pin();
+        let mut found: SmallVec<[Option<Slot<'_>>; 4]> = SmallVec::with_capacity(keys.len());
+        let mut pending: SmallVec<[(usize, NonNull<Node>, Preds<'_>); 2]> = SmallVec::new();
+        let mut finger: Option<(&[u8], Preds<'_>)> = None;
+        for (i, key) in keys.iter().enumerate() {
+            let mut preds: Preds<'_> = [None; MAX_HEIGHT];
+            let succ = match &finger {
+                Some((before, from)) if compare(key.as_slice(), before).is_gt() => {
+                    self.walk_from(from, key.as_slice(), &mut preds, &guard)
+                }
+                _ => {
+                    let before = |k: &[u8]| compare(k, key.as_slice()).is_lt();
+                    self.descend(&guard, before, Some(&mut preds)).1
+                }
+            };
+            finger = Some((key.as_slice(), preds));
+            match succ.filter(|n| !n.is_removed() && n.key == **key && n.try_acquire()) {
+                Some(node) => found.push(Some(Slot::adopt(self, node))),
+                None => {
+                    found.push(None);
+                    pending.push((i, self.new_node((*key).clone(), ChainCell::empty()), preds));
+                }
+            }
+        }
+        if !pending.is_empty() {
+            let _writer = self.writer.lock.lock();
+            for (i, node, mut preds) in pending {
+                found[i] = Some(self.settle_and_link(node, &mut preds, &guard));
+            }
+        }
+        found.into_iter().flatten().collect()
+    }
+
+    /// [`KeyMap::descend`] for `key`, starting at each level from `from`, the places found for
+    /// a key below `key` (so each is a node below `key`, or the head).
+    fn walk_from<'g>(
+        &'g self,
+        from: &Preds<'g>,
+        key: &[u8],
+        preds: &mut Preds<'g>,
+        guard: &'g Guard,
+    ) -> Option<&'g Node> {
+        let mut succ = None;
+        for level in (0..self.height.load(Ordering::Relaxed)).rev() {
+            let mut pred = from[level];
+            loop {
+                succ = load(self.link(pred, level), guard);
+                match succ {
+                    Some(next) if compare(next.key.as_slice(), key).is_lt() => pred = Some(next),
+                    _ => break,
+                }
+            }
+            preds[level] = pred;
+        }
+        succ
+    }
+
+    /// Under the writer lock: links `node` (fresh from [`KeyMap::new_node`]) at `preds`
+    /// (found without the lock), or frees it if its key was inserted meanwhile. Returns the
+    /// key's handle either way.
+    fn settle_and_link<'a: 'g, 'g>(
+        &'a self,
+        node: NonNull<Node>,
+        preds: &mut Preds<'g>,
+        guard: &'g Guard,
+    ) -> Slot<'a> {
         // SAFETY: fresh from `Node::alloc`, not shared yet.
         #[allow(unsafe_code)]
         let (key, height) = unsafe {
@@ -546,8 +622,7 @@ impl KeyMap {
                 usize::from(node.as_ref().height),
             )
         };
-        let _writer = self.writer.lock.lock();
-        match self.settle(key, height, &mut preds, &guard) {
+        match self.settle(key, height, preds, guard) {
             Some(found) => {
                 // SAFETY: never linked or shared, and not used again.
                 #[allow(unsafe_code)]
@@ -558,7 +633,7 @@ impl KeyMap {
                 found.refs.fetch_add(1, Ordering::Relaxed);
                 Slot::adopt(self, found)
             }
-            None => Slot::adopt(self, self.link_in(node, &preds, &guard)),
+            None => Slot::adopt(self, self.link_in(node, preds, guard)),
         }
     }
 
@@ -832,9 +907,23 @@ mod tests {
                         assert_eq!(slot.key(), &k);
                         model.insert(k.to_vec());
                     }
-                    4 => {
+                    4 if rng.bool() => {
                         map.insert(k.clone(), ChainCell::empty());
                         model.insert(k.to_vec());
+                    }
+                    4 => {
+                        // Several keys, in any order, repeats included.
+                        let keys: Vec<KeyBytes> = (0..rng.usize(1..6))
+                            .map(|_| key_of(rng.u64(0..400)))
+                            .collect();
+                        let refs: Vec<&KeyBytes> = keys.iter().collect();
+                        let slots = map.get_or_insert_all(&refs);
+                        assert_eq!(slots.len(), keys.len());
+                        for (slot, key) in slots.iter().zip(&keys) {
+                            assert_eq!(slot.key(), key, "seed {seed} step {step}");
+                            assert!(!slot.is_removed());
+                            model.insert(key.to_vec());
+                        }
                     }
                     5..=7 => {
                         let removed = map.get(k.as_slice()).is_some_and(|slot| slot.remove());
@@ -1031,5 +1120,61 @@ mod tests {
             .collect();
         assert_eq!(keys_of(&map), want);
         assert_eq!(map.len(), want.len());
+    }
+
+    #[test]
+    fn inserting_several_keys_returns_one_handle_per_key_in_order() {
+        let map = map_of(&[b"b", b"d"]);
+        let keys: Vec<KeyBytes> = [&b"a"[..], b"b", b"c", b"c", b"e", b"a\x00", b"d"]
+            .into_iter()
+            .map(KeyBytes::from)
+            .collect();
+        let refs: Vec<&KeyBytes> = keys.iter().collect();
+        let slots = map.get_or_insert_all(&refs);
+        let got: Vec<&KeyBytes> = slots.iter().map(Slot::key).collect();
+        assert_eq!(got, refs);
+        assert!(
+            ptr::eq(slots[2].cell(), slots[3].cell()),
+            "a repeated key gets one node"
+        );
+        let existing = map.get(b"b").expect("present");
+        assert!(
+            ptr::eq(slots[1].cell(), existing.cell()),
+            "a present key keeps its node"
+        );
+        assert_eq!(keys_of(&map), [&b"a"[..], b"a\x00", b"b", b"c", b"d", b"e"]);
+        assert_eq!(map.len(), 6);
+    }
+
+    #[test]
+    fn racing_batches_of_overlapping_keys_share_one_node_per_key() {
+        let map = KeyMap::default();
+        let keys: Vec<KeyBytes> = (0..300).map(key_of).collect();
+        let batches: Vec<Vec<Vec<Slot<'_>>>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|t| {
+                    let (map, keys) = (&map, &keys);
+                    s.spawn(move || {
+                        // Batches of three neighbours, each thread from another offset.
+                        (0..keys.len() - 2)
+                            .map(|i| {
+                                let at = (i + t * 37) % (keys.len() - 2);
+                                let refs: Vec<&KeyBytes> = keys[at..at + 3].iter().collect();
+                                map.get_or_insert_all(&refs).into_vec()
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("no panic"))
+                .collect()
+        });
+        assert_eq!(map.len(), keys.len());
+        for slot in batches.iter().flatten().flatten() {
+            let current = map.get(slot.key().as_slice()).expect("every key present");
+            assert!(ptr::eq(slot.cell(), current.cell()), "one node per key");
+        }
     }
 }
