@@ -893,6 +893,22 @@ mod tests {
         scanned(map, b"", b"\xff", false, usize::MAX)
     }
 
+    /// Runs `work(t)` on `n` threads at once; returns each thread's result, in thread order.
+    fn on_threads<T: Send>(n: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..n)
+                .map(|t| {
+                    let work = &work;
+                    s.spawn(move || work(t))
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("no panic"))
+                .collect()
+        })
+    }
+
     #[test]
     fn random_inserts_removals_and_scans_match_an_ordered_set() {
         for seed in 0..8 * stress() as u64 {
@@ -1036,19 +1052,9 @@ mod tests {
     fn racing_inserts_of_one_key_share_one_node() {
         let map = KeyMap::default();
         let keys = 200;
-        let slots: Vec<Vec<Slot<'_>>> = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..4)
-                .map(|_| {
-                    s.spawn(|| {
-                        (0..keys)
-                            .map(|i| map.get_or_insert_with(key_of(i), ChainCell::empty))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().expect("no panic"))
+        let slots: Vec<Vec<Slot<'_>>> = on_threads(4, |_| {
+            (0..keys)
+                .map(|i| map.get_or_insert_with(key_of(i), ChainCell::empty))
                 .collect()
         });
         assert_eq!(map.len(), keys as usize);
@@ -1150,25 +1156,14 @@ mod tests {
     fn racing_batches_of_overlapping_keys_share_one_node_per_key() {
         let map = KeyMap::default();
         let keys: Vec<KeyBytes> = (0..300).map(key_of).collect();
-        let batches: Vec<Vec<Vec<Slot<'_>>>> = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..4)
-                .map(|t| {
-                    let (map, keys) = (&map, &keys);
-                    s.spawn(move || {
-                        // Batches of three neighbours, each thread from another offset.
-                        (0..keys.len() - 2)
-                            .map(|i| {
-                                let at = (i + t * 37) % (keys.len() - 2);
-                                let refs: Vec<&KeyBytes> = keys[at..at + 3].iter().collect();
-                                map.get_or_insert_all(&refs).into_vec()
-                            })
-                            .collect::<Vec<_>>()
-                    })
+        let batches: Vec<Vec<Vec<Slot<'_>>>> = on_threads(4, |t| {
+            // Batches of three neighbours, each thread from another offset.
+            (0..keys.len() - 2)
+                .map(|i| {
+                    let at = (i + t * 37) % (keys.len() - 2);
+                    let refs: Vec<&KeyBytes> = keys[at..at + 3].iter().collect();
+                    map.get_or_insert_all(&refs).into_vec()
                 })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().expect("no panic"))
                 .collect()
         });
         assert_eq!(map.len(), keys.len());
