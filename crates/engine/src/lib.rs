@@ -68,8 +68,8 @@
 //!   194–200 ns when it put them on two, and it switched between the two during a run. In one
 //!   engine bench run (23:41–23:55 UTC, 2026-11-23), two threads committing fresh
 //!   2-check-2-set pairs took 1.26–1.39 µs per pair of commits in three rounds and 2.49–2.60
-//!   µs in two rounds in which every implementation's rate halved. Overwrites of keys already
-//!   in the map insert nothing and take no writer lock.
+//!   µs in two rounds in which the in-memory peers' two-thread rates halved too. Overwrites of
+//!   keys already in the map insert nothing and take no writer lock.
 //!
 //! # Durability
 //! [`Database::open`] backs the same engine with a write-ahead log and checkpoints in a
