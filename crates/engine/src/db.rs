@@ -973,19 +973,13 @@ impl Inner {
         }
     }
 
-    /// The slot of `key`, inserted empty if the key is absent.
-    fn slot_for_write(&self, key: &KeyBytes) -> Slot<'_> {
-        // An empty cell is a null pointer: no allocation per new key.
-        self.map.get_or_insert_with(key.clone(), ChainCell::empty)
-    }
-
     /// Makes a slot found before the commit lock current, with the lock held: a slot that was
     /// absent may exist now, and an empty slot may have been removed by reclamation (which
     /// only removes under the commit lock, so what is found here stays).
     fn refresh<'a>(&'a self, slot: &mut Option<Slot<'a>>, key: &KeyBytes, write: bool) {
         if slot.as_ref().is_none_or(Slot::is_removed) {
             *slot = if write {
-                Some(self.slot_for_write(key))
+                Some(self.map.get_or_insert(key))
             } else {
                 self.map.get(key.as_slice())
             };
@@ -1500,7 +1494,7 @@ mod tests {
     /// in progress (or a durable batch not yet logged) leaves for readers to see.
     fn install(db: &Database, key: &[u8], versions: &[(u64, &[u8])]) {
         let inner = &db.inner;
-        let slot = inner.slot_for_write(&KeyBytes::from(key));
+        let slot = inner.map.get_or_insert(&KeyBytes::from(key));
         let versions = versions
             .iter()
             .map(|&(version, value)| Version {

@@ -441,8 +441,8 @@ impl KeyMap {
 
     /// Brings the bottom `height` levels of `preds`, found for `key` without the lock, up to
     /// date under it: moves each level right past nodes linked since, or searches again if
-    /// one of them was removed. Returns the live node holding `key`, if there is one (then
-    /// only level 0 is settled). Called with the writer lock held.
+    /// one of them was removed. Returns the live node holding `key`, if there is one. Called
+    /// with the writer lock held.
     fn settle<'g>(
         &'g self,
         key: &[u8],
@@ -450,24 +450,15 @@ impl KeyMap {
         preds: &mut Preds<'g>,
         guard: &'g Guard,
     ) -> Option<&'g Node> {
-        if preds[..height].iter().flatten().any(|p| p.is_removed()) {
+        let succ = if preds[..height].iter().flatten().any(|p| p.is_removed()) {
             *preds = [None; MAX_HEIGHT];
-            let (_, succ) = self.descend(guard, |k| compare(k, key).is_lt(), Some(preds));
-            return succ.filter(|n| n.key.as_slice() == key);
-        }
-        for (level, pred) in preds.iter_mut().enumerate().take(height) {
-            let mut succ = load(self.link(*pred, level), guard);
-            while let Some(next) = succ.filter(|n| compare(n.key.as_slice(), key).is_lt()) {
-                *pred = Some(next);
-                succ = load(next.next(level), guard);
-            }
-            if level == 0
-                && let Some(found) = succ.filter(|n| n.key.as_slice() == key)
-            {
-                return Some(found);
-            }
-        }
-        None
+            self.descend(guard, |k| compare(k, key).is_lt(), Some(preds))
+                .1
+        } else {
+            let from = *preds;
+            self.walk_from(&from, key, height, preds, guard)
+        };
+        succ.filter(|n| n.key.as_slice() == key)
     }
 
     /// A new node for `key`, of a random height (at most one level above the map's).
@@ -516,37 +507,19 @@ impl KeyMap {
         node.try_acquire().then(|| Slot::adopt(self, node))
     }
 
-    /// A counted handle on `key`'s node, inserting `value()` first if the key is absent.
-    ///
-    /// The search runs without the lock; only checking that nothing changed at the found place
-    /// and linking run under it.
-    pub(crate) fn get_or_insert_with(
-        &self,
-        key: KeyBytes,
-        value: impl FnOnce() -> ChainCell,
-    ) -> Slot<'_> {
-        let guard = epoch::pin();
-        let mut preds: Preds<'_> = [None; MAX_HEIGHT];
-        let (_, succ) = self.descend(
-            &guard,
-            |k| compare(k, key.as_slice()).is_lt(),
-            Some(&mut preds),
-        );
-        if let Some(found) = succ.filter(|n| !n.is_removed() && n.key == key)
-            && found.try_acquire()
-        {
-            return Slot::adopt(self, found);
-        }
-        // Allocated before the lock, so the lock is never held across an allocation.
-        let node = self.new_node(key, value());
-        let _writer = self.writer.lock.lock();
-        self.settle_and_link(node, &mut preds, &guard)
+    /// A counted handle on `key`'s node, inserting it with an empty cell first if absent.
+    pub(crate) fn get_or_insert(&self, key: &KeyBytes) -> Slot<'_> {
+        self.get_or_insert_all(&[key])
+            .into_iter()
+            .next()
+            .expect("get_or_insert_all returns one handle per key")
     }
 
-    /// [`KeyMap::get_or_insert_with`] for several keys at once, with empty cells for the
-    /// absent ones: a handle per key, in order. A search for a key that sorts after the one
-    /// before it starts from that key's place at every level (the keys of one commit are
-    /// often neighbours), and all the inserts are linked under one hold of the writer lock.
+    /// Counted handles on `keys`' nodes, one per key in order, inserting each absent key with
+    /// an empty cell first. The searches run without the lock; one for a key that sorts after
+    /// the key before it starts from that key's place at every level (the keys of one commit
+    /// are often neighbours); all the inserts are linked under one hold of the writer lock, and
+    /// their nodes allocated before it.
     pub(crate) fn get_or_insert_all(&self, keys: &[&KeyBytes]) -> SmallVec<[Slot<'_>; 4]> {
         let guard = epoch::pin();
         let mut found: SmallVec<[Option<Slot<'_>>; 4]> = SmallVec::with_capacity(keys.len());
@@ -556,7 +529,8 @@ impl KeyMap {
             let mut preds: Preds<'_> = [None; MAX_HEIGHT];
             let succ = match &finger {
                 Some((before, from)) if compare(key.as_slice(), before).is_gt() => {
-                    self.walk_from(from, key.as_slice(), &mut preds, &guard)
+                    let top = self.height.load(Ordering::Relaxed);
+                    self.walk_from(from, key.as_slice(), top, &mut preds, &guard)
                 }
                 _ => {
                     let before = |k: &[u8]| compare(k, key.as_slice()).is_lt();
@@ -581,17 +555,19 @@ impl KeyMap {
         found.into_iter().flatten().collect()
     }
 
-    /// [`KeyMap::descend`] for `key`, starting at each level from `from`, the places found for
-    /// a key below `key` (so each is a node below `key`, or the head).
+    /// [`KeyMap::descend`] for `key` over the bottom `top` levels, starting at each level from
+    /// `from`, places found earlier for `key` or a key below it (each a node below `key`, or
+    /// the head). Returns the first node at or after `key` at the bottom level.
     fn walk_from<'g>(
         &'g self,
         from: &Preds<'g>,
         key: &[u8],
+        top: usize,
         preds: &mut Preds<'g>,
         guard: &'g Guard,
     ) -> Option<&'g Node> {
         let mut succ = None;
-        for level in (0..self.height.load(Ordering::Relaxed)).rev() {
+        for level in (0..top).rev() {
             let mut pred = from[level];
             loop {
                 succ = load(self.link(pred, level), guard);
@@ -833,10 +809,8 @@ mod tests {
     fn get_or_insert_returns_the_existing_node() {
         let map = KeyMap::default();
         let retired = Retired::default();
-        let first = map.get_or_insert_with(KeyBytes::from(&b"k"[..]), ChainCell::empty);
-        let second = map.get_or_insert_with(KeyBytes::from(&b"k"[..]), || {
-            unreachable!("the key is present")
-        });
+        let first = map.get_or_insert(&KeyBytes::from(&b"k"[..]));
+        let second = map.get_or_insert(&KeyBytes::from(&b"k"[..]));
         let version = Version {
             version: 7,
             value: None,
@@ -919,7 +893,7 @@ mod tests {
                 let k = key_of(rng.u64(0..400));
                 match rng.u8(0..10) {
                     0..=3 => {
-                        let slot = map.get_or_insert_with(k.clone(), ChainCell::empty);
+                        let slot = map.get_or_insert(&k);
                         assert_eq!(slot.key(), &k);
                         model.insert(k.to_vec());
                     }
@@ -1053,9 +1027,7 @@ mod tests {
         let map = KeyMap::default();
         let keys = 200;
         let slots: Vec<Vec<Slot<'_>>> = on_threads(4, |_| {
-            (0..keys)
-                .map(|i| map.get_or_insert_with(key_of(i), ChainCell::empty))
-                .collect()
+            (0..keys).map(|i| map.get_or_insert(&key_of(i))).collect()
         });
         assert_eq!(map.len(), keys as usize);
         for i in 0..keys as usize {
@@ -1095,7 +1067,7 @@ mod tests {
                             // Interleaved key ranges: neighbours belong to different writers.
                             let k = key_of(rng.u64(0..per_writer) * writers + w);
                             if rng.bool() {
-                                drop(map.get_or_insert_with(k.clone(), ChainCell::empty));
+                                drop(map.get_or_insert(&k));
                                 mine.insert(k.to_vec());
                             } else if let Some(slot) = map.get(k.as_slice()) {
                                 assert!(slot.remove(), "only this writer removes its keys");
