@@ -923,7 +923,7 @@ impl Inner {
     /// operation writes (anything but a delete) gets a slot even if absent: an empty version
     /// list, which every read takes for an absent key. See [`Slots`].
     pub(crate) fn prepare(&self, write: &AtomicWrite) -> Slots<'_> {
-        // Every key the operation writes, found or inserted in one pass (see
+        // Every key the operation writes, found or inserted (each searched from the head: see
         // `KeyMap::get_or_insert_all`).
         let written: SmallVec<[&KeyBytes; 4]> = write
             .mutations
