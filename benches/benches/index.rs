@@ -4,6 +4,12 @@
 //! engine (the layer's overhead is the ratio between them), `denokv_sqlite` the same pattern on
 //! Deno KV's own backend in memory.
 //!
+//! The guide's insert (three keys in three ranges far apart) and colour update (a delete and a
+//! set in one range, a set in another) run on two stores, of 10k and of 100k records
+//! (`10k records, round 1`, ...), each growing as inserts run: the report's growth row for
+//! each implementation (its time at 100k over its time at 10k, per round) shows whether a
+//! commit's cost grows with the store. Reads and deletes run at 10k only.
+//!
 //! The layer and the hand-written pattern are measured in alternating rounds (`round 1`,
 //! `round 2`, `round 3`: layer, hand, layer, hand, ...), and the report compares them round by
 //! round. This machine's speed drifts by tens of percent over seconds, so two measurements
@@ -35,7 +41,9 @@ struct User {
 }
 
 const COLORS: [&str; 4] = ["green", "blue", "red", "black"];
-const PRELOAD: u64 = 10_000;
+/// The records preloaded into the stores measured: the smaller one serves every group, the
+/// larger the insert and update again.
+const SIZES: [(u64, &str); 2] = [(10_000, "10k records"), (100_000, "100k records")];
 
 fn user(id: u64) -> User {
     User {
@@ -215,91 +223,129 @@ fn peer(g: &mut BenchmarkGroup<'_, WallTime>) {
         .measurement_time(Duration::from_secs(3));
 }
 
-fn index(c: &mut Criterion) {
-    let ours = collection(Database::in_memory());
-    let hand = Database::in_memory();
-    let deno = DenoSqlite::in_memory();
-    if let Err(e) = &deno {
-        skip("index/*", "denokv_sqlite", e);
-    }
-    for id in 0..PRELOAD {
-        let u = user(id);
-        assert!(ours.insert(&u).is_ok());
-        assert!(hand_insert(&hand, &u));
-        if let Ok(d) = &deno {
-            assert!(deno_insert(d, &u));
+/// The three implementations, preloaded with the same records.
+struct Stores {
+    ours: Collection<User, Database>,
+    hand: Database,
+    deno: Option<DenoSqlite>,
+    /// Records preloaded: ids `0..records`.
+    records: u64,
+    /// The next fresh id.
+    fresh: AtomicU64,
+}
+
+impl Stores {
+    fn preloaded(records: u64) -> Stores {
+        let ours = collection(Database::in_memory());
+        let hand = Database::in_memory();
+        let deno = match DenoSqlite::in_memory() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                skip("index/*", "denokv_sqlite", &e);
+                None
+            }
+        };
+        for id in 0..records {
+            let u = user(id);
+            assert!(ours.insert(&u).is_ok());
+            assert!(hand_insert(&hand, &u));
+            if let Some(d) = &deno {
+                assert!(deno_insert(d, &u));
+            }
+        }
+        Stores {
+            ours,
+            hand,
+            deno,
+            records,
+            fresh: AtomicU64::new(records),
         }
     }
-    let fresh = AtomicU64::new(PRELOAD);
-    // Each measurement starts with no reclamation pending from the one before: the
-    // background reclaimer would otherwise run during (only) the next measurement.
-    let settle = || {
-        ours.store().reclaim_now();
-        hand.reclaim_now();
-    };
 
+    /// Each measurement starts with no reclamation pending from the one before: the
+    /// background reclaimer would otherwise run during (only) the next measurement.
+    fn settle(&self) {
+        self.ours.store().reclaim_now();
+        self.hand.reclaim_now();
+    }
+
+    fn next(&self) -> u64 {
+        self.fresh.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The benchmark id of `name` in `round` on a store of `size`.
+fn sized(name: &str, size: &str, round: &str) -> BenchmarkId {
+    BenchmarkId::new(name, format!("{size}, {round}"))
+}
+
+fn update_color(c: &mut Criterion, s: &Stores, size: &str) {
     let mut g = c.benchmark_group("index/update_color");
     rounds(&mut g);
+    let records = s.records;
     let mut n = 0u64;
     for round in ROUNDS {
-        settle();
-        g.bench_function(BenchmarkId::new("tuplekv", round), |b| {
+        s.settle();
+        g.bench_function(sized("tuplekv", size, round), |b| {
             b.iter(|| {
                 n += 1;
-                let res = ours.update(&key![n % PRELOAD], |mut u| {
+                let res = s.ours.update(&key![n % records], |mut u| {
                     u.color = COLORS[(n % 3) as usize].to_owned();
                     u
                 });
                 assert!(res.is_ok());
             })
         });
-        settle();
-        g.bench_function(BenchmarkId::new("hand_engine", round), |b| {
+        s.settle();
+        g.bench_function(sized("hand_engine", size, round), |b| {
             b.iter(|| {
                 n += 1;
-                assert!(hand_update(&hand, n % PRELOAD, COLORS[(n % 3) as usize]));
+                assert!(hand_update(&s.hand, n % records, COLORS[(n % 3) as usize]));
             })
         });
     }
-    if let Ok(d) = &deno {
+    if let Some(d) = &s.deno {
         peer(&mut g);
-        settle();
-        g.bench_function(BenchmarkId::new("denokv_sqlite", ROUNDS[0]), |b| {
+        s.settle();
+        g.bench_function(sized("denokv_sqlite", size, ROUNDS[0]), |b| {
             b.iter(|| {
                 n += 1;
-                assert!(deno_update(d, n % PRELOAD, COLORS[(n % 3) as usize]));
+                assert!(deno_update(d, n % records, COLORS[(n % 3) as usize]));
             })
         });
     }
     g.finish();
+}
 
+fn get_by_email(c: &mut Criterion, s: &Stores) {
     let mut g = c.benchmark_group("index/get_by_email");
     rounds(&mut g);
-    let emails: Vec<String> = (0..PRELOAD).map(|i| user(i).email).collect();
+    let emails: Vec<String> = (0..s.records).map(|i| user(i).email).collect();
     let mut i = 0usize;
     for round in ROUNDS {
-        settle();
+        s.settle();
         g.bench_function(BenchmarkId::new("tuplekv", round), |b| {
             b.iter(|| {
                 i = (i + 7919) % emails.len();
                 black_box(
-                    ours.get_by("email", &key![emails[i].clone()])
+                    s.ours
+                        .get_by("email", &key![emails[i].clone()])
                         .ok()
                         .flatten(),
                 );
             })
         });
-        settle();
+        s.settle();
         g.bench_function(BenchmarkId::new("hand_engine", round), |b| {
             b.iter(|| {
                 i = (i + 7919) % emails.len();
-                black_box(hand_get_by_email(&hand, &emails[i]));
+                black_box(hand_get_by_email(&s.hand, &emails[i]));
             })
         });
     }
-    if let Ok(d) = &deno {
+    if let Some(d) = &s.deno {
         peer(&mut g);
-        settle();
+        s.settle();
         g.bench_function(BenchmarkId::new("denokv_sqlite", ROUNDS[0]), |b| {
             b.iter(|| {
                 i = (i + 7919) % emails.len();
@@ -308,44 +354,45 @@ fn index(c: &mut Criterion) {
         });
     }
     g.finish();
+}
 
-    // Each deletion removes a record inserted (untimed) just before it.
+/// Each deletion removes a record inserted (untimed) just before it.
+fn delete(c: &mut Criterion, s: &Stores) {
     let mut g = c.benchmark_group("index/delete");
     rounds(&mut g);
-    let next = || fresh.fetch_add(1, Ordering::Relaxed);
     for round in ROUNDS {
-        settle();
+        s.settle();
         g.bench_function(BenchmarkId::new("tuplekv", round), |b| {
             b.iter_batched(
                 || {
-                    let id = next();
-                    assert!(ours.insert(&user(id)).is_ok());
+                    let id = s.next();
+                    assert!(s.ours.insert(&user(id)).is_ok());
                     id
                 },
-                |id| assert!(matches!(ours.delete(&key![id]), Ok(Some(_)))),
+                |id| assert!(matches!(s.ours.delete(&key![id]), Ok(Some(_)))),
                 BatchSize::SmallInput,
             )
         });
-        settle();
+        s.settle();
         g.bench_function(BenchmarkId::new("hand_engine", round), |b| {
             b.iter_batched(
                 || {
-                    let id = next();
-                    assert!(hand_insert(&hand, &user(id)));
+                    let id = s.next();
+                    assert!(hand_insert(&s.hand, &user(id)));
                     id
                 },
-                |id| assert!(hand_delete(&hand, id)),
+                |id| assert!(hand_delete(&s.hand, id)),
                 BatchSize::SmallInput,
             )
         });
     }
-    if let Ok(d) = &deno {
+    if let Some(d) = &s.deno {
         peer(&mut g);
-        settle();
+        s.settle();
         g.bench_function(BenchmarkId::new("denokv_sqlite", ROUNDS[0]), |b| {
             b.iter_batched(
                 || {
-                    let id = next();
+                    let id = s.next();
                     assert!(deno_insert(d, &user(id)));
                     id
                 },
@@ -355,39 +402,44 @@ fn index(c: &mut Criterion) {
         });
     }
     g.finish();
+}
 
-    // Inserts run last: they grow each database by as many records as its speed allows in
-    // the measurement time, and reads and updates should meet databases of equal size.
+/// Inserts grow each store by as many records as its speed allows in the measurement time,
+/// so they run after everything else measured on the same store.
+fn insert(c: &mut Criterion, s: &Stores, size: &str) {
     let mut g = c.benchmark_group("index/insert");
     rounds(&mut g);
     for round in ROUNDS {
-        settle();
-        g.bench_function(BenchmarkId::new("tuplekv", round), |b| {
-            b.iter(|| {
-                assert!(
-                    ours.insert(&user(fresh.fetch_add(1, Ordering::Relaxed)))
-                        .is_ok()
-                )
-            })
+        s.settle();
+        g.bench_function(sized("tuplekv", size, round), |b| {
+            b.iter(|| assert!(s.ours.insert(&user(s.next())).is_ok()))
         });
-        settle();
-        g.bench_function(BenchmarkId::new("hand_engine", round), |b| {
-            b.iter(|| {
-                assert!(hand_insert(
-                    &hand,
-                    &user(fresh.fetch_add(1, Ordering::Relaxed))
-                ))
-            })
+        s.settle();
+        g.bench_function(sized("hand_engine", size, round), |b| {
+            b.iter(|| assert!(hand_insert(&s.hand, &user(s.next()))))
         });
     }
-    if let Ok(d) = &deno {
+    if let Some(d) = &s.deno {
         peer(&mut g);
-        settle();
-        g.bench_function(BenchmarkId::new("denokv_sqlite", ROUNDS[0]), |b| {
-            b.iter(|| assert!(deno_insert(d, &user(fresh.fetch_add(1, Ordering::Relaxed)))))
+        s.settle();
+        g.bench_function(sized("denokv_sqlite", size, ROUNDS[0]), |b| {
+            b.iter(|| assert!(deno_insert(d, &user(s.next()))))
         });
     }
     g.finish();
+}
+
+fn index(c: &mut Criterion) {
+    let [(small, small_name), (large, large_name)] = SIZES;
+    let s = Stores::preloaded(small);
+    update_color(c, &s, small_name);
+    get_by_email(c, &s);
+    delete(c, &s);
+    insert(c, &s, small_name);
+    drop(s);
+    let s = Stores::preloaded(large);
+    update_color(c, &s, large_name);
+    insert(c, &s, large_name);
 }
 
 criterion_group! {

@@ -177,6 +177,74 @@ fn split_round(param: &str) -> Option<(&str, u32)> {
     Some((setting, n))
 }
 
+/// The median of `values` (`None` if empty).
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    let upper = *values.get(mid)?;
+    Some(if values.len() % 2 == 1 {
+        upper
+    } else {
+        (values[mid - 1] + upper) / 2.0
+    })
+}
+
+/// The store size a setting names: `"10k records"` is 10,000, `"2M records"` 2,000,000.
+fn records_in(setting: &str) -> Option<f64> {
+    let count = setting.strip_suffix(" records")?;
+    let (digits, scale) = match count.as_bytes().last()? {
+        b'k' => (&count[..count.len() - 1], 1e3),
+        b'M' => (&count[..count.len() - 1], 1e6),
+        _ => (count, 1.0),
+    };
+    Some(digits.parse::<f64>().ok()? * scale)
+}
+
+/// For a group measured on stores of several sizes (settings `"<n> records"`), one row per
+/// implementation: its time on the largest store over its time on the smallest, round by
+/// round (the median over rounds). Near 1 means a commit costs the same whatever the store
+/// holds; a cost that grows with the store shows at once, in one run.
+fn growth_rows(md: &mut String, rows: &[&Measurement]) {
+    /// One measurement on a sized store: records, setting, median ns.
+    type Sized<'a> = (f64, &'a str, f64);
+    let mut sized: BTreeMap<(&str, u32), Vec<Sized<'_>>> = BTreeMap::new();
+    for m in rows {
+        let Some((setting, round)) = m.param.as_deref().and_then(split_round) else {
+            continue;
+        };
+        if let Some(records) = records_in(setting) {
+            sized
+                .entry((m.function.as_str(), round))
+                .or_default()
+                .push((records, setting, m.median_ns));
+        }
+    }
+    // function -> (smallest setting, largest setting, per-round ratios)
+    let mut growth: BTreeMap<&str, (&str, &str, Vec<f64>)> = BTreeMap::new();
+    for ((function, _), mut sizes) in sized {
+        sizes.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (Some(small), Some(large)) = (sizes.first(), sizes.last()) else {
+            continue;
+        };
+        if small.0 < large.0 {
+            let entry = growth
+                .entry(function)
+                .or_insert((small.1, large.1, Vec::new()));
+            entry.2.push(large.2 / small.2);
+        }
+    }
+    for (function, (small, large, per_round)) in growth {
+        let rounds = per_round.len();
+        if let Some(ratio) = median(per_round) {
+            let _ = writeln!(
+                md,
+                "| {function} | growth: time at {large} / at {small}, median of {rounds} \
+                 round(s) | - | - | {ratio:.2}x |"
+            );
+        }
+    }
+}
+
 /// The Markdown report and the ratios for the chart.
 pub(crate) fn render(
     measurements: &[Measurement],
@@ -269,13 +337,10 @@ pub(crate) fn render(
                     .push(m.median_ns / ours.median_ns);
             }
         }
-        for ((peer, setting), mut per_round) in by_round.into_iter().filter(|(_, r)| r.len() >= 2) {
-            per_round.sort_by(f64::total_cmp);
-            let mid = per_round.len() / 2;
-            let median = match (per_round.len() % 2, per_round.get(mid)) {
-                (1, Some(m)) => *m,
-                (_, Some(m)) => (per_round.get(mid - 1).copied().unwrap_or(*m) + m) / 2.0,
-                (_, None) => continue,
+        for ((peer, setting), per_round) in by_round.into_iter().filter(|(_, r)| r.len() >= 2) {
+            let rounds = per_round.len();
+            let Some(median) = median(per_round) else {
+                continue;
             };
             let setting = if setting.is_empty() {
                 String::new()
@@ -285,9 +350,10 @@ pub(crate) fn render(
             let _ = writeln!(
                 md,
                 "| {peer} | {setting}median of {} rounds | - | - | {median:.2}x |",
-                per_round.len()
+                rounds
             );
         }
+        growth_rows(&mut md, rows);
         for s in skipped.iter().filter(|s| s.group == *group) {
             let _ = writeln!(md, "| {} | - | skipped | - | {} |", s.peer, s.reason);
         }
@@ -614,6 +680,50 @@ mod tests {
         );
         assert_eq!(split_round("2 thread(s)"), None);
         assert_eq!(split_round("2 thread(s), round x"), None);
+    }
+
+    #[test]
+    fn stores_of_two_sizes_get_a_growth_row_per_implementation() {
+        let mut rows = Vec::new();
+        for (round, small, large) in [(1, 100.0, 110.0), (2, 100.0, 300.0), (3, 100.0, 120.0)] {
+            let p = |size: &str| format!("{size} records, round {round}");
+            rows.push(m("index/insert", "tuplekv", Some(&p("10k")), small));
+            rows.push(m("index/insert", "tuplekv", Some(&p("100k")), large));
+            rows.push(m("index/insert", "hand_engine", Some(&p("10k")), small));
+            rows.push(m(
+                "index/insert",
+                "hand_engine",
+                Some(&p("100k")),
+                5.0 * small,
+            ));
+        }
+        rows.push(m(
+            "index/insert",
+            "denokv_sqlite",
+            Some("10k records, round 1"),
+            900.0,
+        ));
+        let (md, _) = render(&rows, &[], "cpu", "2026-11-26", "cargo xtask bench", &[]);
+        assert!(
+            md.contains(
+                "| tuplekv | growth: time at 100k records / at 10k records, median of 3 round(s) | - | - | 1.20x |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| hand_engine | growth: time at 100k records / at 10k records, median of 3 round(s) | - | - | 5.00x |"),
+            "{md}"
+        );
+        assert!(
+            !md.contains("| denokv_sqlite | growth"),
+            "one size has no growth: {md}"
+        );
+        assert_eq!(records_in("10k records"), Some(10_000.0));
+        assert_eq!(records_in("2M records"), Some(2_000_000.0));
+        assert_eq!(records_in("500 records"), Some(500.0));
+        assert_eq!(records_in("1 thread(s)"), None);
+        assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), Some(2.5));
+        assert_eq!(median(Vec::new()), None);
     }
 
     #[test]
