@@ -317,8 +317,7 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct Database {
     /// For a durable database: the directory lock and the log thread, released with the last
-    /// handle. Declared before `inner` so it is dropped first: its final sync can then still
-    /// rebuild the log from memory if that sync fails.
+    /// handle (which syncs the log).
     open: Option<Arc<OpenDir>>,
     pub(crate) inner: Arc<Inner>,
     /// What recovery found, for a durable database.
@@ -445,13 +444,13 @@ impl Database {
 
     /// Syncs the log now; useful in [`Durability::Buffered`] mode before a planned stop.
     ///
-    /// A sync that fails retires the log file and rebuilds the log from memory (a checkpoint
-    /// and a fresh segment); when that rebuild succeeds, everything acknowledged is on stable
-    /// storage and this returns `Ok`.
+    /// A sync that fails stops the database from accepting writes (reads go on) until it is
+    /// reopened: after a failed `fdatasync` the unsynced pages may be gone, and nothing later
+    /// may be made durable around them.
     ///
     /// # Errors
-    /// [`Error::Io`] if the log could not be made durable: the sync failed and so did the
-    /// rebuild (the error names the first failure).
+    /// [`Error::Io`] if the log could not be made durable: this sync failed, or an earlier
+    /// one did (the error names it).
     pub fn sync(&self) -> Result<(), Error> {
         match &self.inner.wal {
             Some(wal) => wal.sync_now(),
@@ -467,8 +466,6 @@ impl Database {
     /// [`Error::Io`] if the final sync fails.
     pub fn close(self) -> Result<(), Error> {
         let Database { inner, open, .. } = self;
-        // `inner` lives until the final sync is done: if that sync fails, the log is rebuilt
-        // from memory, which needs the database.
         let closed = match open.and_then(Arc::into_inner) {
             Some(open) => open.close(),
             None => Ok(()),

@@ -25,6 +25,12 @@
 //! commit applied after it are removed from memory, and their committers get [`Error::Io`]: a
 //! commit is acknowledged only once it is on disk, and readers never see one that is not.
 //!
+//! Versions are reserved on disk before they are handed out: a batch whose newest version is
+//! above the durable reservation first writes a `reserved` mark [`VERSIONS_RESERVED_AHEAD`]
+//! further on and syncs it with the batch (also in [`Durability::Buffered`], once per that
+//! many versions). Recovery numbers new commits above the reservation, so a commit lost in a
+//! power cut never has its versionstamp given to a later one.
+//!
 //! A commit whose checks fail (or whose mutation is refused) against versions not yet
 //! published waits until they are published, then answers; if they are rolled back instead,
 //! it runs again. So an answer never rests on a commit that did not happen, and a loser that
@@ -33,26 +39,23 @@
 //! # Failures
 //! - A failed *write* (a full disk) is cut back to the last whole frame (and the cut synced);
 //!   the segment stays in use and commits resume when space returns.
-//! - A failed *sync* poisons the segment for good: after a failed `fsync`, Linux may have
-//!   dropped the unsynced pages and a retried `fsync` succeeds without them, so later commits
-//!   could be durable while earlier ones are lost. Nothing is written to or synced on that
-//!   file again. Before the next batch is written (and before the committers of the failed
-//!   batch are answered), the log is *rebuilt from memory*: a checkpoint of everything
-//!   published, then a fresh segment, then every other segment and older checkpoint is
-//!   deleted. Until that succeeds, every commit fails with [`Error::Io`] naming the original
-//!   failure, and [`Database::sync`](crate::Database::sync) returns it.
+//! - A failed *sync* stops the log for good (fail-stop, as PostgreSQL does): after a failed
+//!   `fsync`, Linux may have dropped the unsynced pages and a retried `fsync` succeeds without
+//!   them, so later commits could be durable while earlier ones are lost. The failed batch's
+//!   frames are cut off the file, its committers (and those applied after it) get the error,
+//!   and from then on every write fails with [`Error::Io`] naming the failed sync, as do
+//!   [`Database::sync`](crate::Database::sync), checkpoints and closing. Reads go on.
+//!   Reopening the directory recovers what is durable.
 //! - A segment that cannot be started (its header cannot be written or synced) is removed
-//!   again; if even that fails, the current segment is poisoned, so no record is ever
-//!   appended below a newer segment. A checkpoint whose flush of pending commits fails
-//!   returns that error and starts no segment.
+//!   again; if even that fails, the log stops, so no record is ever appended below a newer
+//!   segment. A checkpoint whose flush of pending commits fails returns that error and
+//!   starts no segment.
 //!
 //! So in [`Durability::Buffered`], an operating-system crash or power cut loses at most the
-//! commits acknowledged since the last successful background sync, checkpoint or rebuild
-//! (a suffix of the history: never part of a commit, never one while keeping a later one),
-//! and a failed background sync loses nothing if the rebuild succeeds. One residual case:
-//! if a sync fails and the rebuild fails too, the failed batch's frames may still be in the
-//! old segment, and an operating-system crash before a rebuild succeeds can bring such a
-//! failed commit back.
+//! commits acknowledged since the last successful sync or checkpoint (a suffix of the
+//! history: never part of a commit, never one while keeping a later one). One residual case:
+//! if a sync fails and cutting the failed batch's frames off fails too, they may still be in
+//! the file, and a reopen can bring such a failed commit back.
 //!
 //! # Checkpoints
 //! Once the log has grown by [`Options::checkpoint_after_bytes`] since the last checkpoint, a
@@ -117,9 +120,8 @@ pub enum Durability {
     /// thread syncs every `interval`. A process crash loses nothing; an operating-system crash
     /// or power cut loses at most the commits acknowledged since the last successful sync
     /// (about one `interval`; never part of a commit, and never a commit while keeping a
-    /// later one). If a background sync fails, the log is rebuilt from memory before anything
-    /// else is written, so nothing is lost; if that fails too, commits fail with
-    /// [`Error::Io`] naming the sync failure until it succeeds (see the
+    /// later one), and their versionstamps are never handed out again. If a background sync
+    /// fails, the database stops accepting writes (reads go on) until it is reopened (see the
     /// [module docs](crate::durable)).
     Buffered {
         /// Time between background syncs.
@@ -187,10 +189,13 @@ struct Segment {
     synced: u64,
     /// The file's length: `len` plus zeros preallocated past it (see [`PREALLOCATE_STEP`]).
     allocated: u64,
-    /// Why the file is no longer trusted, after a sync on it failed (or a failed write could
-    /// not be cut back). Nothing is written to or synced on it again; the next flush repairs
-    /// the log first (see [`Wal::repair`]).
+    /// Why the log stopped: a sync on this file failed (or a failed write could not be cut
+    /// back, or a new segment could not be removed again). Nothing is written to or synced on
+    /// it again, and every later write fails with this error until the database is reopened.
     poisoned: Option<Error>,
+    /// Versions up to this one may be handed out: a `reserved` mark saying so is on stable
+    /// storage, in this segment.
+    reserved: u64,
     /// Log bytes written since the last checkpoint began.
     since_checkpoint: u64,
     /// Older segments, oldest first, by first version.
@@ -204,14 +209,10 @@ struct Segment {
 /// zeros as the log's unused end.
 pub const PREALLOCATE_STEP: u64 = 4 << 20;
 
-/// Why a segment is started (see [`Wal::start_segment`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Start {
-    /// A checkpoint moves on to a new segment: the current one must be sound.
-    Rotate,
-    /// A rebuild from memory replaces a poisoned segment.
-    Rebuild,
-}
+/// How many versions a `reserved` mark reserves beyond the batch that writes it. Versions are
+/// plentiful (a reopen skips at most this many); each reservation costs one `fdatasync` in
+/// [`Durability::Buffered`] (none in [`Durability::Sync`], which syncs every batch anyway).
+pub const VERSIONS_RESERVED_AHEAD: u64 = 1 << 20;
 
 /// Where a committer waiting for durability finds its outcome.
 type Slot = Arc<Waiter>;
@@ -317,8 +318,6 @@ pub(crate) struct Wal {
     checkpoint_lock: Mutex<()>,
     /// Taken while a checkpoint file is written and what it replaces is deleted.
     checkpoint_write: Mutex<()>,
-    /// The database, for repairs started outside a commit (a sync, or closing).
-    inner: Mutex<Weak<Inner>>,
     /// Calls of `start_segment` so far, so a test can order a failing sync before one.
     #[cfg(test)]
     rotations_started: AtomicUsize,
@@ -368,6 +367,24 @@ impl OpenDir {
 }
 
 impl Segment {
+    /// Stops the log after a failed sync: nothing is written to or synced on this file again.
+    /// The file is cut back to what is known durable, so a reopen (without a power cut)
+    /// recovers what a power cut would: the pages the failed sync covered may be gone, and a
+    /// reopen that read them from the page cache could then make later commits durable
+    /// around them, a hole.
+    fn stop(&mut self, error: Error) {
+        log::error!("tuplekv: {error}; the log stops accepting writes");
+        if let Err(e) = self.file.set_len(self.synced) {
+            log::error!(
+                "tuplekv: could not cut {} back to its durable length: {e}",
+                self.path.display()
+            );
+        }
+        self.len = self.synced;
+        self.allocated = self.synced;
+        self.poisoned = Some(error);
+    }
+
     /// Cuts the preallocated zeros off the file, so a segment no longer written to holds its
     /// records only. Best effort: recovery reads a tail of zeros as unused space anyway.
     fn trim(&mut self) {
@@ -388,18 +405,22 @@ impl Drop for OpenDir {
     }
 }
 
-/// The error of an operation refused because the log could not be repaired after `cause`.
-fn unusable(cause: &Error, failure: &Error) -> Error {
-    let (kind, message) = match failure {
-        Error::Io { kind, message, .. } => (*kind, message.clone()),
-        other => (io::ErrorKind::Other, other.to_string()),
-    };
-    Error::Io {
-        context: format!(
-            "writing to the log, unusable since an earlier failure ({cause}); repairing it failed"
-        ),
-        kind,
-        message,
+/// The error every write gets once the log has stopped because of `cause`.
+fn stopped(cause: &Error) -> Error {
+    match cause {
+        Error::Io {
+            context,
+            kind,
+            message,
+        } => Error::Io {
+            context: format!(
+                "the log stopped accepting writes after {context} failed (reads go on; reopen \
+                 the database to recover what is durable)"
+            ),
+            kind: *kind,
+            message: message.clone(),
+        },
+        other => other.clone(),
     }
 }
 
@@ -554,20 +575,14 @@ impl Wal {
         self.flushed.notify_all();
     }
 
-    /// Writes (and syncs) one batch, then publishes it; on failure rolls back the batch and
-    /// every commit applied after it. Repairs a poisoned log first, and again after a sync of
-    /// this batch fails, before any committer hears the outcome. Called with `flushing` set,
-    /// so flushes never overlap.
+    /// Writes (and syncs) one batch, whose newest version is `newest`, then publishes it; on
+    /// failure rolls back the batch and every commit applied after it. Called with `flushing`
+    /// set, so flushes never overlap.
     fn flush(&self, inner: &Inner, batch: Batch) -> Result<(), Error> {
         let Some(&(newest, _)) = batch.waiters.last() else {
             return Ok(());
         };
-        let repaired = self.repair(inner);
-        let written = match &repaired {
-            Ok(_) => self.append(&batch.sink.frames.buf),
-            Err(e) => Err(e.clone()),
-        };
-        let error = match written {
+        let error = match self.append(&batch.sink.frames.buf, newest) {
             Ok(()) => {
                 inner.publish(newest);
                 for (_, slot) in &batch.waiters {
@@ -589,15 +604,6 @@ impl Wal {
             self.rollbacks.fetch_add(1, Ordering::AcqRel);
             pending.sink = LogSink::default();
             std::mem::take(&mut pending.waiters)
-        };
-        // A failed sync poisoned the segment: replace it now, so the failed frames are gone
-        // from the log before their committers are told they failed.
-        let error = match repaired {
-            Ok(_) => match self.repair(inner) {
-                Ok(_) => error,
-                Err(e) => e,
-            },
-            Err(_) => error,
         };
         for (_, slot) in batch.waiters.iter().chain(&later) {
             slot.finish(Err(error.clone()));
@@ -631,22 +637,31 @@ impl Wal {
         out
     }
 
-    /// Appends `buf` to the log (and syncs it, in [`Durability::Sync`]). A failed write is
-    /// cut back to the previous length; a failed sync poisons the segment.
-    fn append(&self, buf: &[u8]) -> Result<(), Error> {
-        let sync = self.durability == Durability::Sync;
+    /// Appends `buf`, frames up to version `newest`, to the log, and syncs it in
+    /// [`Durability::Sync`]; in [`Durability::Buffered`] also when `newest` is above the
+    /// durable reservation, which the same write then raises (in `Sync` every acknowledged
+    /// version is durable, so none is ever handed out again). A failed write is cut back to the previous length; a failed sync
+    /// stops the log.
+    fn append(&self, buf: &[u8], newest: u64) -> Result<(), Error> {
+        // Only flushes and rotations (never at once) change `reserved`.
+        let reserve = self.durability != Durability::Sync && newest > self.segment.lock().reserved;
+        let sync = self.durability == Durability::Sync || reserve;
         // Buffered appends go on while a background sync runs (it covers what was written
         // before it started); only a sync made here must not overlap another.
         let _sync = sync.then(|| self.sync_lock.lock());
         let mut seg = self.segment.lock();
         let seg = &mut *seg;
         if let Some(cause) = &seg.poisoned {
-            return Err(cause.clone());
+            return Err(stopped(cause));
         }
         // Each write starts with the segment's durable length, for recovery to tell a torn
-        // write from damage (see `record`).
+        // write from damage (see `record`), then any new reservation.
         let mut mark = FrameWriter::default();
         mark.synced(seg.synced);
+        let reserved = newest + VERSIONS_RESERVED_AHEAD;
+        if reserve {
+            mark.reserved(reserved);
+        }
         let end = seg.len + (mark.buf.len() + buf.len()) as u64;
         let n = end - seg.len;
         if end > seg.allocated {
@@ -681,17 +696,17 @@ impl Wal {
         }
         if sync && let Err(e) = seg.file.sync_data() {
             // After a failed fsync the kernel may have dropped the written pages and will not
-            // report it again: never trust this file again. Cut the frames off anyway, so a
-            // process crash before the repair cannot bring them back.
+            // report it again: never trust this file again.
             let error = io_error("syncing the log", &seg.path, &e);
-            log::error!("tuplekv: {error}; the segment is retired");
-            let _ = seg.file.set_len(seg.len);
-            seg.poisoned = Some(error.clone());
+            seg.stop(error.clone());
             return Err(error);
         }
         seg.len += n;
         if sync {
             seg.synced = seg.len;
+        }
+        if reserve {
+            seg.reserved = reserved;
         }
         seg.since_checkpoint += n;
         if seg.since_checkpoint >= self.checkpoint_after {
@@ -706,30 +721,9 @@ impl Wal {
 
     /// Makes everything acknowledged durable: syncs the log if anything written is not yet
     /// synced. The sync runs on a second handle of the file, outside the segment lock, so
-    /// committers keep appending meanwhile. If it fails (or failed earlier), the log is
-    /// repaired from memory (see [`Wal::repair`]); only if that fails too is it an error.
+    /// committers keep appending meanwhile. A failed sync stops the log.
     pub(crate) fn sync_now(&self) -> Result<(), Error> {
-        let Err(error) = self.sync_segment() else {
-            return Ok(());
-        };
-        let Some(inner) = self.inner.lock().upgrade() else {
-            return Err(error);
-        };
-        self.exclusively(&inner, || {
-            if self.repair(&inner)?.is_some() {
-                return Ok(());
-            }
-            // Nothing to repair: the sync failed without retiring the file (it could not
-            // get a second handle, say), or someone rebuilt the log meanwhile. Either way
-            // nothing is known to be durable yet: sync again, now as the only writer.
-            match self.sync_segment() {
-                Ok(()) => Ok(()),
-                Err(again) => match self.repair(&inner)? {
-                    Some(_) => Ok(()),
-                    None => Err(again),
-                },
-            }
-        })
+        self.sync_segment()
     }
 
     fn sync_segment(&self) -> Result<(), Error> {
@@ -737,7 +731,7 @@ impl Wal {
         let (mut handle, path, target) = {
             let seg = self.segment.lock();
             if let Some(cause) = &seg.poisoned {
-                return Err(cause.clone());
+                return Err(stopped(cause));
             }
             if seg.synced >= seg.len {
                 return Ok(());
@@ -761,90 +755,19 @@ impl Wal {
                 // Retrying would "succeed" on Linux after the dirty pages were dropped, and
                 // later commits could then be durable while these are lost: a hole.
                 let error = io_error("syncing the log", &path, &e);
-                log::error!("tuplekv: {error}; the segment is retired");
-                seg.poisoned = Some(error.clone());
+                seg.stop(error.clone());
                 Err(error)
             }
         }
     }
 
-    /// If the segment is poisoned, rebuilds the log from memory, so nothing depends on the
-    /// poisoned file: writes a checkpoint of everything published (version `v`), starts the
-    /// segment `wal-<v + 1>.log`, then deletes every other segment and older checkpoint.
-    /// Until the new segment exists recovery still reads the old one; once it exists the old
-    /// one is wholly below the checkpoint and is never read. Returns the checkpoint's version,
-    /// or `None` when nothing was poisoned. Called as the log's only writer.
-    ///
-    /// # Errors
-    /// [`Error::Io`] naming the original failure and the repair's.
-    fn repair(&self, inner: &Inner) -> Result<Option<u64>, Error> {
-        let Some(cause) = self.segment.lock().poisoned.clone() else {
-            return Ok(None);
-        };
-        // Nothing is published while we are the log's only writer, and writers keep the
-        // newest version at or below the published one of every key: no snapshot needed.
-        let version = inner.visible_version();
-        let _write = self.checkpoint_write.lock();
-        self.write_checkpoint(inner, version)
-            .and_then(|()| self.start_segment(version + 1, Start::Rebuild))
-            .map_err(|e| unusable(&cause, &e))?;
-        let current = self.segment.lock().path.clone();
-        // The segments that could not be removed; all of them if the directory is unreadable.
-        let mut left: Option<Vec<PathBuf>> = None;
-        let removed = self.fs.list(&self.dir).and_then(|names| {
-            let mut left_here = Vec::new();
-            let mut failure = None;
-            for name in names {
-                let stale = parse_numbered(&name, "wal", "log").is_some()
-                    || parse_numbered(&name, "checkpoint", "tmp").is_some()
-                    || parse_numbered(&name, "checkpoint", "ckpt").is_some_and(|v| v < version);
-                let path = self.dir.join(&name);
-                if stale
-                    && path != current
-                    && let Err(e) = remove_if_present(self.fs.as_ref(), &path)
-                {
-                    left_here.push(path);
-                    failure.get_or_insert(e);
-                }
-            }
-            left = Some(left_here);
-            match failure {
-                Some(e) => Err(e),
-                None => self.fs.sync_dir(&self.dir),
-            }
-        });
-        // What is left is wholly below the checkpoint; the next checkpoint (which removes the
-        // segments still listed as older) or open removes it.
-        if let Err(e) = removed {
-            log::warn!(
-                "tuplekv: removing replaced files in {}: {e}",
-                self.dir.display()
-            );
-        }
-        {
-            let mut seg = self.segment.lock();
-            if let Some(left) = &left {
-                seg.older.retain(|(_, p)| left.contains(p));
-            }
-            seg.since_checkpoint = 0;
-        }
-        log::warn!(
-            "tuplekv: {}: rebuilt the log from memory after {cause}: checkpoint at version \
-             {version}, new segment {}",
-            self.dir.display(),
-            current.display()
-        );
-        Ok(Some(version))
-    }
-
     /// Makes `wal-<base>.log` the segment appended to: syncs the current one if needed,
-    /// creates the new one with its header (synced, directory synced), and switches to it.
-    /// Nothing to do if the current segment already is that one and is not poisoned. If the
-    /// new file cannot be made whole it is removed again; if even that fails, the current
-    /// segment is poisoned, so no record is ever appended below a newer segment. A poisoned
-    /// segment is replaced only by a rebuild ([`Start::Rebuild`]); otherwise its poison is
-    /// the error. Called as the log's only writer.
-    fn start_segment(&self, base: u64, start: Start) -> Result<(), Error> {
+    /// creates the new one with its header and the current reservation (synced, directory
+    /// synced), and switches to it. Nothing to do if the current segment already is that one.
+    /// If the new file cannot be made whole it is removed again; if even that fails, the log
+    /// stops, so no record is ever appended below a newer segment. Called as the log's only
+    /// writer.
+    fn start_segment(&self, base: u64) -> Result<(), Error> {
         let path = self.dir.join(numbered("wal", base, "log"));
         #[cfg(test)]
         self.rotations_started.fetch_add(1, Ordering::AcqRel);
@@ -853,33 +776,32 @@ impl Wal {
         let seg = &mut *seg;
         if let Some(cause) = &seg.poisoned {
             // A sync may have failed since the caller found the segment sound (it held
-            // `sync_lock` while we waited for it): the segment's unsynced data may be gone,
-            // so only a rebuild from memory may leave it behind.
-            if start == Start::Rotate {
-                return Err(cause.clone());
+            // `sync_lock` while we waited for it).
+            return Err(stopped(cause));
+        }
+        if seg.path == path {
+            return Ok(());
+        }
+        // The segments a checkpoint replaces must be whole on disk before a newer segment
+        // can exist (buffered mode may not have synced yet).
+        if seg.synced < seg.len {
+            if let Err(e) = seg.file.sync_data() {
+                let error = io_error("syncing the log", &seg.path, &e);
+                seg.stop(error.clone());
+                return Err(error);
             }
-        } else {
-            if seg.path == path {
-                return Ok(());
-            }
-            // The segments a checkpoint replaces must be whole on disk before a newer segment
-            // can exist (buffered mode may not have synced yet).
-            if seg.synced < seg.len {
-                if let Err(e) = seg.file.sync_data() {
-                    let error = io_error("syncing the log", &seg.path, &e);
-                    log::error!("tuplekv: {error}; the segment is retired");
-                    seg.poisoned = Some(error.clone());
-                    return Err(error);
-                }
-                seg.synced = seg.len;
-            }
+            seg.synced = seg.len;
         }
         let fs = self.fs.as_ref();
-        // Never reuse a file: the poisoned segment may have this very name.
+        // The reservation moves with the log: the segments holding it are about to go.
+        let mut head = record::file_header(record::LOG_MAGIC, base).to_vec();
+        let mut mark = FrameWriter::default();
+        mark.reserved(seg.reserved);
+        head.extend_from_slice(&mark.buf);
         let created = remove_if_present(fs, &path)
             .and_then(|()| fs.open_append(&path, true))
             .and_then(|mut file| {
-                file.write_all(&record::file_header(record::LOG_MAGIC, base))
+                file.write_all(&head)
                     .and_then(|()| file.sync_data())
                     .and_then(|()| fs.sync_dir(&self.dir))
                     .map(|()| file)
@@ -894,25 +816,18 @@ impl Wal {
                         "tuplekv: could not remove the partial segment {}: {e2}",
                         path.display()
                     );
-                    if seg.poisoned.is_none() {
-                        seg.poisoned = Some(error.clone());
-                    }
+                    seg.poisoned = Some(error.clone());
                 }
                 return Err(error);
             }
         };
-        if seg.poisoned.is_none() {
-            seg.trim();
-        }
+        seg.trim();
         drop(std::mem::replace(&mut seg.file, file));
         let old_path = std::mem::replace(&mut seg.path, path);
-        if old_path != seg.path {
-            seg.older.push((segment_base(&old_path), old_path));
-        }
-        seg.len = record::FILE_HEADER_LEN as u64;
+        seg.older.push((segment_base(&old_path), old_path));
+        seg.len = head.len() as u64;
         seg.synced = seg.len;
         seg.allocated = seg.len;
-        seg.poisoned = None;
         Ok(())
     }
 
@@ -927,32 +842,19 @@ impl Wal {
         // Start a new segment at a batch boundary, as the log's only writer: everything in the
         // older segments is then published, so a snapshot taken next covers all of it.
         let started = self.exclusively(inner, || {
-            // A poisoned log is repaired instead, which writes a checkpoint itself; so is one
-            // whose old segment fails to sync now.
-            if let Some(version) = self.repair(inner)? {
-                return Ok(Err(version));
-            }
             // Everything written so far is published (flushes publish before they return).
             let version = inner.visible_version();
-            if let Err(e) = self.start_segment(version + 1, Start::Rotate) {
-                return match self.repair(inner)? {
-                    Some(version) => Ok(Err(version)),
-                    None => Err(e),
-                };
-            }
+            self.start_segment(version + 1)?;
             let mut seg = self.segment.lock();
             seg.since_checkpoint = 0;
             let replaced: Vec<PathBuf> = seg.older.iter().map(|(_, p)| p.clone()).collect();
-            Ok(Ok((crate::db::Snapshot::register(inner), replaced)))
-        })?;
+            Ok((crate::db::Snapshot::register(inner), replaced))
+        });
         {
             let mut bg = self.background.lock();
             bg.checkpoint_wanted = false;
         }
-        let (snapshot, replaced) = match started {
-            Ok(started) => started,
-            Err(repaired) => return Ok(Versionstamp::from_version(repaired)),
-        };
+        let (snapshot, replaced) = started?;
         let version = snapshot.versionstamp().version();
         let _write = self.checkpoint_write.lock();
         let written = self.write_checkpoint(inner, version);
@@ -1134,6 +1036,8 @@ fn corrupt(path: &Path, offset: usize, reason: impl Into<String>) -> Error {
 struct Rebuilt {
     entries: HashMap<KeyBytes, Version>,
     last: u64,
+    /// The highest reservation read: versions up to it may have been handed out.
+    reserved: u64,
 }
 
 impl Rebuilt {
@@ -1177,6 +1081,10 @@ impl Rebuilt {
                 Ok(true)
             }
             Payload::Synced { .. } => Ok(false),
+            Payload::Reserved { upto } => {
+                self.reserved = self.reserved.max(upto);
+                Ok(false)
+            }
             _ => Err(corrupt(path, offset, "checkpoint frame in a log segment")),
         }
     }
@@ -1451,6 +1359,20 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
         }
         len
     };
+    // Versions up to the reservation may have been handed out by commits a power cut lost:
+    // an empty commit at the reservation's version numbers new commits above them, and
+    // keeps the log's versions without a gap across a segment started next.
+    let (last, len) = if state.reserved > last {
+        let mut frames = FrameWriter::default();
+        frames.synced(len);
+        frames.commit(state.reserved, std::iter::empty());
+        file.write_all(&frames.buf)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| io_error("appending to", &path, &e))?;
+        (state.reserved, len + frames.buf.len() as u64)
+    } else {
+        (last, len)
+    };
     let older = segments
         .iter()
         .filter(|b| dir.join(numbered("wal", **b, "log")) != path)
@@ -1470,6 +1392,7 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
             synced: len,
             allocated: len,
             poisoned: None,
+            reserved: state.reserved,
             since_checkpoint,
             older,
         }),
@@ -1483,7 +1406,6 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
         background_wake: Condvar::new(),
         checkpoint_lock: Mutex::new(()),
         checkpoint_write: Mutex::new(()),
-        inner: Mutex::new(Weak::new()),
         #[cfg(test)]
         rotations_started: AtomicUsize::new(0),
     });
@@ -1514,7 +1436,6 @@ pub(crate) fn recover(dir: &Path, options: &Options) -> Result<Recovered, Error>
 pub(crate) fn start_background(open: &OpenDir, inner: &Arc<Inner>) {
     let wal = Arc::clone(&open.wal);
     let weak = Arc::downgrade(inner);
-    *wal.inner.lock() = Weak::clone(&weak);
     match std::thread::Builder::new()
         .name("tuplekv-wal".into())
         .spawn(move || wal.run_background(&weak))
@@ -1546,7 +1467,7 @@ mod tests {
     /// Holds the sync of a first commit setting `k`, runs a second commit that requires `k`
     /// absent until it waits for that batch, then lets the sync fail (`fail`) or succeed.
     /// Returns the second commit's result and what it read of `k` right after.
-    fn race_with_unpublished(fail: bool) -> (CommitResult, Option<crate::Value>) {
+    fn race_with_unpublished(fail: bool) -> (Result<CommitResult, Error>, Option<crate::Value>) {
         let dir = tempfile::tempdir().unwrap();
         let faults = Faults::new();
         let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
@@ -1560,8 +1481,7 @@ mod tests {
                     .atomic()
                     .check(&key!["k"], None)
                     .set(&key!["k"], 2u64)
-                    .commit()
-                    .unwrap();
+                    .commit();
                 (result, db.get(&key!["k"]).unwrap().map(|e| e.value))
             });
             while wal.settling.load(Ordering::Acquire) == 0 {
@@ -1619,25 +1539,25 @@ mod tests {
     };
 
     /// A sync failed while a checkpoint, having found the log sound, waited to rotate the
-    /// segment. The rotation once dropped the poison with the old segment still needed, so
-    /// the failed sync then found nothing to repair and reported success for commits whose
-    /// pages the failed fsync had dropped.
+    /// segment. The rotation once dropped the failure with the old segment still needed, so
+    /// the failed sync was then forgotten and a later sync reported success for commits
+    /// whose pages the failed fsync had dropped. Now the log stops: the checkpoint, every
+    /// later sync and write fail, and a reopen recovers a prefix of what was acknowledged.
     #[test]
-    fn a_sync_failing_before_a_rotation_is_repaired_not_forgotten() {
+    fn a_sync_failing_before_a_rotation_stops_the_log_and_is_never_forgotten() {
         let dir = tempfile::tempdir().unwrap();
         let faults = Faults::new();
         let db = Database::open(dir.path(), faulty(&faults, BUFFERED)).unwrap();
         let wal = Arc::clone(db.inner.wal.as_ref().unwrap());
         db.set(&key!["a"], 1u64).unwrap();
+        db.sync().unwrap();
         db.set(&key!["b"], 2u64).unwrap();
-        // No checkpoint can be published, so nothing can rebuild the log for now.
-        faults.fail_rename(true);
         faults.hold_syncs();
         let synced = std::thread::scope(|s| {
             let sync = s.spawn(|| db.sync());
             faults.wait_for_held_syncs(1);
             let checkpoint = s.spawn(|| db.checkpoint());
-            // The checkpoint found nothing poisoned and waits for the held sync to rotate.
+            // The checkpoint found nothing wrong and waits for the held sync to rotate.
             while wal.rotations_started.load(Ordering::Acquire) == 0 {
                 std::thread::yield_now();
             }
@@ -1647,15 +1567,28 @@ mod tests {
             sync.join().unwrap()
         });
         assert!(synced.is_err(), "a failed sync reported success");
-        faults.fail_rename(false);
-        db.sync().unwrap();
+        let later = db.sync().unwrap_err();
+        assert!(
+            later.to_string().contains("stopped accepting writes"),
+            "{later}"
+        );
+        assert!(db.set(&key!["c"], 3u64).is_err());
+        assert!(db.checkpoint().is_err());
+        assert_eq!(
+            db.get(&key!["b"]).unwrap().map(|e| e.value),
+            Some(crate::Value::U64(2)),
+            "reads go on"
+        );
         let image = tempfile::tempdir().unwrap();
         faults.power_cut_image(dir.path(), image.path()).unwrap();
+        drop(db);
         let crashed = Database::open(image.path(), Options::default()).unwrap();
         assert_eq!(
-            crashed.get(&key!["b"]).unwrap().map(|e| e.value),
-            Some(crate::Value::U64(2))
+            crashed.get(&key!["a"]).unwrap().map(|e| e.value),
+            Some(crate::Value::U64(1)),
+            "synced before the failure"
         );
+        assert_eq!(crashed.get(&key!["c"]).unwrap(), None, "refused");
     }
 
     /// The background thread once spun (syncing each round) while an explicit checkpoint held
@@ -1716,14 +1649,21 @@ mod tests {
     #[test]
     fn a_loser_answers_only_once_the_winner_is_durable_and_then_reads_it() {
         let (result, read) = race_with_unpublished(false);
-        assert!(!result.is_committed());
+        assert!(!result.unwrap().is_committed());
         assert_eq!(read, Some(crate::Value::U64(1)));
     }
 
+    /// The loser's check ran against a batch whose sync then failed: it is evaluated again
+    /// rather than answered against a commit that did not happen, and the log has stopped, so
+    /// it fails with the stop.
     #[test]
-    fn a_check_against_a_batch_that_rolls_back_is_evaluated_again() {
+    fn a_check_against_a_batch_whose_sync_fails_gets_the_stop_not_a_conflict() {
         let (result, read) = race_with_unpublished(true);
-        assert!(result.is_committed(), "{result:?}");
-        assert_eq!(read, Some(crate::Value::U64(2)));
+        let err = result.unwrap_err();
+        assert!(
+            err.to_string().contains("stopped accepting writes"),
+            "{err}"
+        );
+        assert_eq!(read, None);
     }
 }

@@ -18,6 +18,9 @@
 //! 3 end         version: u64 | entries: u64                            (checkpoint trailer)
 //! 4 synced      upto: u64                    (log segment: starts every batch write; the
 //!               segment's first `upto` bytes were on stable storage when it was written)
+//! 5 reserved    upto: u64                    (log segment: versions up to `upto` may have
+//!               been handed out; synced before any of them is, and written again at the
+//!               start of every new segment)
 //! key   = len: u16 | bytes
 //! value = tag: u8 (0 bytes, 1 u64, 2 v8) | expires_at: u64 (Unix ms, 0 = never) |
 //!         len: u32 | bytes          (a u64 is 8 little-endian bytes)
@@ -55,6 +58,7 @@ const KIND_COMMIT: u8 = 1;
 const KIND_ENTRIES: u8 = 2;
 const KIND_END: u8 = 3;
 const KIND_SYNCED: u8 = 4;
+const KIND_RESERVED: u8 = 5;
 
 const OP_DELETE: u8 = 0;
 const OP_SET: u8 = 1;
@@ -80,6 +84,8 @@ pub(crate) enum Payload {
     End { version: u64, entries: u64 },
     /// A log segment's durable length when the frames after this one were written.
     Synced { upto: u64 },
+    /// Versions up to `upto` may have been handed out: recovery numbers new commits above it.
+    Reserved { upto: u64 },
 }
 
 /// The header of a file: magic and a version.
@@ -196,6 +202,13 @@ impl FrameWriter {
     /// Appends a `synced` mark: the segment's first `upto` bytes are on stable storage.
     pub(crate) fn synced(&mut self, upto: u64) {
         self.begin(KIND_SYNCED);
+        self.buf.extend_from_slice(&upto.to_le_bytes());
+        self.finish();
+    }
+
+    /// Appends a `reserved` mark: versions up to `upto` may be handed out.
+    pub(crate) fn reserved(&mut self, upto: u64) {
+        self.begin(KIND_RESERVED);
         self.buf.extend_from_slice(&upto.to_le_bytes());
         self.finish();
     }
@@ -365,6 +378,7 @@ pub(crate) fn decode_payload(payload: &[u8]) -> Option<Payload> {
             entries: r.u64()?,
         },
         KIND_SYNCED => Payload::Synced { upto: r.u64()? },
+        KIND_RESERVED => Payload::Reserved { upto: r.u64()? },
         _ => return None,
     };
     r.bytes.is_empty().then_some(decoded)
@@ -451,6 +465,30 @@ mod tests {
                 other => panic!("{other:?}"),
             }),
             Some(Payload::Synced { upto: 1001 })
+        );
+    }
+
+    #[test]
+    fn a_reserved_mark_round_trips_and_an_empty_commit_decodes() {
+        let mut frames = FrameWriter::default();
+        frames.reserved(1 << 40);
+        frames.commit(7, std::iter::empty());
+        let Frame::Valid { payload, len } = read_frame(&frames.buf) else {
+            panic!("the mark is one whole frame")
+        };
+        assert_eq!(
+            decode_payload(payload),
+            Some(Payload::Reserved { upto: 1 << 40 })
+        );
+        let Frame::Valid { payload, .. } = read_frame(&frames.buf[len..]) else {
+            panic!("the commit is one whole frame")
+        };
+        assert_eq!(
+            decode_payload(payload),
+            Some(Payload::Commit {
+                version: 7,
+                writes: Vec::new()
+            })
         );
     }
 }
