@@ -92,20 +92,24 @@ mod key_bytes;
 mod keymap;
 pub mod limits;
 mod list;
+mod pipeline;
 mod reclaim;
+mod snapshot;
 mod store;
 mod transaction;
 mod value;
+mod version;
 
 pub use atomic::{
     Atomic, AtomicWrite, Check, CommitResult, Conflict, FailedCheck, Mutation, MutationKind,
     RangeCheck,
 };
-pub use db::{CHECKPOINT_AFTER_BYTES_DEFAULT, Database, Options, Snapshot, Stats};
+pub use db::{CHECKPOINT_AFTER_BYTES_DEFAULT, Database, Options, Stats};
 pub use durable::{Durability, RecoveryReport};
 pub use error::Error;
 pub use key_bytes::KeyBytes;
 pub use list::{ListCursor, ListIter, ListOptions};
+pub use snapshot::Snapshot;
 pub use store::{Entry, ReadView, Store};
 pub use transaction::{Transaction, TransactionOptions};
 pub use tuplekv_codec::{ByteRange, Key, KeyPart, Selector, key};

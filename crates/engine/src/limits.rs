@@ -1,6 +1,8 @@
 //! The limits of one operation, with Deno KV's numbers. Every limit has a test at the limit
 //! and one past it (`tests/limits.rs`).
 
+use crate::error::Error;
+
 /// Largest encoded key a write (set, delete, sum/min/max, check) may use.
 pub const KEY_SIZE_MAX_WRITE: usize = 2048;
 /// Largest encoded key a read (get, list bounds) may use. One more than the write limit,
@@ -27,3 +29,22 @@ pub const LIST_BATCH_SIZE_DEFAULT_MAX: usize = 500;
 pub const EXPIRE_IN_MAX_MS: u64 = (1 << 53) - 1;
 /// Most attempts a transaction makes before reporting a conflict.
 pub const TRANSACTION_ATTEMPTS_MAX: u32 = 16;
+
+/// Checks `key` against the read limit, [`KEY_SIZE_MAX_READ`].
+pub(crate) fn check_read_key(key: &[u8]) -> Result<(), Error> {
+    if key.len() > KEY_SIZE_MAX_READ {
+        return Err(Error::KeyTooLargeForRead { size: key.len() });
+    }
+    Ok(())
+}
+
+/// Checks `key` against the write limits: not empty, at most [`KEY_SIZE_MAX_WRITE`] bytes.
+pub(crate) fn check_write_key(key: &[u8]) -> Result<(), Error> {
+    if key.is_empty() {
+        return Err(Error::EmptyKey);
+    }
+    if key.len() > KEY_SIZE_MAX_WRITE {
+        return Err(Error::KeyTooLargeForWrite { size: key.len() });
+    }
+    Ok(())
+}

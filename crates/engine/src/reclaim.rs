@@ -30,8 +30,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::db::{Inner, now_ms};
+use crossbeam_epoch as epoch;
+use smallvec::SmallVec;
+
+use crate::db::Inner;
 use crate::key_bytes::KeyBytes;
+use crate::keymap::Slot;
+use crate::snapshot::Retention;
+use crate::version::{Chain, Version, now_ms};
 
 /// Keys pruned per hold of the commit lock.
 const BATCH: usize = 256;
@@ -393,5 +399,64 @@ impl Inner {
             self.retired.collect();
             std::thread::yield_now();
         }
+    }
+
+    /// Prunes one key's list to what readers need (`retention`), and removes the key if
+    /// nothing live is left. Called with the commit lock held. Returns whether the key still
+    /// holds garbage (more than one version, or a dead one).
+    pub(crate) fn prune(&self, key: &[u8], retention: &Retention, now: u64) -> bool {
+        match self.map.get(key) {
+            Some(slot) => self.prune_slot(&slot, retention, &mut Some(now)),
+            None => false,
+        }
+    }
+
+    /// [`Inner::prune`] on a slot already found.
+    pub(crate) fn prune_slot(
+        &self,
+        slot: &Slot<'_>,
+        retention: &Retention,
+        now: &mut Option<u64>,
+    ) -> bool {
+        if slot.is_removed() {
+            return false;
+        }
+        let guard = epoch::pin();
+        let old = slot.cell().load(&guard);
+        let mut versions: SmallVec<[Version; 1]> = retention.keep(old).cloned().collect();
+        // A dead version (tombstone or expired) at the end of the list reads the same as no
+        // version at all, so drop it, but only once no snapshot older than it is open: a
+        // transaction reading at such a snapshot learns from it that the key changed (with
+        // the slot gone, its commit-time range check would see nothing). A transaction that
+        // read a value while it was live carries the value's deadline in its range check, so
+        // expired values need not wait for readers.
+        let mut dead = |v: &Version| {
+            v.value.is_none()
+                || v.expires_at
+                    .is_some_and(|d| d <= *now.get_or_insert_with(now_ms))
+        };
+        let oldest_reader = retention
+            .points
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(retention.visible)
+            .min(retention.visible);
+        while versions
+            .last()
+            .is_some_and(|last| dead(last) && last.version <= oldest_reader)
+        {
+            versions.pop();
+        }
+        if versions.is_empty() {
+            slot.remove();
+            return false;
+        }
+        let still_garbage = versions.len() > 1 || versions.iter().any(&mut dead);
+        if versions.len() != old.len() {
+            slot.cell()
+                .store(Some(Box::new(Chain { versions })), &self.retired);
+        }
+        still_garbage
     }
 }

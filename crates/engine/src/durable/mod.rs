@@ -95,13 +95,14 @@ use std::time::{Duration, Instant};
 
 use crossbeam_epoch as epoch;
 use parking_lot::{Condvar, Mutex};
-use smallvec::SmallVec;
 
 use crate::atomic::{AtomicWrite, CommitResult, MutationKind};
-use crate::db::{Chain, Inner, Options, Slots, Version, now_ms, version_at};
+use crate::db::{Inner, Options};
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
+use crate::pipeline::{LogSink, Slots};
 use crate::value::Versionstamp;
+use crate::version::{Version, now_ms, version_at};
 use fs::{FileSystem, WritableFile};
 use record::{Frame, FrameWriter, Payload};
 
@@ -327,13 +328,6 @@ impl std::fmt::Debug for Wal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Wal").field("dir", &self.dir).finish()
     }
-}
-
-/// Written into by [`Inner::apply_write`] when a commit is logged.
-#[derive(Default)]
-pub(crate) struct LogSink {
-    pub(crate) frames: FrameWriter,
-    pub(crate) touched: Vec<KeyBytes>,
 }
 
 /// Keeps a database directory open: the lock, and the background thread. Dropped with the
@@ -1445,13 +1439,6 @@ pub(crate) fn start_background(open: &OpenDir, inner: &Arc<Inner>) {
     }
 }
 
-/// A one-version chain, for recovered entries.
-pub(crate) fn chain_of(version: Version) -> Chain {
-    let mut versions = SmallVec::new();
-    versions.push(version);
-    Chain { versions }
-}
-
 #[cfg(test)]
 mod tests {
     //! Orderings of the log's threads that need its internals to set up. A committer whose
@@ -1604,6 +1591,8 @@ mod tests {
         };
         let db = Database::open(dir.path(), options).unwrap();
         let wal = Arc::clone(db.inner.wal.as_ref().unwrap());
+        // The first commit reserves versions, which syncs once: not the background thread's.
+        db.set(&key!["first"], 0u64).unwrap();
         let explicit = wal.checkpoint_lock.lock();
         let before = faults.syncs();
         let until = Instant::now() + Duration::from_millis(100);

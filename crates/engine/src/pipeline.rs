@@ -1,0 +1,549 @@
+//! The commit pipeline of the in-memory store: an operation is validated, its keys' map
+//! slots are found without any lock ([`Inner::prepare`]), then under the commit lock its
+//! checks are evaluated, its mutations staged (every error surfaces here, before anything is
+//! written) and its versions written at `last + 1` ([`Inner::apply_write`]), and finally
+//! `last + 1` is published ([`Inner::publish`]). An in-memory database publishes at once,
+//! under the commit lock; a durable one hands the applied, unpublished commit to the group
+//! commit (`group_commit.rs`), which publishes it once the log has it.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use crossbeam_epoch as epoch;
+use smallvec::SmallVec;
+
+use crate::atomic::{AtomicWrite, CommitResult, Conflict, FailedCheck, MutationKind};
+use crate::db::Inner;
+use crate::durable::record::FrameWriter;
+use crate::error::Error;
+use crate::key_bytes::KeyBytes;
+use crate::keymap::Slot;
+use crate::limits::*;
+use crate::limits::{check_read_key, check_write_key};
+use crate::snapshot::Retention;
+use crate::value::{Value, Versionstamp};
+use crate::version::{Chain, Version, chain_of, now_ms};
+
+/// Written into by [`Inner::apply_write`] when a commit is logged: its frame and the keys it
+/// wrote (to roll back if the batch's log write fails).
+#[derive(Default)]
+pub(crate) struct LogSink {
+    pub(crate) frames: FrameWriter,
+    pub(crate) touched: Vec<KeyBytes>,
+}
+
+/// The map slots of one operation's keys, found by [`Inner::prepare`] before the commit lock
+/// is taken, so two committers search the map in parallel and the lock is held only to check
+/// and swap version lists. Indexed like the operation's checks and mutations; a delete's or
+/// check's slot is `None` if the key was absent. Refreshed under the lock before use.
+pub(crate) struct Slots<'a> {
+    checks: SmallVec<[Option<Slot<'a>>; 4]>,
+    mutations: SmallVec<[Option<Slot<'a>>; 4]>,
+    /// Keys an in-memory commit left with a version readers no longer need once it is
+    /// published (or a tombstone): pruned right after publishing, under the commit lock.
+    written: SmallVec<[(KeyBytes, Slot<'a>); 2]>,
+    /// Empty version lists allocated before the lock, one per key the operation may write:
+    /// under the lock a commit fills them in rather than allocate (an allocation that grows
+    /// the heap faults pages in, and under the lock every other committer waits for it). A
+    /// list of one version needs nothing more; a longer one still allocates its versions.
+    spare: SmallVec<[Box<Chain>; 4]>,
+}
+
+/// Gives a value its shared (reference-counted) form now, next to its version list.
+///
+/// A `Bytes` made from a `Vec` (what `Value::from` builds) allocates its reference count on
+/// its first clone. Left to the first reader, that small allocation lands wherever the
+/// reader's allocator happens to be, and every later read of the value misses the cache on
+/// it; made here, right after the key's version list is allocated, it usually sits beside
+/// that list, which every read touches first (the allocator decides; nothing relies on it).
+fn share(value: &Value) {
+    if let Value::Bytes(b) | Value::V8(b) = value {
+        drop(b.clone());
+    }
+}
+
+/// Validates an operation against every limit, in Deno's order. Pure: nothing is read.
+pub(crate) fn validate(write: &AtomicWrite) -> Result<(), Error> {
+    if write.checks.len() > CHECKS_MAX {
+        return Err(Error::TooManyChecks {
+            count: write.checks.len(),
+        });
+    }
+    if write.mutations.len() > MUTATIONS_MAX {
+        return Err(Error::TooManyMutations {
+            count: write.mutations.len(),
+        });
+    }
+    let mut total = 0;
+    let mut total_keys = 0;
+    for check in &write.checks {
+        check_write_key(&check.key)?;
+        total += check.key.len();
+    }
+    for m in &write.mutations {
+        check_write_key(&m.key)?;
+        total += m.key.len();
+        if let Some(size) = m.kind.value_size() {
+            if size > VALUE_SIZE_MAX {
+                return Err(Error::ValueTooLarge { size });
+            }
+            total += m.key.len() + size;
+            total_keys += m.key.len();
+        }
+        if let MutationKind::Set {
+            expire_in: Some(d), ..
+        } = &m.kind
+            && d.as_millis() > u128::from(EXPIRE_IN_MAX_MS)
+        {
+            return Err(Error::ExpireInTooLarge { ms: d.as_millis() });
+        }
+    }
+    if total > TOTAL_MUTATION_SIZE_MAX {
+        return Err(Error::TotalMutationSizeTooLarge { size: total });
+    }
+    if total_keys > TOTAL_KEY_SIZE_MAX {
+        return Err(Error::TotalKeySizeTooLarge { size: total_keys });
+    }
+    for rc in &write.range_checks {
+        check_read_key(&rc.start)?;
+        // A point read of a key at the read limit covers [key, key ++ 00), one byte longer.
+        let point = rc.end.len() == rc.start.len() + 1
+            && rc.end.starts_with(&rc.start)
+            && rc.end.ends_with(&[0]);
+        if !point {
+            check_read_key(&rc.end)?;
+        }
+    }
+    Ok(())
+}
+
+/// What a mutation leaves at its key, before it is written.
+type Staged = Option<(Value, Option<u64>)>;
+
+fn apply(
+    kind: MutationKind,
+    current: Option<&Value>,
+    now: &mut Option<u64>,
+) -> Result<Staged, Error> {
+    let u64_op = |op: &'static str, n: u64, f: fn(u64, u64) -> u64| match current {
+        None => Ok(Some((Value::U64(n), None))),
+        Some(Value::U64(old)) => Ok(Some((Value::U64(f(*old, n)), None))),
+        Some(_) => Err(Error::NotU64 { op }),
+    };
+    match kind {
+        MutationKind::Set { value, expire_in } => {
+            let deadline = expire_in.map(|d| {
+                // One timestamp per commit, so values set together expire together.
+                let now = *now.get_or_insert_with(now_ms);
+                now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            });
+            Ok(Some((value, deadline)))
+        }
+        MutationKind::Delete => Ok(None),
+        MutationKind::Sum(n) => u64_op("sum", n, u64::wrapping_add),
+        MutationKind::Min(n) => u64_op("min", n, u64::min),
+        MutationKind::Max(n) => u64_op("max", n, u64::max),
+    }
+}
+
+impl Inner {
+    /// The value a key's slot has now, for mutations that read it. Called with the commit
+    /// lock held, so every version in the map is published.
+    fn current(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Value> {
+        let guard = epoch::pin();
+        slot?.cell().load(&guard).first()?.live_value(now).cloned()
+    }
+
+    /// The stamp of the value [`Inner::current`] returns, without copying the value.
+    fn current_stamp(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Versionstamp> {
+        let guard = epoch::pin();
+        let newest = slot?.cell().load(&guard).first()?;
+        newest.live_value(now)?;
+        Some(Versionstamp::from_version(newest.version))
+    }
+
+    pub(crate) fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
+        validate(&write)?;
+        // The map searches happen here, before the commit lock: under it, a commit only
+        // compares and swaps version lists.
+        let mut slots = self.prepare(&write);
+        if let Some(wal) = &self.wal {
+            return wal.commit(self, write, &mut slots);
+        }
+        let mut last = self.commit.lock();
+        let result = self.apply_write(write, &mut slots, &mut last, None);
+        if let Ok(r) = &result
+            && r.is_committed()
+        {
+            self.publish(*last);
+            self.prune_written(&mut slots);
+        }
+        drop(last);
+        self.reclaimer.wake_if_pending();
+        result
+    }
+
+    /// Looks up the map slots of `write`'s keys, without the commit lock. A key the
+    /// operation writes (anything but a delete) gets a slot even if absent: an empty version
+    /// list, which every read takes for an absent key. See [`Slots`].
+    pub(crate) fn prepare(&self, write: &AtomicWrite) -> Slots<'_> {
+        // Every key the operation writes, found or inserted (each searched from the head: see
+        // `KeyMap::get_or_insert_all`).
+        let written: SmallVec<[&KeyBytes; 4]> = write
+            .mutations
+            .iter()
+            .filter(|m| !matches!(m.kind, MutationKind::Delete))
+            .map(|m| &m.key)
+            .collect();
+        let mut written = self.map.get_or_insert_all(&written).into_iter();
+        let mutations: SmallVec<[Option<Slot<'_>>; 4]> = write
+            .mutations
+            .iter()
+            .map(|m| match m.kind {
+                MutationKind::Delete => self.map.get(m.key.as_slice()),
+                _ => written.next(),
+            })
+            .collect();
+        let checks = write
+            .checks
+            .iter()
+            .map(|c| {
+                let written = write.mutations.iter().position(|m| m.key == c.key);
+                match written.and_then(|i| mutations.get(i)).cloned().flatten() {
+                    Some(slot) => Some(slot),
+                    None => self.map.get(c.key.as_slice()),
+                }
+            })
+            .collect();
+        // Not sized from the key's current list: loading a hot key's list here, while another
+        // committer swaps it, costs more than growing the list under the lock.
+        let spare = write
+            .mutations
+            .iter()
+            .filter(|m| !matches!(m.kind, MutationKind::Delete))
+            .map(|m| {
+                let chain = Box::new(Chain::default());
+                if let MutationKind::Set { value, .. } = &m.kind {
+                    share(value);
+                }
+                chain
+            })
+            .collect();
+        Slots {
+            checks,
+            mutations,
+            written: SmallVec::new(),
+            spare,
+        }
+    }
+
+    /// Makes a slot found before the commit lock current, with the lock held: a slot that was
+    /// absent may exist now, and an empty slot may have been removed by reclamation (which
+    /// only removes under the commit lock, so what is found here stays).
+    fn refresh<'a>(&'a self, slot: &mut Option<Slot<'a>>, key: &KeyBytes, write: bool) {
+        if slot.as_ref().is_none_or(Slot::is_removed) {
+            *slot = if write {
+                Some(self.map.get_or_insert(key))
+            } else {
+                self.map.get(key.as_slice())
+            };
+        }
+    }
+
+    /// Right after a commit is published: drops the versions it replaced that no reader can
+    /// see any more (readers at the last published version now read the new one), and
+    /// removes keys it deleted, unless an open snapshot still reads them. This keeps
+    /// overwrites and deletes off the background thread, which then handles only what
+    /// snapshots pinned and expiry. Called with the commit lock held.
+    fn prune_written(&self, slots: &mut Slots<'_>) {
+        if slots.written.is_empty() {
+            return;
+        }
+        // Taken after publishing: a snapshot registered before it is in the registry, and
+        // one registered after reads at the new version.
+        let retention = self.retention();
+        let mut now = None;
+        for (key, slot) in slots.written.drain(..) {
+            if self.prune_slot(&slot, &retention, &mut now) {
+                self.reclaimer.mark(key);
+            }
+        }
+    }
+
+    /// After an operation wrote nothing: queues for removal the empty slots it inserted.
+    fn release(&self, slots: &Slots<'_>) {
+        for slot in slots.mutations.iter().flatten() {
+            if !slot.is_removed() && slot.cell().load(&epoch::pin()).is_empty() {
+                self.reclaimer.mark(slot.key().clone());
+            }
+        }
+    }
+
+    /// Makes every version up to `version` visible to readers. Called with the commit lock,
+    /// or by the log's only flusher once every version up to `version` is applied.
+    pub(crate) fn publish(&self, version: u64) {
+        self.visible.store(version, Ordering::Release);
+    }
+
+    /// The last published version.
+    pub(crate) fn visible_version(&self) -> u64 {
+        self.visible.load(Ordering::Acquire)
+    }
+
+    /// Removes every version above `published` from `keys` (and keys left with none): undoes
+    /// a durable commit batch whose log write failed. Called with the commit lock held, before
+    /// anything above `published` was published.
+    pub(crate) fn roll_back(&self, keys: &[KeyBytes], published: u64) {
+        for key in keys {
+            let Some(slot) = self.map.get(key.as_slice()) else {
+                continue;
+            };
+            let guard = epoch::pin();
+            let old = slot.cell().load(&guard);
+            if old.iter().all(|v| v.version <= published) {
+                continue;
+            }
+            let versions: SmallVec<[Version; 1]> = old
+                .iter()
+                .filter(|v| v.version <= published)
+                .cloned()
+                .collect();
+            // The rolled-back write may have replaced or cancelled the restored version's
+            // deadline: schedule it again, or the expired value is never reclaimed.
+            match versions.first().and_then(|v| v.expires_at) {
+                Some(deadline) => self.reclaimer.schedule_expiry(deadline, key.clone()),
+                None => self.reclaimer.cancel_expiry(key),
+            }
+            if versions.is_empty() {
+                slot.remove();
+            } else {
+                slot.cell()
+                    .store(Some(Box::new(Chain { versions })), &self.retired);
+            }
+        }
+    }
+
+    /// Checks and applies one validated operation at version `*last + 1`, without publishing
+    /// it; on success `*last` is that version. With `log`, also appends its log record and
+    /// the keys it wrote. Called with the commit lock held (`last` is its guard's value);
+    /// `slots` are the operation's slots from [`Inner::prepare`]. An operation that writes
+    /// nothing (a conflict, a refused mutation) queues the empty slots it inserted for
+    /// removal.
+    pub(crate) fn apply_write<'a>(
+        &'a self,
+        write: AtomicWrite,
+        slots: &mut Slots<'a>,
+        last: &mut u64,
+        log: Option<&mut LogSink>,
+    ) -> Result<CommitResult, Error> {
+        let result = self.try_apply_write(write, slots, last, log);
+        if !result.as_ref().is_ok_and(CommitResult::is_committed) {
+            self.release(slots);
+        }
+        result
+    }
+
+    fn try_apply_write<'a>(
+        &'a self,
+        write: AtomicWrite,
+        slots: &mut Slots<'a>,
+        last: &mut u64,
+        log: Option<&mut LogSink>,
+    ) -> Result<CommitResult, Error> {
+        let AtomicWrite {
+            checks,
+            range_checks,
+            mutations,
+        } = write;
+        let mut now = None;
+
+        let mut conflict = Conflict::default();
+        for (index, (check, slot)) in checks.iter().zip(slots.checks.iter_mut()).enumerate() {
+            self.refresh(slot, &check.key, false);
+            let actual = Self::current_stamp(slot.as_ref(), &mut now);
+            if actual != check.versionstamp {
+                conflict.failed_checks.push(FailedCheck {
+                    index,
+                    key: check.key.clone(),
+                    expected: check.versionstamp,
+                    actual,
+                });
+            }
+        }
+        for rc in &range_checks {
+            let since = rc.since.version();
+            // Changed: a value the read returned has expired since (its deadline is in the
+            // check), or any key of the range has a version newer than the snapshot.
+            if rc
+                .expires_at
+                .is_some_and(|d| d <= *now.get_or_insert_with(now_ms))
+            {
+                conflict.range_changed = true;
+                break;
+            }
+            let newer = |versions: &[Version]| versions.first().is_some_and(|v| v.version > since);
+            // A transaction's point read is the range [key, key ++ 00): one lookup, no scan.
+            let point = rc.end.len() == rc.start.len() + 1
+                && rc.end.ends_with(&[0])
+                && rc.end.starts_with(&rc.start);
+            let changed = if point {
+                self.map
+                    .read(&rc.start, |_, versions| newer(versions))
+                    .unwrap_or(false)
+            } else {
+                let mut changed = false;
+                self.map.scan(&rc.start, &rc.end, false, |_, versions| {
+                    changed = newer(versions);
+                    !changed
+                });
+                changed
+            };
+            if changed {
+                conflict.range_changed = true;
+                break;
+            }
+        }
+        if !conflict.failed_checks.is_empty() || conflict.range_changed {
+            return Ok(CommitResult::Conflict(conflict));
+        }
+
+        // Stage every mutation before writing anything, so an error leaves no trace.
+        let mut staged: SmallVec<[(KeyBytes, Staged, Option<Slot<'_>>); 4]> =
+            SmallVec::with_capacity(mutations.len());
+        // Later mutations of a key see earlier ones; index the staged keys once there are many.
+        let use_index = mutations.len() >= 16;
+        let mut index: HashMap<KeyBytes, usize> = HashMap::new();
+        for (m, slot) in mutations.into_iter().zip(slots.mutations.iter_mut()) {
+            let at = if use_index {
+                index.get(&m.key).copied()
+            } else {
+                staged.iter().position(|(k, _, _)| *k == m.key)
+            };
+            if let Some(entry) = at.and_then(|i| staged.get_mut(i)) {
+                // An earlier mutation's value is seen unless it has already expired (a set
+                // with a zero expiry), as a read would.
+                let commit_now = *now.get_or_insert_with(now_ms);
+                let earlier = entry
+                    .1
+                    .as_ref()
+                    .filter(|(_, deadline)| deadline.is_none_or(|d| d > commit_now))
+                    .map(|(v, _)| v);
+                let result = apply(m.kind, earlier, &mut now)?;
+                if result.is_some() && entry.2.is_none() {
+                    // A delete of an absent key, then a write: the write needs a slot.
+                    self.refresh(&mut entry.2, &m.key, true);
+                }
+                entry.1 = result;
+                continue;
+            }
+            self.refresh(slot, &m.key, !matches!(m.kind, MutationKind::Delete));
+            // A set or delete does not depend on what it replaces: no copy of it.
+            let current = match m.kind {
+                MutationKind::Set { .. } | MutationKind::Delete => None,
+                _ => Self::current(slot.as_ref(), &mut now),
+            };
+            let result = apply(m.kind, current.as_ref(), &mut now)?;
+            if use_index {
+                index.insert(m.key.clone(), staged.len());
+            }
+            staged.push((m.key, result, slot.clone()));
+        }
+
+        let version = *last + 1;
+        let durable = log.is_some();
+        if let Some(log) = log {
+            log.frames.commit(
+                version,
+                staged
+                    .iter()
+                    .map(|(k, s, _)| (k.as_slice(), s.as_ref().map(|(v, e)| (v, *e)))),
+            );
+            log.touched.extend(staged.iter().map(|(k, _, _)| k.clone()));
+        }
+        let mut retention = None;
+        for (key, result, slot) in staged {
+            let (value, expires_at) = match result {
+                Some((v, e)) => (Some(v), e),
+                None => (None, None),
+            };
+            let new = Version {
+                version,
+                value,
+                expires_at,
+            };
+            let now_or_later = durable.then_some(&mut retention);
+            let spare = slots.spare.pop();
+            if let Some((key, slot)) = self.write_version(key, new, slot, spare, now_or_later) {
+                // A durable commit is published by the log's flusher, later: leave its
+                // garbage to the background thread.
+                if durable {
+                    self.reclaimer.mark(key);
+                } else {
+                    slots.written.push((key, slot));
+                }
+            }
+        }
+        *last = version;
+        Ok(CommitResult::Committed {
+            versionstamp: Versionstamp::from_version(version),
+        })
+    }
+
+    /// Installs a new version of `key`, whose map slot (if any) is `slot`. Called with the
+    /// commit lock held. Returns the key and slot if they hold garbage (an older version, or
+    /// a tombstone) once this commit is published. With `retention` (taken at most once per
+    /// commit), older versions no reader needs are dropped now; without, all are kept for the
+    /// caller to prune after publishing.
+    fn write_version<'a>(
+        &self,
+        key: KeyBytes,
+        new: Version,
+        slot: Option<Slot<'a>>,
+        spare: Option<Box<Chain>>,
+        retention: Option<&mut Option<Retention>>,
+    ) -> Option<(KeyBytes, Slot<'a>)> {
+        let tombstone = new.value.is_none();
+        let expiry = new.expires_at;
+        let Some(slot) = slot else {
+            // Only a delete has no slot, and deleting an absent key leaves nothing to write.
+            return None;
+        };
+        let guard = epoch::pin();
+        let old = slot.cell().load(&guard);
+        if old.is_empty() {
+            // A slot inserted empty by `prepare` (this operation's or another's).
+            if tombstone {
+                self.reclaimer.mark(key);
+                return None;
+            }
+            if let Some(deadline) = expiry {
+                self.reclaimer.schedule_expiry(deadline, key);
+            }
+            slot.cell()
+                .store(Some(chain_of(spare, [new])), &self.retired);
+            return None;
+        }
+        if expiry.is_none() && old.first().is_some_and(|v| v.expires_at.is_some()) {
+            // The key's deadline no longer applies; keep the expiry bookkeeping to one entry
+            // per key that still has one.
+            self.reclaimer.cancel_expiry(&key);
+        }
+        let kept: SmallVec<[&Version; 2]> = match retention {
+            // Pruned once this commit is published (`prune_written`): keep everything until
+            // then rather than take the snapshot registry twice.
+            None => old.iter().collect(),
+            Some(retention) => {
+                let retention = retention.get_or_insert_with(|| self.retention());
+                retention.keep(old).collect()
+            }
+        };
+        let garbage = tombstone || !kept.is_empty();
+        let chain = chain_of(spare, std::iter::once(new).chain(kept.into_iter().cloned()));
+        slot.cell().store(Some(chain), &self.retired);
+        drop(guard);
+        if let Some(deadline) = expiry {
+            self.reclaimer.schedule_expiry(deadline, key.clone());
+        }
+        garbage.then_some((key, slot))
+    }
+}
