@@ -43,8 +43,10 @@ use tuplekv_codec::{ByteRange, Key, Selector};
 use crate::atomic::{Atomic, AtomicWrite, CommitResult};
 use crate::chain_cell::{ChainCell, Retired};
 use crate::durable::fs::{FileSystem, OsFs};
-use crate::durable::{self, Durability, OpenDir, RecoveryReport, Wal};
+use crate::durable::recover::{self, LogOptions};
+use crate::durable::{Durability, RecoveryReport};
 use crate::error::Error;
+use crate::group_commit::{GroupCommit, OpenDir};
 use crate::key_bytes::KeyBytes;
 use crate::keymap::KeyMap;
 use crate::limits::*;
@@ -112,7 +114,7 @@ pub(crate) struct Inner {
     pub(crate) snapshots: Mutex<Registry>,
     pub(crate) reclaimer: Reclaimer,
     /// The write-ahead log, for a durable database.
-    pub(crate) wal: Option<Arc<Wal>>,
+    pub(crate) log: Option<Arc<GroupCommit>>,
     /// Version lists replaced by writers, freed by writers once no reader can hold them.
     pub(crate) retired: Retired,
 }
@@ -166,7 +168,7 @@ impl Database {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             snapshots: Mutex::new(Registry::default()),
             reclaimer: Reclaimer::default(),
-            wal: None,
+            log: None,
             retired: Retired::default(),
         });
         if options.background_reclaim {
@@ -209,7 +211,13 @@ impl Database {
     /// [`Error::Locked`] if the directory is open elsewhere, [`Error::Corrupt`] if a file is
     /// damaged beyond a torn tail (naming the file and offset), [`Error::Io`] for I/O errors.
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Database, Error> {
-        let recovered = durable::recover(dir.as_ref(), &options)?;
+        let log_options = LogOptions {
+            fs: Arc::clone(&options.fs),
+            durability: options.durability,
+            checkpoint_after: options.checkpoint_after_bytes,
+        };
+        let recovered = recover::recover(dir.as_ref(), &log_options)?;
+        let group = Arc::new(GroupCommit::new(recovered.wal));
         let map = KeyMap::default();
         let mut expiring = Vec::new();
         for (key, version) in recovered.entries {
@@ -225,7 +233,7 @@ impl Database {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             snapshots: Mutex::new(Registry::default()),
             reclaimer: Reclaimer::default(),
-            wal: Some(recovered.wal),
+            log: Some(Arc::clone(&group)),
             retired: Retired::default(),
         });
         for (deadline, key) in expiring {
@@ -234,10 +242,10 @@ impl Database {
         if options.background_reclaim {
             Reclaimer::spawn(&inner);
         }
-        durable::start_background(&recovered.open, &inner);
+        let open = OpenDir::start(&group, recovered.lock, &inner);
         Ok(Database {
             inner,
-            open: Some(recovered.open),
+            open: Some(Arc::new(open)),
             report: Some(Arc::new(recovered.report)),
         })
     }
@@ -254,7 +262,7 @@ impl Database {
     /// # Errors
     /// [`Error::Io`] if the checkpoint could not be written; the log is untouched then.
     pub fn checkpoint(&self) -> Result<Option<Versionstamp>, Error> {
-        match &self.inner.wal {
+        match &self.inner.log {
             Some(wal) => wal.checkpoint(&self.inner).map(Some),
             None => Ok(None),
         }
@@ -270,7 +278,7 @@ impl Database {
     /// [`Error::Io`] if the log could not be made durable: this sync failed, or an earlier
     /// one did (the error names it).
     pub fn sync(&self) -> Result<(), Error> {
-        match &self.inner.wal {
+        match &self.inner.log {
             Some(wal) => wal.sync_now(),
             None => Ok(()),
         }

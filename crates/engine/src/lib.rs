@@ -88,6 +88,7 @@ mod chain_cell;
 mod db;
 pub mod durable;
 mod error;
+mod group_commit;
 mod key_bytes;
 mod keymap;
 pub mod limits;

@@ -167,8 +167,8 @@ impl Inner {
         // The map searches happen here, before the commit lock: under it, a commit only
         // compares and swaps version lists.
         let mut slots = self.prepare(&write);
-        if let Some(wal) = &self.wal {
-            return wal.commit(self, write, &mut slots);
+        if let Some(log) = &self.log {
+            return log.commit(self, write, &mut slots);
         }
         let mut last = self.commit.lock();
         let result = self.apply_write(write, &mut slots, &mut last, None);

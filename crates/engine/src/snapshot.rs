@@ -115,7 +115,8 @@ impl Inner {
     }
 }
 
-/// A read-only view of a [`Database`] pinned at one version; see [`Database::snapshot`].
+/// A read-only view of a [`Database`](crate::Database) pinned at one version; see
+/// [`Database::snapshot`](crate::Database::snapshot).
 ///
 /// ```
 /// use tuplekv_engine::{Database, ReadView, key};

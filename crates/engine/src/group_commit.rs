@@ -1,0 +1,724 @@
+//! Group commit: how a durable database's commits reach the log. A committer applies its
+//! operation to memory *unpublished* under the commit lock (readers keep reading the last
+//! published version; later committers see it, so commits stay serial), queues its frame in
+//! the pending batch, releases the lock, and waits on its own [`Waiter`]. A committer that
+//! queues while nobody leads becomes the leader: it takes the whole pending batch, has the
+//! log write it with one `write` and sync it once, publishes it, wakes exactly the committers
+//! of that batch, and hands the lead to the first committer that queued meanwhile. Commits
+//! keep being applied and batched while a sync runs, so one `fdatasync` serves every
+//! committer that arrived meanwhile. If the write or the sync fails, the batch and every
+//! commit applied after it are rolled back from memory and fail.
+//!
+//! A commit whose checks fail (or whose mutation is refused) against versions not yet
+//! published waits until they are published, then answers; if they are rolled back instead,
+//! it runs again. So an answer never rests on a commit that did not happen, and a loser that
+//! reads after its answer sees the winner.
+//!
+//! Also here, because they need both the store and the log: checkpoints (rotate the log at a
+//! batch boundary, pin a snapshot, write it, delete what it replaces) and the background
+//! thread (periodic syncs in [`Durability::Buffered`], checkpoints as the log grows).
+//!
+//! Locks, outermost first: `checkpoint_lock`; the store's commit lock; `pending`; then the
+//! log's own (`durable/wal.rs`). `background` and each [`Waiter`]'s state are taken alone.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_epoch as epoch;
+use parking_lot::{Condvar, Mutex};
+
+use crate::atomic::{AtomicWrite, CommitResult, MutationKind};
+use crate::db::Inner;
+use crate::durable::wal::Wal;
+use crate::durable::{Durability, checkpoint};
+use crate::error::Error;
+use crate::key_bytes::KeyBytes;
+use crate::pipeline::{LogSink, Slots};
+use crate::snapshot::Snapshot;
+use crate::value::Versionstamp;
+use crate::version::{Version, now_ms, version_at};
+
+/// Where a committer waiting for durability finds its outcome.
+type Slot = Arc<Waiter>;
+
+/// A committer waiting for durability: it sleeps on its own condition variable until its
+/// outcome arrives or it is handed the lead (to flush the next batch), so a flush wakes
+/// exactly the committers it carried, and one more to lead.
+#[derive(Default)]
+struct Waiter {
+    state: Mutex<WaiterState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct WaiterState {
+    outcome: Option<Result<(), Error>>,
+    lead: bool,
+}
+
+/// What wakes a [`Waiter`].
+enum Woken {
+    /// Its commit is durable and published (`Ok`), or failed and was rolled back.
+    Outcome(Result<(), Error>),
+    /// It now leads: it flushes the pending batch.
+    Lead,
+}
+
+impl Waiter {
+    fn finish(&self, outcome: Result<(), Error>) {
+        self.state.lock().outcome = Some(outcome);
+        self.wake.notify_one();
+    }
+
+    fn hand_lead(&self) {
+        self.state.lock().lead = true;
+        self.wake.notify_one();
+    }
+
+    fn wait(&self) -> Woken {
+        let mut state = self.state.lock();
+        loop {
+            if let Some(outcome) = state.outcome.take() {
+                return Woken::Outcome(outcome);
+            }
+            if std::mem::take(&mut state.lead) {
+                return Woken::Lead;
+            }
+            self.wake.wait(&mut state);
+        }
+    }
+}
+
+/// Commits applied to memory (unpublished) whose frames are not yet handed to a flusher.
+#[derive(Default)]
+struct Pending {
+    /// Their frames and the keys they wrote.
+    sink: LogSink,
+    /// Their versions and their committers' slots, in version order.
+    waiters: Vec<(u64, Slot)>,
+    /// Whether someone leads: gathers and writes a batch, or rotates the segment. A leader
+    /// that finishes hands the lead straight to the first queued committer, if any.
+    flushing: bool,
+    /// Callers of [`GroupCommit::exclusively`] waiting for the lead: while there are any, a leader
+    /// that finishes releases the lead instead of handing it on, so they are not starved.
+    exclusive_wanted: usize,
+}
+
+/// A batch taken from [`Pending`] by a flusher.
+struct Batch {
+    sink: LogSink,
+    waiters: Vec<(u64, Slot)>,
+}
+
+#[derive(Default)]
+struct Background {
+    shutdown: bool,
+    checkpoint_wanted: bool,
+}
+
+/// A durable database's path to its log: the pending batch, the leader hand-off, rollback
+/// bookkeeping, checkpoints and the background thread.
+pub(crate) struct GroupCommit {
+    pub(crate) wal: Wal,
+    pending: Mutex<Pending>,
+    flushed: Condvar,
+    /// Bumped (under the commit lock) whenever a failed batch is rolled back.
+    rollbacks: AtomicU64,
+    /// The commit counter when a failed batch was last rolled back (written under the commit
+    /// lock). Versions above the published one and at most this one were removed from
+    /// memory, and will never be published: a commit checked against them waits for nothing.
+    rolled_back_to: AtomicU64,
+    /// Committers waiting for the unpublished versions their checks failed against.
+    pub(crate) settling: AtomicUsize,
+    background: Mutex<Background>,
+    background_wake: Condvar,
+    /// One checkpoint at a time.
+    pub(crate) checkpoint_lock: Mutex<()>,
+}
+
+/// Whether the outcome of `write` depends on what it finds: checks, and mutations that read
+/// the current value (and fail on a value of the wrong type).
+fn depends_on_state(write: &AtomicWrite) -> bool {
+    !write.checks.is_empty()
+        || !write.range_checks.is_empty()
+        || write
+            .mutations
+            .iter()
+            .any(|m| !matches!(m.kind, MutationKind::Set { .. } | MutationKind::Delete))
+}
+
+impl GroupCommit {
+    /// The group commit of `wal`.
+    pub(crate) fn new(wal: Wal) -> GroupCommit {
+        GroupCommit {
+            wal,
+            pending: Mutex::new(Pending::default()),
+            flushed: Condvar::new(),
+            rollbacks: AtomicU64::new(0),
+            rolled_back_to: AtomicU64::new(0),
+            settling: AtomicUsize::new(0),
+            background: Mutex::new(Background::default()),
+            background_wake: Condvar::new(),
+            checkpoint_lock: Mutex::new(()),
+        }
+    }
+
+    /// Commits one validated operation: applies it to memory unpublished under the commit
+    /// lock, queues its frame, and waits until a flusher (possibly this thread) has made it
+    /// durable and published it, or has failed it and rolled it back.
+    ///
+    /// A commit whose checks fail (or whose mutations are refused) against versions not yet
+    /// published does not answer at once: those versions may still be rolled back. It waits
+    /// until they are published (the answer is then final) or rolled back (it then runs
+    /// again), so a loser never sees the old value after being told it lost, and is never
+    /// blamed on a commit that did not happen.
+    pub(crate) fn commit<'a>(
+        &self,
+        inner: &'a Inner,
+        write: AtomicWrite,
+        slots: &mut Slots<'a>,
+    ) -> Result<CommitResult, Error> {
+        let slot: Slot = Arc::default();
+        let mut write = Some(write);
+        let mut lead = false;
+        loop {
+            let Some(this) = write.take() else {
+                unreachable!("a write is put back before every retry")
+            };
+            let (result, seen, rollbacks, retry) = {
+                let mut last = inner.commit.lock();
+                let seen = *last;
+                let rollbacks = self.rollbacks.load(Ordering::Acquire);
+                // Checked against unpublished versions: keep a copy to run again should they
+                // be rolled back. Without contention nothing is unpublished and nothing is
+                // copied, nor for blind writes, which cannot fail on what they find. Versions
+                // already rolled back are not in memory and never will be published: waiting
+                // for them would wait forever.
+                let settled = inner
+                    .visible_version()
+                    .max(self.rolled_back_to.load(Ordering::Acquire));
+                let retry = (seen > settled && depends_on_state(&this)).then(|| this.clone());
+                let mut pending = self.pending.lock();
+                let result = inner.apply_write(this, slots, &mut last, Some(&mut pending.sink));
+                if let Ok(r) = &result
+                    && r.is_committed()
+                {
+                    pending.waiters.push((*last, Arc::clone(&slot)));
+                    // Nobody leads: this committer does, unless an exclusive writer (a
+                    // checkpoint, an explicit sync) is waiting for the lead; it flushes this
+                    // batch itself and hands the lead on after.
+                    if !pending.flushing && pending.exclusive_wanted == 0 {
+                        pending.flushing = true;
+                        lead = true;
+                    }
+                }
+                (result, seen, rollbacks, retry)
+            };
+            if result.as_ref().is_ok_and(CommitResult::is_committed) {
+                self.await_durable(inner, &slot, lead)?;
+                inner.reclaimer.wake_if_pending();
+                return result;
+            }
+            // A conflict (or a refused mutation) wrote nothing.
+            match retry {
+                Some(again) if !self.settle(inner, seen, rollbacks) => write = Some(again),
+                _ => return result,
+            }
+        }
+    }
+
+    /// Waits until every version up to `seen` is published (true: an answer computed against
+    /// them is final) or a rollback since `rollbacks` removed some of them (false).
+    fn settle(&self, inner: &Inner, seen: u64, rollbacks: u64) -> bool {
+        let mut pending = self.pending.lock();
+        self.settling.fetch_add(1, Ordering::AcqRel);
+        let settled = loop {
+            // Published versions are never rolled back, so this check comes first.
+            if inner.visible_version() >= seen {
+                break true;
+            }
+            if self.rollbacks.load(Ordering::Acquire) != rollbacks {
+                break false;
+            }
+            // Committers of those versions are waiting for durability: one of them flushes,
+            // and every flush ends with `flushed` notified under this lock.
+            self.flushed.wait(&mut pending);
+        };
+        self.settling.fetch_sub(1, Ordering::AcqRel);
+        settled
+    }
+
+    /// Waits for the outcome in `slot`; while this committer leads (`lead`, or handed the
+    /// lead meanwhile), flushes the pending batch first, which carries its own commit.
+    fn await_durable(&self, inner: &Inner, slot: &Slot, mut lead: bool) -> Result<(), Error> {
+        loop {
+            if lead {
+                let batch = {
+                    let mut pending = self.pending.lock();
+                    Batch {
+                        sink: std::mem::take(&mut pending.sink),
+                        waiters: std::mem::take(&mut pending.waiters),
+                    }
+                };
+                // The outcome reaches every committer of the batch through its slot.
+                let _ = self.flush(inner, batch);
+                self.pass_lead();
+            }
+            match slot.wait() {
+                Woken::Outcome(outcome) => return outcome,
+                Woken::Lead => lead = true,
+            }
+        }
+    }
+
+    /// Ends a lead: hands it to the first queued committer, or releases it if none is queued
+    /// or an exclusive writer waits for it.
+    fn pass_lead(&self) {
+        let mut pending = self.pending.lock();
+        match pending.waiters.first() {
+            Some((_, next)) if pending.exclusive_wanted == 0 => next.hand_lead(),
+            _ => pending.flushing = false,
+        }
+        self.flushed.notify_all();
+    }
+
+    /// Writes (and syncs) one batch, whose newest version is `newest`, then publishes it; on
+    /// failure rolls back the batch and every commit applied after it. Called with `flushing`
+    /// set, so flushes never overlap.
+    fn flush(&self, inner: &Inner, batch: Batch) -> Result<(), Error> {
+        let Some(&(newest, _)) = batch.waiters.last() else {
+            return Ok(());
+        };
+        let error = match self.wal.append(&batch.sink.frames.buf, newest) {
+            Ok(checkpoint_due) => {
+                inner.publish(newest);
+                if checkpoint_due {
+                    self.want_checkpoint();
+                }
+                for (_, slot) in &batch.waiters {
+                    slot.finish(Ok(()));
+                }
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        // Commits applied since this batch was taken were checked against its state, so they
+        // fail with it. Stop new commits while memory is put back.
+        let later = {
+            let commit = inner.commit.lock();
+            let mut pending = self.pending.lock();
+            let published = inner.visible_version();
+            inner.roll_back(&batch.sink.touched, published);
+            inner.roll_back(&pending.sink.touched, published);
+            self.rolled_back_to.store(*commit, Ordering::Release);
+            self.rollbacks.fetch_add(1, Ordering::AcqRel);
+            pending.sink = LogSink::default();
+            std::mem::take(&mut pending.waiters)
+        };
+        for (_, slot) in batch.waiters.iter().chain(&later) {
+            slot.finish(Err(error.clone()));
+        }
+        Err(error)
+    }
+
+    /// Runs `f` as the only writer of the log: waits for a running flush, flushes what is
+    /// pending, then calls `f` before any later batch is written. If that flush fails, `f`
+    /// does not run and its error is returned.
+    fn exclusively<T>(
+        &self,
+        inner: &Inner,
+        f: impl FnOnce() -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let mut pending = self.pending.lock();
+        pending.exclusive_wanted += 1;
+        while pending.flushing {
+            self.flushed.wait(&mut pending);
+        }
+        pending.exclusive_wanted -= 1;
+        pending.flushing = true;
+        let batch = Batch {
+            sink: std::mem::take(&mut pending.sink),
+            waiters: std::mem::take(&mut pending.waiters),
+        };
+        drop(pending);
+        let out = self.flush(inner, batch).and_then(|()| f());
+        // Committers that queued meanwhile wait for a leader.
+        self.pass_lead();
+        out
+    }
+
+    /// Asks the background thread for a checkpoint.
+    fn want_checkpoint(&self) {
+        let mut bg = self.background.lock();
+        if !bg.checkpoint_wanted {
+            bg.checkpoint_wanted = true;
+            self.background_wake.notify_all();
+        }
+    }
+
+    /// Makes everything acknowledged durable (see [`Wal::sync`]).
+    pub(crate) fn sync_now(&self) -> Result<(), Error> {
+        self.wal.sync()
+    }
+
+    /// Writes a checkpoint of the current state and deletes what it replaces. Waits for a
+    /// checkpoint already running, then writes its own.
+    pub(crate) fn checkpoint(&self, inner: &Arc<Inner>) -> Result<Versionstamp, Error> {
+        let _one_at_a_time = self.checkpoint_lock.lock();
+        self.checkpoint_locked(inner)
+    }
+
+    /// [`GroupCommit::checkpoint`], with `checkpoint_lock` held.
+    fn checkpoint_locked(&self, inner: &Arc<Inner>) -> Result<Versionstamp, Error> {
+        // Start a new segment at a batch boundary, as the log's only writer: everything in the
+        // older segments is then published, so a snapshot taken next covers all of it.
+        let started = self.exclusively(inner, || {
+            // Everything written so far is published (flushes publish before they return).
+            let replaced = self.wal.start_segment(inner.visible_version() + 1)?;
+            Ok((Snapshot::register(inner), replaced))
+        });
+        self.background.lock().checkpoint_wanted = false;
+        let (snapshot, replaced): (Snapshot, Vec<PathBuf>) = started?;
+        let version = snapshot.versionstamp().version();
+        let fs = self.wal.fs.as_ref();
+        let written = checkpoint::write(fs, &self.wal.dir, version, live_at(inner, version));
+        drop(snapshot);
+        written?;
+        // The checkpoint is durable: what it replaces can go.
+        checkpoint::remove_replaced(fs, &self.wal.dir, version, &replaced)?;
+        self.wal.forget_older(&replaced);
+        Ok(Versionstamp::from_version(version))
+    }
+
+    /// The background thread: periodic syncs (buffered mode) and checkpoints.
+    fn run_background(self: &Arc<GroupCommit>, inner: &Weak<Inner>) {
+        let tick = match self.wal.durability() {
+            Durability::Buffered { interval } => interval.max(Duration::from_millis(1)),
+            Durability::Sync => Duration::from_secs(1),
+        };
+        // Set while an explicit checkpoint holds `checkpoint_lock`: the wanted checkpoint is
+        // left to it, and the thread waits a tick as usual instead of spinning on the flag.
+        let mut deferred = false;
+        loop {
+            let checkpoint = {
+                let mut bg = self.background.lock();
+                if !bg.shutdown && (!bg.checkpoint_wanted || deferred) {
+                    self.background_wake.wait_for(&mut bg, tick);
+                }
+                if bg.shutdown {
+                    return;
+                }
+                bg.checkpoint_wanted
+            };
+            if let Err(e) = self.sync_now() {
+                log::error!("tuplekv: background sync failed: {e}");
+            }
+            if checkpoint {
+                let Some(inner) = inner.upgrade() else { return };
+                let one_at_a_time = self.checkpoint_lock.try_lock();
+                deferred = one_at_a_time.is_none(); // an explicit one is running
+                let result = match one_at_a_time {
+                    Some(_one_at_a_time) => self.checkpoint_locked(&inner).map(|_| ()),
+                    None => Ok(()),
+                };
+                if let Err(e) = result {
+                    log::error!("tuplekv: checkpoint failed (will retry): {e}");
+                    // Retry on a later tick, not in a tight loop.
+                    self.background.lock().checkpoint_wanted = false;
+                    self.wal.postpone_checkpoint();
+                }
+            }
+        }
+    }
+}
+
+/// The live entries of `inner` at `version` (registered by a snapshot), in key order, each
+/// map step under its own epoch pin so a long checkpoint does not hold back reclamation.
+fn live_at(inner: &Inner, version: u64) -> impl Iterator<Item = (KeyBytes, Version)> + '_ {
+    let now = now_ms();
+    inner.map.iter().filter_map(move |slot| {
+        let guard = epoch::pin();
+        let v = version_at(slot.cell().load(&guard), version)?;
+        let live = v.value.is_some() && v.expires_at.is_none_or(|d| d > now);
+        live.then(|| (slot.key().clone(), v.clone()))
+    })
+}
+
+/// Keeps a database directory open: the lock, and the background thread. Dropped with the
+/// last [`Database`](crate::Database) handle; it stops the thread, syncs, and unlocks.
+pub(crate) struct OpenDir {
+    group: Arc<GroupCommit>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    _lock: Box<dyn Send + Sync>,
+}
+
+impl OpenDir {
+    /// Keeps `group`'s directory open (`lock`) and starts its background thread for `inner`.
+    pub(crate) fn start(
+        group: &Arc<GroupCommit>,
+        lock: Box<dyn Send + Sync>,
+        inner: &Arc<Inner>,
+    ) -> OpenDir {
+        let open = OpenDir {
+            group: Arc::clone(group),
+            thread: Mutex::new(None),
+            _lock: lock,
+        };
+        let runner = Arc::clone(group);
+        let weak = Arc::downgrade(inner);
+        match std::thread::Builder::new()
+            .name("tuplekv-wal".into())
+            .spawn(move || runner.run_background(&weak))
+        {
+            Ok(handle) => *open.thread.lock() = Some(handle),
+            Err(e) => log::error!("tuplekv: could not start the log thread: {e}"),
+        }
+        open
+    }
+
+    /// Stops the background thread and syncs the log.
+    pub(crate) fn close(&self) -> Result<(), Error> {
+        {
+            let mut bg = self.group.background.lock();
+            bg.shutdown = true;
+            self.group.background_wake.notify_all();
+        }
+        if let Some(thread) = self.thread.lock().take()
+            && thread.thread().id() != std::thread::current().id()
+        {
+            let _ = thread.join();
+        }
+        self.group.wal.close()
+    }
+}
+
+impl Drop for OpenDir {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            log::error!("tuplekv: closing {}: {e}", self.group.wal.dir.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Orderings of the log's threads that need its internals to set up. A committer whose
+    //! checks fail against a batch that is not yet durable must not answer before that batch
+    //! is final (it once answered at once, and could then read the old value, or lose to a
+    //! commit that was later rolled back). Each later test says what broke.
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+    use std::time::Instant;
+
+    use crate::durable::fs::{Faults, FaultyFs};
+    use crate::{Database, Options, key};
+
+    /// Holds the sync of a first commit setting `k`, runs a second commit that requires `k`
+    /// absent until it waits for that batch, then lets the sync fail (`fail`) or succeed.
+    /// Returns the second commit's result and what it read of `k` right after.
+    fn race_with_unpublished(fail: bool) -> (Result<CommitResult, Error>, Option<crate::Value>) {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+        let wal = Arc::clone(db.inner.log.as_ref().unwrap());
+        faults.hold_syncs();
+        std::thread::scope(|s| {
+            let first = s.spawn(|| db.set(&key!["k"], 1u64));
+            faults.wait_for_held_syncs(1);
+            let second = s.spawn(|| {
+                let result = db
+                    .atomic()
+                    .check(&key!["k"], None)
+                    .set(&key!["k"], 2u64)
+                    .commit();
+                (result, db.get(&key!["k"]).unwrap().map(|e| e.value))
+            });
+            while wal.settling.load(Ordering::Acquire) == 0 {
+                std::thread::yield_now();
+            }
+            if fail {
+                faults.fail_next_syncs(1);
+            }
+            faults.release_syncs();
+            assert_eq!(first.join().unwrap().is_err(), fail);
+            second.join().unwrap()
+        })
+    }
+
+    /// A checkpoint whose flush of the pending batch fails returns that error instead of
+    /// going on to start a segment as if the log were fine.
+    #[test]
+    fn a_checkpoint_after_a_failed_flush_fails_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+        let inner = &db.inner;
+        let wal = inner.log.as_ref().unwrap();
+        // A commit applied and queued, as a committer leaves it before it flushes.
+        let slot: Slot = Arc::default();
+        {
+            let write = db.atomic().set(&key!["k"], 1u64).as_write().clone();
+            let mut slots = inner.prepare(&write);
+            let mut last = inner.commit.lock();
+            let mut pending = wal.pending.lock();
+            let result = inner
+                .apply_write(write, &mut slots, &mut last, Some(&mut pending.sink))
+                .unwrap();
+            assert!(result.is_committed());
+            pending.waiters.push((*last, Arc::clone(&slot)));
+        }
+        faults.fail_next_syncs(1);
+        let err = wal.checkpoint(inner).unwrap_err();
+        assert!(err.to_string().contains("fsync failed (injected)"), "{err}");
+        assert!(matches!(slot.wait(), Woken::Outcome(Err(_))));
+        assert_eq!(db.get(&key!["k"]).unwrap(), None);
+    }
+
+    fn faulty(faults: &Arc<Faults>, durability: Durability) -> Options {
+        Options {
+            fs: Arc::new(FaultyFs::new(Arc::clone(faults))),
+            durability,
+            background_reclaim: false,
+            ..Options::default()
+        }
+    }
+
+    const BUFFERED: Durability = Durability::Buffered {
+        interval: Duration::from_secs(3600),
+    };
+
+    /// A sync failed while a checkpoint, having found the log sound, waited to rotate the
+    /// segment. The rotation once dropped the failure with the old segment still needed, so
+    /// the failed sync was then forgotten and a later sync reported success for commits
+    /// whose pages the failed fsync had dropped. Now the log stops: the checkpoint, every
+    /// later sync and write fail, and a reopen recovers a prefix of what was acknowledged.
+    #[test]
+    fn a_sync_failing_before_a_rotation_stops_the_log_and_is_never_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let db = Database::open(dir.path(), faulty(&faults, BUFFERED)).unwrap();
+        let wal = Arc::clone(db.inner.log.as_ref().unwrap());
+        db.set(&key!["a"], 1u64).unwrap();
+        db.sync().unwrap();
+        db.set(&key!["b"], 2u64).unwrap();
+        faults.hold_syncs();
+        let synced = std::thread::scope(|s| {
+            let sync = s.spawn(|| db.sync());
+            faults.wait_for_held_syncs(1);
+            let checkpoint = s.spawn(|| db.checkpoint());
+            // The checkpoint found nothing wrong and waits for the held sync to rotate.
+            while wal.wal.rotations_started.load(Ordering::Acquire) == 0 {
+                std::thread::yield_now();
+            }
+            faults.fail_next_syncs(1);
+            faults.release_syncs();
+            assert!(checkpoint.join().unwrap().is_err());
+            sync.join().unwrap()
+        });
+        assert!(synced.is_err(), "a failed sync reported success");
+        let later = db.sync().unwrap_err();
+        assert!(
+            later.to_string().contains("stopped accepting writes"),
+            "{later}"
+        );
+        assert!(db.set(&key!["c"], 3u64).is_err());
+        assert!(db.checkpoint().is_err());
+        assert_eq!(
+            db.get(&key!["b"]).unwrap().map(|e| e.value),
+            Some(crate::Value::U64(2)),
+            "reads go on"
+        );
+        let image = tempfile::tempdir().unwrap();
+        faults.power_cut_image(dir.path(), image.path()).unwrap();
+        drop(db);
+        let crashed = Database::open(image.path(), Options::default()).unwrap();
+        assert_eq!(
+            crashed.get(&key!["a"]).unwrap().map(|e| e.value),
+            Some(crate::Value::U64(1)),
+            "synced before the failure"
+        );
+        assert_eq!(crashed.get(&key!["c"]).unwrap(), None, "refused");
+    }
+
+    /// The background thread once spun (syncing each round) while an explicit checkpoint held
+    /// the checkpoint lock and a background one was wanted. Commits go on for a while to give
+    /// a spinning thread something to sync; a waiting one syncs once.
+    #[test]
+    fn the_background_thread_waits_while_an_explicit_checkpoint_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let options = Options {
+            checkpoint_after_bytes: 1,
+            ..faulty(&faults, BUFFERED)
+        };
+        let db = Database::open(dir.path(), options).unwrap();
+        let wal = Arc::clone(db.inner.log.as_ref().unwrap());
+        // The first commit reserves versions, which syncs once: not the background thread's.
+        db.set(&key!["first"], 0u64).unwrap();
+        let explicit = wal.checkpoint_lock.lock();
+        let before = faults.syncs();
+        let until = Instant::now() + Duration::from_millis(100);
+        let mut i = 0u64;
+        while Instant::now() < until {
+            db.set(&key!["k", i], i).unwrap();
+            i += 1;
+            std::thread::yield_now();
+        }
+        let syncs = faults.syncs() - before;
+        drop(explicit);
+        assert!(syncs <= 1, "{syncs} background syncs during {i} commits");
+    }
+
+    /// A write that replaced (here: cancelled) a key's deadline was rolled back, and the
+    /// restored value's deadline was no longer scheduled: the expired value stayed in memory.
+    #[test]
+    fn a_rolled_back_write_leaves_the_restored_deadline_scheduled() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Faults::new();
+        let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+        let expire_in = Duration::from_millis(300);
+        let set = db
+            .atomic()
+            .set_with_expiry(&key!["k"], 1u64, expire_in)
+            .commit()
+            .unwrap();
+        assert!(set.is_committed());
+        faults.fail_next_syncs(1);
+        db.set(&key!["k"], 2u64).unwrap_err();
+        let k = key!["k"].encode();
+        // The pass the failed write asked for: the value is live and stays.
+        db.inner.reclaim_pass(false);
+        assert!(db.inner.map.get(&k[..]).is_some());
+        std::thread::sleep(expire_in + Duration::from_millis(50));
+        db.inner.reclaim_pass(false);
+        assert!(
+            db.inner.map.get(&k[..]).is_none(),
+            "the expired value was never reclaimed"
+        );
+    }
+
+    #[test]
+    fn a_loser_answers_only_once_the_winner_is_durable_and_then_reads_it() {
+        let (result, read) = race_with_unpublished(false);
+        assert!(!result.unwrap().is_committed());
+        assert_eq!(read, Some(crate::Value::U64(1)));
+    }
+
+    /// The loser's check ran against a batch whose sync then failed: it is evaluated again
+    /// rather than answered against a commit that did not happen, and the log has stopped, so
+    /// it fails with the stop.
+    #[test]
+    fn a_check_against_a_batch_whose_sync_fails_gets_the_stop_not_a_conflict() {
+        let (result, read) = race_with_unpublished(true);
+        let err = result.unwrap_err();
+        assert!(
+            err.to_string().contains("stopped accepting writes"),
+            "{err}"
+        );
+        assert_eq!(read, None);
+    }
+}
