@@ -12,7 +12,9 @@ use std::sync::atomic::Ordering;
 use crossbeam_epoch as epoch;
 use smallvec::SmallVec;
 
-use crate::atomic::{AtomicWrite, CommitResult, Conflict, FailedCheck, MutationKind};
+use crate::atomic::{
+    AtomicWrite, Check, CommitResult, Conflict, FailedCheck, Mutation, MutationKind, RangeCheck,
+};
 use crate::db::Inner;
 use crate::durable::record::FrameWriter;
 use crate::error::Error;
@@ -119,6 +121,9 @@ pub(crate) fn validate(write: &AtomicWrite) -> Result<(), Error> {
 
 /// What a mutation leaves at its key, before it is written.
 type Staged = Option<(Value, Option<u64>)>;
+
+/// A key an operation writes: what it leaves there, and its slot.
+type StagedKey<'a> = (KeyBytes, Staged, Option<Slot<'a>>);
 
 fn apply(
     kind: MutationKind,
@@ -356,11 +361,32 @@ impl Inner {
             mutations,
         } = write;
         let mut now = None;
+        let conflict = self.check(&checks, &range_checks, slots, &mut now);
+        if !conflict.failed_checks.is_empty() || conflict.range_changed {
+            return Ok(CommitResult::Conflict(conflict));
+        }
+        let staged = self.stage(mutations, slots, &mut now)?;
+        let version = *last + 1;
+        self.write_staged(staged, version, slots, log);
+        *last = version;
+        Ok(CommitResult::Committed {
+            versionstamp: Versionstamp::from_version(version),
+        })
+    }
 
+    /// Evaluates an operation's key checks (each failure reported) and range checks (the
+    /// first change found). Called with the commit lock held.
+    fn check<'a>(
+        &'a self,
+        checks: &[Check],
+        range_checks: &[RangeCheck],
+        slots: &mut Slots<'a>,
+        now: &mut Option<u64>,
+    ) -> Conflict {
         let mut conflict = Conflict::default();
         for (index, (check, slot)) in checks.iter().zip(slots.checks.iter_mut()).enumerate() {
             self.refresh(slot, &check.key, false);
-            let actual = Self::current_stamp(slot.as_ref(), &mut now);
+            let actual = Self::current_stamp(slot.as_ref(), now);
             if actual != check.versionstamp {
                 conflict.failed_checks.push(FailedCheck {
                     index,
@@ -370,47 +396,50 @@ impl Inner {
                 });
             }
         }
-        for rc in &range_checks {
-            let since = rc.since.version();
-            // Changed: a value the read returned has expired since (its deadline is in the
-            // check), or any key of the range has a version newer than the snapshot.
-            if rc
-                .expires_at
-                .is_some_and(|d| d <= *now.get_or_insert_with(now_ms))
-            {
-                conflict.range_changed = true;
-                break;
-            }
-            let newer = |versions: &[Version]| versions.first().is_some_and(|v| v.version > since);
-            // A transaction's point read is the range [key, key ++ 00): one lookup, no scan.
-            let point = rc.end.len() == rc.start.len() + 1
-                && rc.end.ends_with(&[0])
-                && rc.end.starts_with(&rc.start);
-            let changed = if point {
-                self.map
-                    .read(&rc.start, |_, versions| newer(versions))
-                    .unwrap_or(false)
-            } else {
-                let mut changed = false;
-                self.map.scan(&rc.start, &rc.end, false, |_, versions| {
-                    changed = newer(versions);
-                    !changed
-                });
-                changed
-            };
-            if changed {
-                conflict.range_changed = true;
-                break;
-            }
-        }
-        if !conflict.failed_checks.is_empty() || conflict.range_changed {
-            return Ok(CommitResult::Conflict(conflict));
-        }
+        conflict.range_changed = range_checks.iter().any(|rc| self.range_changed(rc, now));
+        conflict
+    }
 
-        // Stage every mutation before writing anything, so an error leaves no trace.
-        let mut staged: SmallVec<[(KeyBytes, Staged, Option<Slot<'_>>); 4]> =
-            SmallVec::with_capacity(mutations.len());
-        // Later mutations of a key see earlier ones; index the staged keys once there are many.
+    /// Whether `rc`'s range changed since its snapshot: a value the read returned has
+    /// expired since (its deadline is in the check), or a key of the range has a newer
+    /// version.
+    fn range_changed(&self, rc: &RangeCheck, now: &mut Option<u64>) -> bool {
+        if rc
+            .expires_at
+            .is_some_and(|d| d <= *now.get_or_insert_with(now_ms))
+        {
+            return true;
+        }
+        let since = rc.since.version();
+        let newer = |versions: &[Version]| versions.first().is_some_and(|v| v.version > since);
+        // A transaction's point read is the range [key, key ++ 00): one lookup, no scan.
+        let point = rc.end.len() == rc.start.len() + 1
+            && rc.end.ends_with(&[0])
+            && rc.end.starts_with(&rc.start);
+        if point {
+            return self
+                .map
+                .read(&rc.start, |_, versions| newer(versions))
+                .unwrap_or(false);
+        }
+        let mut changed = false;
+        self.map.scan(&rc.start, &rc.end, false, |_, versions| {
+            changed = newer(versions);
+            !changed
+        });
+        changed
+    }
+
+    /// Stages every mutation before anything is written, so an error leaves no trace: what
+    /// each key is left with, and its slot. Later mutations of a key see earlier ones.
+    fn stage<'a>(
+        &'a self,
+        mutations: Vec<Mutation>,
+        slots: &mut Slots<'a>,
+        now: &mut Option<u64>,
+    ) -> Result<SmallVec<[StagedKey<'a>; 4]>, Error> {
+        let mut staged: SmallVec<[StagedKey<'a>; 4]> = SmallVec::with_capacity(mutations.len());
+        // Index the staged keys once there are many.
         let use_index = mutations.len() >= 16;
         let mut index: HashMap<KeyBytes, usize> = HashMap::new();
         for (m, slot) in mutations.into_iter().zip(slots.mutations.iter_mut()) {
@@ -420,36 +449,57 @@ impl Inner {
                 staged.iter().position(|(k, _, _)| *k == m.key)
             };
             if let Some(entry) = at.and_then(|i| staged.get_mut(i)) {
-                // An earlier mutation's value is seen unless it has already expired (a set
-                // with a zero expiry), as a read would.
-                let commit_now = *now.get_or_insert_with(now_ms);
-                let earlier = entry
-                    .1
-                    .as_ref()
-                    .filter(|(_, deadline)| deadline.is_none_or(|d| d > commit_now))
-                    .map(|(v, _)| v);
-                let result = apply(m.kind, earlier, &mut now)?;
-                if result.is_some() && entry.2.is_none() {
-                    // A delete of an absent key, then a write: the write needs a slot.
-                    self.refresh(&mut entry.2, &m.key, true);
-                }
-                entry.1 = result;
+                self.stage_again(entry, m, now)?;
                 continue;
             }
             self.refresh(slot, &m.key, !matches!(m.kind, MutationKind::Delete));
             // A set or delete does not depend on what it replaces: no copy of it.
             let current = match m.kind {
                 MutationKind::Set { .. } | MutationKind::Delete => None,
-                _ => Self::current(slot.as_ref(), &mut now),
+                _ => Self::current(slot.as_ref(), now),
             };
-            let result = apply(m.kind, current.as_ref(), &mut now)?;
+            let result = apply(m.kind, current.as_ref(), now)?;
             if use_index {
                 index.insert(m.key.clone(), staged.len());
             }
             staged.push((m.key, result, slot.clone()));
         }
+        Ok(staged)
+    }
 
-        let version = *last + 1;
+    /// Stages mutation `m` of a key an earlier mutation of the same operation staged
+    /// (`entry`): it sees the earlier value unless that has already expired (a set with a
+    /// zero expiry), as a read would.
+    fn stage_again<'a>(
+        &'a self,
+        entry: &mut StagedKey<'a>,
+        m: Mutation,
+        now: &mut Option<u64>,
+    ) -> Result<(), Error> {
+        let commit_now = *now.get_or_insert_with(now_ms);
+        let earlier = entry
+            .1
+            .as_ref()
+            .filter(|(_, deadline)| deadline.is_none_or(|d| d > commit_now))
+            .map(|(v, _)| v);
+        let result = apply(m.kind, earlier, now)?;
+        if result.is_some() && entry.2.is_none() {
+            // A delete of an absent key, then a write: the write needs a slot.
+            self.refresh(&mut entry.2, &m.key, true);
+        }
+        entry.1 = result;
+        Ok(())
+    }
+
+    /// Writes the staged keys at `version` (and, with `log`, their frame and keys). Called
+    /// with the commit lock held.
+    fn write_staged<'a>(
+        &'a self,
+        staged: SmallVec<[StagedKey<'a>; 4]>,
+        version: u64,
+        slots: &mut Slots<'a>,
+        log: Option<&mut LogSink>,
+    ) {
         let durable = log.is_some();
         if let Some(log) = log {
             log.frames.commit(
@@ -483,10 +533,6 @@ impl Inner {
                 }
             }
         }
-        *last = version;
-        Ok(CommitResult::Committed {
-            versionstamp: Versionstamp::from_version(version),
-        })
     }
 
     /// Installs a new version of `key`, whose map slot (if any) is `slot`. Called with the
