@@ -1,5 +1,6 @@
-//! Durability: reopen, checkpoints, torn tails, corruption, fault injection, locking, and a
-//! model test with reopen steps. The SIGKILL crash test is in `crash.rs`.
+//! Durability: reopen, checkpoints, torn tails, corruption, fault injection and locking. The
+//! model test with reopens and faults is in `durable_model.rs`, the SIGKILL crash test in
+//! `crash.rs`.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::fs;
@@ -7,13 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use proptest::prelude::*;
 use tuplekv_engine::durable::PREALLOCATE_STEP;
 use tuplekv_engine::durable::fs::{Faults, FaultyFs};
 use tuplekv_engine::{
     ByteRange, Database, Durability, Error, Options, ReadView, Value, Versionstamp, key,
 };
-use tuplekv_testkit::config::proptest_config;
 
 fn options() -> Options {
     Options {
@@ -909,88 +908,6 @@ fn a_missing_checkpoint_is_an_error_not_a_replay_from_nothing() {
         matches!(&err, Error::Corrupt { path, .. } if *path == newest_segment(dir.path())),
         "{err}"
     );
-}
-
-/// One step of the model test.
-#[derive(Debug, Clone)]
-enum Step {
-    Set(u8, u8),
-    Delete(u8),
-    Sum(u8, u64),
-    CheckedSet(u8, u8),
-    Reopen,
-    Checkpoint,
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        4 => (0u8..12, any::<u8>()).prop_map(|(k, v)| Step::Set(k, v)),
-        2 => (0u8..12).prop_map(Step::Delete),
-        2 => (0u8..12, 0u64..5).prop_map(|(k, n)| Step::Sum(k, n)),
-        2 => (0u8..12, any::<u8>()).prop_map(|(k, v)| Step::CheckedSet(k, v)),
-        1 => Just(Step::Reopen),
-        1 => Just(Step::Checkpoint),
-    ]
-}
-
-/// Runs a step on a database; returns its outcome in a comparable form.
-fn run(db: &Database, step: &Step) -> String {
-    match step {
-        Step::Set(k, v) => format!("{:?}", db.set(&key!["k", *k], vec![*v]).map(|_| ())),
-        Step::Delete(k) => format!("{:?}", db.delete(&key!["k", *k]).map(|_| ())),
-        Step::Sum(k, n) => format!(
-            "{:?}",
-            db.atomic()
-                .sum(&key!["k", *k], *n)
-                .commit()
-                .map(|r| r.is_committed())
-        ),
-        Step::CheckedSet(k, v) => {
-            let key = key!["k", *k];
-            let seen = db.get(&key).unwrap().map(|e| e.versionstamp);
-            format!(
-                "{:?}",
-                db.atomic()
-                    .check(&key, seen)
-                    .set(&key, vec![*v])
-                    .commit()
-                    .map(|r| r.is_committed())
-            )
-        }
-        Step::Reopen | Step::Checkpoint => String::new(),
-    }
-}
-
-proptest! {
-    #![proptest_config(proptest_config(24, "durability.txt"))]
-
-    /// Random operations with reopens and checkpoints interleaved, against the in-memory
-    /// engine as the reference: after every step both hold the same entries and stamps.
-    #[test]
-    fn durable_database_matches_the_in_memory_engine_across_reopens(
-        steps in proptest::collection::vec(step(), 1..60)
-    ) {
-        let dir = tempfile::tempdir().unwrap();
-        let model = Database::with_options(options());
-        let mut db = Some(Database::open(dir.path(), options()).unwrap());
-        for s in &steps {
-            match s {
-                Step::Reopen => {
-                    db.take().unwrap().close().unwrap();
-                    db = Some(Database::open(dir.path(), options()).unwrap());
-                }
-                Step::Checkpoint => {
-                    db.as_ref().unwrap().checkpoint().unwrap();
-                }
-                other => {
-                    let got = run(db.as_ref().unwrap(), other);
-                    let want = run(&model, other);
-                    prop_assert_eq!(got, want, "step {:?}", other);
-                }
-            }
-            prop_assert_eq!(dump(db.as_ref().unwrap()), dump(&model), "after {:?}", s);
-        }
-    }
 }
 
 #[test]

@@ -380,11 +380,15 @@ fn open_tail(
             len
         }
         _ => {
-            file.set_len(0)
+            let created = file
+                .set_len(0)
                 .and_then(|()| file.write_all(&record::file_header(record::LOG_MAGIC, base)))
                 .and_then(|()| file.sync_data())
-                .and_then(|()| fs.sync_dir(dir))
-                .map_err(|e| io_error("creating log segment", &path, &e))?;
+                .and_then(|()| fs.sync_dir(dir));
+            if let Err(e) = created {
+                undo_write(file.as_mut(), 0, &path);
+                return Err(io_error("creating log segment", &path, &e));
+            }
             record::FILE_HEADER_LEN as u64
         }
     };
@@ -418,13 +422,29 @@ fn number_above_reservation(segment: &mut Segment, reserved: u64, last: u64) -> 
     let mut frames = FrameWriter::default();
     frames.synced(segment.len);
     frames.commit(reserved, std::iter::empty());
-    segment
+    let written = segment
         .file
         .write_all(&frames.buf)
-        .and_then(|()| segment.file.sync_data())
-        .map_err(|e| io_error("appending to", &segment.path, &e))?;
+        .and_then(|()| segment.file.sync_data());
+    if let Err(e) = written {
+        // Not durable, and after a failed sync never to be trusted: cut it off, or the next
+        // open would read it back from the page cache as if it were on disk.
+        undo_write(segment.file.as_mut(), segment.len, &segment.path);
+        return Err(io_error("appending to", &segment.path, &e));
+    }
     segment.len += frames.buf.len() as u64;
     segment.synced = segment.len;
     segment.allocated = segment.len;
     Ok(reserved)
+}
+
+/// Cuts `file` back to `len` after a write or sync that failed during recovery. Best effort:
+/// recovery reads a cut-off tail the same as one never written.
+fn undo_write(file: &mut dyn WritableFile, len: u64, path: &Path) {
+    if let Err(e) = file.set_len(len) {
+        log::error!(
+            "tuplekv: could not cut {} back after a failed write: {e}",
+            path.display()
+        );
+    }
 }
