@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{cmd, handoff, report};
+use crate::{cmd, handoff, perf_doc, report};
 
 /// The package holding the benches.
 const PACKAGE: &str = "tuplekv-benches";
@@ -215,6 +215,12 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
         skipped.len(),
         cmd::relative(&out_dir.join("ratios.svg"))
     );
+    if !args.quick && !measurements.is_empty() {
+        let doc = cmd::workspace_root().join("docs").join("performance.md");
+        let stamp = format!("{} by `{command}`", report::utc_date(started_at));
+        perf_doc::update(&doc, &path, &stamp)?;
+        eprintln!("updated {}", cmd::relative(&doc));
+    }
     Ok(())
 }
 

@@ -9,6 +9,7 @@ mod ci;
 mod cmd;
 mod fuzz;
 mod handoff;
+mod perf_doc;
 mod report;
 mod soak;
 

@@ -29,55 +29,48 @@
 //!   is open), deleted and expired keys in the background.
 //!
 //! # Costs worth knowing
-//! - To get a page of entries into a `Vec`, [`ListIter::read_all`] is the fast way: the batch
-//!   read from the snapshot becomes the vector as it is. Collecting the iterator moves each
-//!   entry (128 bytes) through it and grows the vector step by step, because a collect into
-//!   `Result<Vec<_>, _>` cannot see the iterator's size. In the engine bench (100 entries out
-//!   of 100k keys, one thread) `read_all` took 3.96–4.08 µs and collecting 5.88–6.90 µs.
-//! - A reverse list pays one map search per entry, because the skiplist links only forward:
-//!   about four and a half times a forward list of the same length (100 entries out of 100k
-//!   keys, read with `read_all`: 16.3–17.4 µs against 3.5–3.8 µs in one process on the
-//!   benchmark machine).
-//! - Every entry a list or `get` returns shares its value's buffer: taking the share and,
-//!   when the entry is dropped, giving it back are one atomic instruction each, about 8 ns
-//!   apiece on the benchmark machine. That is some 40% of a 100-entry list; the walk, the
-//!   version lists and the copies of the keys are the rest.
-//! - A key costs about 215 bytes of allocator memory besides its value's buffer: the map node
-//!   (which holds keys of up to [`KeyBytes::INLINE`] bytes), the version list and the value's
-//!   reference count. A workload that keeps adding keys takes fresh memory on most commits.
-//!   With glibc, a thread other than the main one then also grows its own heap one page per
-//!   `mprotect` call. Fresh-key commits on a spawned thread ran at 402–523k/s with the
-//!   defaults and at 468–628k/s (most rounds near 600k/s) with
-//!   `GLIBC_TUNABLES=glibc.malloc.arena_max=1`, which puts every thread on the main heap
-//!   (that one grows in larger steps) but makes the threads share it: with two committing
-//!   threads it was the slower setting (458–529k/s against 630–832k/s). Measure allocator
-//!   settings on your own workload.
-//! - The allocator is a large part of a commit: a fresh key allocates its map node, its version
-//!   list and its value's reference count. Measured with the earlier map (crossbeam's
-//!   skiplist), with `mimalloc` as the program's global allocator,
-//!   2-check-2-set commits of fresh keys into a 100k-key map (deleted again after each round)
-//!   took a median 0.98 µs on one thread and 0.75 µs per commit with two, against 1.47 µs and
-//!   0.93 µs with glibc's malloc (rounds after the first, which faults in fresh memory and ran
-//!   slower with `mimalloc`). The engine does not pick an allocator for you; the benches use
-//!   the system's.
-//! - Threads inserting new keys at once share the map's writer lock (held only for the few
-//!   stores that link a node: the search for its place runs before, in parallel), the commit
-//!   lock, and the nodes around the new keys when they insert next to each other. How much
-//!   that costs depends on where the two threads run. On the benchmark VM, a cache line passed
-//!   between two threads in 22–33 ns when the host put the two vCPUs on one core and in
-//!   194–200 ns when it put them on two, and it switched between the two during a run. In one
-//!   engine bench run (23:41–23:55 UTC, 2026-11-23), two threads committing fresh
-//!   2-check-2-set pairs took 1.26–1.39 µs per pair of commits in three rounds and 2.49–2.60
-//!   µs in two rounds in which the in-memory peers' two-thread rates halved too. Overwrites of
-//!   keys already in the map insert nothing and take no writer lock.
+//! One sentence per trade-off; what they cost on the benchmark machine is measured in
+//! `docs/performance.md`.
+//! - [`ListIter::read_all`] hands the batch it read over as the caller's vector; collecting
+//!   the iterator instead copies every entry once more.
+//! - A reverse list costs one map search per entry: the skiplist links only forward.
+//! - Every entry a list or `get` returns shares its value's buffer: one atomic increment, and
+//!   one decrement when it is dropped.
+//! - A key costs about 215 bytes of allocator memory besides its value's buffer (the map
+//!   node, which holds keys of up to [`KeyBytes::INLINE`] bytes inline, the version list and
+//!   the value's reference count), and the whole dataset lives in memory.
+//! - A commit of fresh keys allocates a map node, a version list and a reference count per
+//!   key, so the allocator is a large part of it; the engine does not choose one for you.
+//! - Threads inserting new keys at once share the map's writer lock (held only to link a
+//!   node; the search for its place runs before, in parallel), the commit lock, and the cache
+//!   lines of the nodes around keys inserted next to each other. Overwrites of keys already
+//!   in the map take no writer lock.
+//!
+//! # Locks
+//! The engine's mutexes, outermost first. A thread holding one takes only locks listed
+//! below it.
+//! 1. `GroupCommit::checkpoint_lock` (one checkpoint at a time) or `Reclaimer::pass` (one
+//!    reclamation pass at a time); never both.
+//! 2. `Inner::commit`, the commit lock: it serialises commits and holds the last version.
+//! 3. `GroupCommit::pending`, the batch a durable database's committers are gathering.
+//! 4. Leaves, taken under the above and holding no other lock: the snapshot registry
+//!    (`Inner::snapshots`), the key map's writer lock, the reclaimer's queues and the
+//!    `Retired` lists.
+//! 5. The log's own, `Wal::sync_lock` then `Wal::segment`, taken with nothing above held
+//!    but `checkpoint_lock`: a flush takes its batch from `pending` and lets go before it
+//!    writes.
+//!
+//! `GroupCommit::background` and each committer's `Waiter` are taken alone. Readers take
+//! none of these but the registry, for a moment, to register a snapshot.
 //!
 //! # Durability
 //! [`Database::open`] backs the same engine with a write-ahead log and checkpoints in a
 //! directory (module [`durable`]): [`Durability::Sync`] acknowledges a commit once it is on
 //! stable storage, with concurrent committers sharing one sync; [`Durability::Buffered`] syncs
 //! in the background. Recovery loads the newest checkpoint, replays the log, cuts a torn tail,
-//! and refuses mid-log damage with [`Error::Corrupt`]. An I/O error fails the commit that met
-//! it and leaves memory as it was.
+//! and refuses mid-log damage with [`Error::Corrupt`]. A failed write (a full disk) fails the
+//! commit that met it and leaves memory as it was; a failed sync stops the database from
+//! accepting writes until it is reopened.
 //!
 //! Where Deno differs: an operation whose mutation fails (e.g. `sum` on a non-`U64`) writes
 //! nothing here, while Deno keeps the earlier mutations; a failed check is reported with

@@ -168,9 +168,8 @@ pub(crate) fn io_error(context: impl Into<String>, path: &Path, e: &io::Error) -
 
 /// How far ahead of its records the current segment is filled with zeros. An append that
 /// grows a file makes `fdatasync` commit file metadata too; overwriting zeros already on disk
-/// does not, which on the machine the benchmarks ran on (ext4) cut the median sync from
-/// 150–200 us to 100–125 us (`examples/wal_probe.rs` measures both). Recovery reads a tail of
-/// zeros as the log's unused end.
+/// does not, so a sync costs less (`examples/wal_probe.rs` measures both). Recovery reads a
+/// tail of zeros as the log's unused end.
 pub const PREALLOCATE_STEP: u64 = 4 << 20;
 
 /// How many versions a `reserved` mark reserves beyond the batch that writes it. Versions are
