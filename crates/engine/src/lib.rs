@@ -103,7 +103,7 @@ pub use atomic::{
 };
 pub use db::{CHECKPOINT_AFTER_BYTES_DEFAULT, Database, Options, Snapshot, Stats};
 pub use durable::{Durability, RecoveryReport};
-pub use error::Error;
+pub use error::{Error, IoError};
 pub use key_bytes::KeyBytes;
 pub use list::{ListCursor, ListIter, ListOptions};
 pub use store::{Entry, ReadView, Store};

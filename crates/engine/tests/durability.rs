@@ -375,7 +375,14 @@ fn a_full_disk_fails_the_commit_changes_nothing_and_writes_resume_when_space_ret
     faults.disk_full_after(10);
     let err = db.set(&key!["b"], b"2").unwrap_err();
     assert!(
-        matches!(&err, Error::Io { kind, .. } if *kind == std::io::ErrorKind::StorageFull),
+        matches!(&err, Error::Io(io) if io.kind() == std::io::ErrorKind::StorageFull),
+        "{err}"
+    );
+    // The operating system's error is the source, for callers that walk the chain.
+    let source = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<std::io::Error>());
+    assert_eq!(
+        source.map(std::io::Error::kind),
+        Some(std::io::ErrorKind::StorageFull),
         "{err}"
     );
     let err = db

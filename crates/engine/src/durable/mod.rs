@@ -96,7 +96,7 @@ use smallvec::SmallVec;
 
 use crate::atomic::{AtomicWrite, CommitResult, MutationKind};
 use crate::db::{Chain, Inner, Options, Slots, Version, now_ms, version_at};
-use crate::error::Error;
+use crate::error::{Error, IoError};
 use crate::key_bytes::KeyBytes;
 use crate::value::Versionstamp;
 use fs::{FileSystem, WritableFile};
@@ -169,12 +169,11 @@ fn parse_numbered(name: &str, prefix: &str, ext: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// The error of a file operation on `path`. The callers lend `e`, so it is copied (an
+/// operating system error exactly, by its code; see `IoError::copied`).
 fn io_error(context: impl Into<String>, path: &Path, e: &io::Error) -> Error {
-    Error::Io {
-        context: format!("{} {}", context.into(), path.display()),
-        kind: e.kind(),
-        message: e.to_string(),
-    }
+    let context = format!("{} {}", context.into(), path.display());
+    Error::Io(IoError::copied(context, e))
 }
 
 /// The segment being appended to.
@@ -390,17 +389,13 @@ impl Drop for OpenDir {
 
 /// The error of an operation refused because the log could not be repaired after `cause`.
 fn unusable(cause: &Error, failure: &Error) -> Error {
-    let (kind, message) = match failure {
-        Error::Io { kind, message, .. } => (*kind, message.clone()),
-        other => (io::ErrorKind::Other, other.to_string()),
-    };
-    Error::Io {
-        context: format!(
-            "writing to the log, unusable since an earlier failure ({cause}); repairing it failed"
-        ),
-        kind,
-        message,
-    }
+    let context = format!(
+        "writing to the log, unusable since an earlier failure ({cause}); repairing it failed"
+    );
+    Error::Io(match failure {
+        Error::Io(io) => io.with_context(format!("{context}: {}", io.context())),
+        other => IoError::new(context, io::Error::other(other.to_string())),
+    })
 }
 
 /// Removes `path`; a file already gone is fine.
