@@ -745,15 +745,22 @@ pub(crate) fn validate(write: &AtomicWrite) -> Result<(), Error> {
 /// What a mutation leaves at its key, before it is written.
 type Staged = Option<(Value, Option<u64>)>;
 
+/// Applies mutation number `index` (on `key`) to the `current` value.
 fn apply(
     kind: MutationKind,
     current: Option<&Value>,
     now: &mut Option<u64>,
+    index: usize,
+    key: &KeyBytes,
 ) -> Result<Staged, Error> {
     let u64_op = |op: &'static str, n: u64, f: fn(u64, u64) -> u64| match current {
         None => Ok(Some((Value::U64(n), None))),
         Some(Value::U64(old)) => Ok(Some((Value::U64(f(*old, n)), None))),
-        Some(_) => Err(Error::NotU64 { op }),
+        Some(_) => Err(Error::NotU64 {
+            op,
+            index,
+            key: key.clone(),
+        }),
     };
     match kind {
         MutationKind::Set { value, expire_in } => {
@@ -1149,7 +1156,11 @@ impl Inner {
         // Later mutations of a key see earlier ones; index the staged keys once there are many.
         let use_index = mutations.len() >= 16;
         let mut index: HashMap<KeyBytes, usize> = HashMap::new();
-        for (m, slot) in mutations.into_iter().zip(slots.mutations.iter_mut()) {
+        for (i, (m, slot)) in mutations
+            .into_iter()
+            .zip(slots.mutations.iter_mut())
+            .enumerate()
+        {
             let at = if use_index {
                 index.get(&m.key).copied()
             } else {
@@ -1164,7 +1175,7 @@ impl Inner {
                     .as_ref()
                     .filter(|(_, deadline)| deadline.is_none_or(|d| d > commit_now))
                     .map(|(v, _)| v);
-                let result = apply(m.kind, earlier, &mut now)?;
+                let result = apply(m.kind, earlier, &mut now, i, &m.key)?;
                 if result.is_some() && entry.2.is_none() {
                     // A delete of an absent key, then a write: the write needs a slot.
                     self.refresh(&mut entry.2, &m.key, true);
@@ -1178,7 +1189,7 @@ impl Inner {
                 MutationKind::Set { .. } | MutationKind::Delete => None,
                 _ => Self::current(slot.as_ref(), &mut now),
             };
-            let result = apply(m.kind, current.as_ref(), &mut now)?;
+            let result = apply(m.kind, current.as_ref(), &mut now, i, &m.key)?;
             if use_index {
                 index.insert(m.key.clone(), staged.len());
             }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use thiserror::Error;
 use tuplekv_codec::{DecodeError, SelectorError};
 
+use crate::key_bytes::KeyBytes;
 use crate::limits::*;
 
 /// Why an operation failed. A failed operation never changes the store.
@@ -85,11 +86,19 @@ pub enum Error {
         /// The requested expiry in milliseconds.
         ms: u128,
     },
-    /// `sum`, `min` or `max` on a key whose current value is not a `U64`.
-    #[error("Failed to perform '{op}' mutation on a non-U64 value in the database")]
+    /// `sum`, `min` or `max` on a key whose current value is not a `U64`. The message is
+    /// Deno's, then which mutation failed, as a failed check names its check.
+    #[error(
+        "Failed to perform '{op}' mutation on a non-U64 value in the database: \
+         mutation {index} of the operation, key {key:?}"
+    )]
     NotU64 {
         /// `"sum"`, `"min"` or `"max"`.
         op: &'static str,
+        /// Position of the mutation in the operation (counting every mutation from 0).
+        index: usize,
+        /// The mutation's encoded key (its `Debug` shows the decoded tuple).
+        key: KeyBytes,
     },
     /// An invalid selector or cursor.
     #[error(transparent)]
