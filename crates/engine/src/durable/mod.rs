@@ -1184,8 +1184,13 @@ fn load_checkpoint(
     state: &mut Rebuilt,
 ) -> Result<(u64, u64, u64), Error> {
     let bytes = read_file(fs, path)?;
-    let version = record::parse_file_header(record::CHECKPOINT_MAGIC, &bytes)
-        .ok_or_else(|| corrupt(path, 0, "not a checkpoint file (bad header)"))?;
+    let version = record::read_file_header(record::CHECKPOINT_MAGIC, &bytes).map_err(|bad| {
+        corrupt(
+            path,
+            bad.offset,
+            format!("bad checkpoint header: {}", bad.reason),
+        )
+    })?;
     let mut at = record::FILE_HEADER_LEN;
     let mut count = 0u64;
     loop {
@@ -1212,12 +1217,26 @@ fn load_checkpoint(
                 version: v,
                 entries,
             }) => {
-                if v != version || entries != count || at + len != bytes.len() {
-                    return Err(corrupt(
-                        path,
-                        at,
-                        "checkpoint trailer does not match its contents",
-                    ));
+                // The trailer is checksummed and the header is not: if they disagree, the
+                // header is what is damaged.
+                if v != version {
+                    let reason =
+                        format!("checkpoint header says version {version}, its trailer {v}");
+                    let offset = record::version_damage_offset(version, v);
+                    return Err(corrupt(path, offset, reason));
+                }
+                if entries != count {
+                    let reason = format!(
+                        "checkpoint trailer counts {entries} entries, the file holds {count}"
+                    );
+                    return Err(corrupt(path, at, reason));
+                }
+                if at + len != bytes.len() {
+                    let reason = format!(
+                        "{} bytes after the checkpoint trailer",
+                        bytes.len().saturating_sub(at + len)
+                    );
+                    return Err(corrupt(path, at + len, reason));
                 }
                 state.last = version;
                 return Ok((version, count, bytes.len() as u64));
