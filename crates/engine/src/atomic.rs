@@ -290,8 +290,9 @@ impl<'s, S: Store + ?Sized> Atomic<'s, S> {
     /// Commits: if every check holds, applies every mutation under one new versionstamp.
     ///
     /// # Errors
-    /// A limit violation, an empty key, or `sum`/`min`/`max` on a value that is not a `U64`;
-    /// in every case nothing is written and no versionstamp is used.
+    /// A limit violation, an empty key, or `sum`/`min`/`max` on a value that is not a `U64`
+    /// ([`Error::NotU64`], naming the mutation's index in the operation and its key); in
+    /// every case nothing is written and no versionstamp is used.
     pub fn commit(self) -> Result<CommitResult, Error> {
         self.store.commit(self.write)
     }

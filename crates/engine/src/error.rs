@@ -1,11 +1,14 @@
 //! The engine's error type. Messages start with Deno KV's text and add the numbers.
 
-use std::io::ErrorKind;
+use std::fmt;
+use std::io::{self, ErrorKind};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use thiserror::Error;
 use tuplekv_codec::{DecodeError, SelectorError};
 
+use crate::key_bytes::KeyBytes;
 use crate::limits::*;
 
 /// Why an operation failed. A failed operation never changes the store.
@@ -83,11 +86,19 @@ pub enum Error {
         /// The requested expiry in milliseconds.
         ms: u128,
     },
-    /// `sum`, `min` or `max` on a key whose current value is not a `U64`.
-    #[error("Failed to perform '{op}' mutation on a non-U64 value in the database")]
+    /// `sum`, `min` or `max` on a key whose current value is not a `U64`. The message is
+    /// Deno's, then which mutation failed, as a failed check names its check.
+    #[error(
+        "Failed to perform '{op}' mutation on a non-U64 value in the database: \
+         mutation {index} of the operation, key {key:?}"
+    )]
     NotU64 {
         /// `"sum"`, `"min"` or `"max"`.
         op: &'static str,
+        /// Position of the mutation in the operation (counting every mutation from 0).
+        index: usize,
+        /// The mutation's encoded key (its `Debug` shows the decoded tuple).
+        key: KeyBytes,
     },
     /// An invalid selector or cursor.
     #[error(transparent)]
@@ -102,15 +113,9 @@ pub enum Error {
         attempts: u32,
     },
     /// A file operation of a durable database failed. The commit that met it was not applied.
-    #[error("I/O error {context}: {message}")]
-    Io {
-        /// What was being done, and to which file.
-        context: String,
-        /// The operating system's error kind.
-        kind: ErrorKind,
-        /// The operating system's message.
-        message: String,
-    },
+    /// Its [`source`](std::error::Error::source) is the [`io::Error`] itself.
+    #[error(transparent)]
+    Io(IoError),
     /// The database directory is already open, in this process or another.
     #[error("database directory {} is already open (locked by another handle or process)", path.display())]
     Locked {
@@ -127,4 +132,158 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+}
+
+/// An I/O failure: what was being done (and to which file), and the [`io::Error`] it met,
+/// which is the error's [`source`](std::error::Error::source).
+///
+/// The `io::Error` is shared, so the error stays `Clone` (a failed log sync is reported to
+/// every commit that waited for it): clones hold the same `io::Error`. Two `IoError`s are
+/// equal when their contexts, kinds and messages are.
+///
+/// # Examples
+/// ```
+/// use std::error::Error as _;
+/// use std::io;
+/// use tuplekv_engine::{Error, IoError};
+///
+/// let err = Error::Io(IoError::new("syncing the log wal-1.log", io::Error::other("disk gone")));
+/// assert_eq!(err.to_string(), "I/O error syncing the log wal-1.log: disk gone");
+/// let source = err.source().and_then(|s| s.downcast_ref::<io::Error>()).expect("io::Error");
+/// assert_eq!(source.kind(), io::ErrorKind::Other);
+/// ```
+#[derive(Debug, Clone)]
+pub struct IoError {
+    context: String,
+    error: Arc<io::Error>,
+}
+
+impl IoError {
+    /// The failure `error`, met while doing `context` (say what, and to which file).
+    pub fn new(context: impl Into<String>, error: io::Error) -> Self {
+        IoError {
+            context: context.into(),
+            error: Arc::new(error),
+        }
+    }
+
+    /// The failure `error`, met while doing `context`, for a caller that only borrows it: an
+    /// operating system error is rebuilt from its code (the same kind, message and
+    /// `raw_os_error`), any other from its kind and message.
+    pub(crate) fn copied(context: impl Into<String>, error: &io::Error) -> Self {
+        let copy = match error.raw_os_error() {
+            Some(code) => io::Error::from_raw_os_error(code),
+            None => io::Error::new(error.kind(), error.to_string()),
+        };
+        IoError::new(context, copy)
+    }
+
+    /// The same `io::Error`, shared, under another context.
+    pub(crate) fn with_context(&self, context: impl Into<String>) -> Self {
+        IoError {
+            context: context.into(),
+            error: Arc::clone(&self.error),
+        }
+    }
+
+    /// What was being done, and to which file.
+    pub fn context(&self) -> &str {
+        &self.context
+    }
+
+    /// The operating system's error kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.error.kind()
+    }
+
+    /// The `io::Error` (also the error's `source`).
+    pub fn io_error(&self) -> &io::Error {
+        &self.error
+    }
+}
+
+impl fmt::Display for IoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "I/O error {}: {}", self.context, self.error)
+    }
+}
+
+impl std::error::Error for IoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.error)
+    }
+}
+
+impl PartialEq for IoError {
+    fn eq(&self, other: &Self) -> bool {
+        self.context == other.context
+            && (Arc::ptr_eq(&self.error, &other.error)
+                || (self.error.kind() == other.error.kind()
+                    && self.error.to_string() == other.error.to_string()))
+    }
+}
+
+impl Eq for IoError {}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    fn io_source(err: &Error) -> &io::Error {
+        err.source()
+            .and_then(|s| s.downcast_ref::<io::Error>())
+            .expect("the source is the io::Error")
+    }
+
+    #[test]
+    fn an_io_error_is_the_source_and_clones_share_it() {
+        let err = Error::Io(IoError::new(
+            "appending to the log /db/wal.log",
+            io::Error::new(ErrorKind::StorageFull, "No space left on device"),
+        ));
+        assert_eq!(io_source(&err).kind(), ErrorKind::StorageFull);
+        assert_eq!(
+            err.to_string(),
+            "I/O error appending to the log /db/wal.log: No space left on device"
+        );
+        let copy = err.clone();
+        assert!(std::ptr::eq(io_source(&err), io_source(&copy)));
+        assert_eq!(copy, err);
+        let Error::Io(io) = &err else {
+            unreachable!("built as Io")
+        };
+        assert_eq!(io.kind(), ErrorKind::StorageFull);
+        assert_eq!(io.context(), "appending to the log /db/wal.log");
+        assert!(std::ptr::eq(io.io_error(), io_source(&err)));
+    }
+
+    #[test]
+    fn io_errors_are_equal_by_context_kind_and_message() {
+        let a = IoError::new("syncing f", io::Error::other("gone"));
+        assert_eq!(a, IoError::new("syncing f", io::Error::other("gone")));
+        assert_ne!(a, IoError::new("syncing g", io::Error::other("gone")));
+        assert_ne!(a, IoError::new("syncing f", io::Error::other("lost")));
+        assert_ne!(
+            a,
+            IoError::new("syncing f", io::Error::new(ErrorKind::StorageFull, "gone"))
+        );
+        let moved = a.with_context("repairing f");
+        assert!(std::ptr::eq(moved.io_error(), a.io_error()));
+        assert_eq!(moved.context(), "repairing f");
+    }
+
+    #[test]
+    fn a_borrowed_io_error_is_copied_with_its_kind_message_and_code() {
+        let os = io::Error::from_raw_os_error(28);
+        let copy = IoError::copied("writing f", &os);
+        assert_eq!(copy.io_error().raw_os_error(), Some(28));
+        assert_eq!(copy.kind(), os.kind());
+        assert_eq!(copy.io_error().to_string(), os.to_string());
+        let injected = io::Error::new(ErrorKind::StorageFull, "disk full (injected)");
+        let copy = IoError::copied("writing f", &injected);
+        assert_eq!(copy.kind(), ErrorKind::StorageFull);
+        assert_eq!(copy.io_error().to_string(), "disk full (injected)");
+    }
 }

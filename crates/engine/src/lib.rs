@@ -100,7 +100,7 @@ pub use atomic::{
 };
 pub use db::{CHECKPOINT_AFTER_BYTES_DEFAULT, Database, Options, Stats};
 pub use durable::{Durability, RecoveryReport};
-pub use error::Error;
+pub use error::{Error, IoError};
 pub use key_bytes::KeyBytes;
 pub use list::{ListCursor, ListIter, ListOptions};
 pub use snapshot::Snapshot;

@@ -125,15 +125,22 @@ type Staged = Option<(Value, Option<u64>)>;
 /// A key an operation writes: what it leaves there, and its slot.
 type StagedKey<'a> = (KeyBytes, Staged, Option<Slot<'a>>);
 
+/// Applies mutation number `index` (on `key`) to the `current` value.
 fn apply(
     kind: MutationKind,
     current: Option<&Value>,
     now: &mut Option<u64>,
+    index: usize,
+    key: &KeyBytes,
 ) -> Result<Staged, Error> {
     let u64_op = |op: &'static str, n: u64, f: fn(u64, u64) -> u64| match current {
         None => Ok(Some((Value::U64(n), None))),
         Some(Value::U64(old)) => Ok(Some((Value::U64(f(*old, n)), None))),
-        Some(_) => Err(Error::NotU64 { op }),
+        Some(_) => Err(Error::NotU64 {
+            op,
+            index,
+            key: key.clone(),
+        }),
     };
     match kind {
         MutationKind::Set { value, expire_in } => {
@@ -442,14 +449,18 @@ impl Inner {
         // Index the staged keys once there are many.
         let use_index = mutations.len() >= 16;
         let mut index: HashMap<KeyBytes, usize> = HashMap::new();
-        for (m, slot) in mutations.into_iter().zip(slots.mutations.iter_mut()) {
+        for (i, (m, slot)) in mutations
+            .into_iter()
+            .zip(slots.mutations.iter_mut())
+            .enumerate()
+        {
             let at = if use_index {
                 index.get(&m.key).copied()
             } else {
                 staged.iter().position(|(k, _, _)| *k == m.key)
             };
-            if let Some(entry) = at.and_then(|i| staged.get_mut(i)) {
-                self.stage_again(entry, m, now)?;
+            if let Some(entry) = at.and_then(|at| staged.get_mut(at)) {
+                self.stage_again(entry, m, i, now)?;
                 continue;
             }
             self.refresh(slot, &m.key, !matches!(m.kind, MutationKind::Delete));
@@ -458,7 +469,7 @@ impl Inner {
                 MutationKind::Set { .. } | MutationKind::Delete => None,
                 _ => Self::current(slot.as_ref(), now),
             };
-            let result = apply(m.kind, current.as_ref(), now)?;
+            let result = apply(m.kind, current.as_ref(), now, i, &m.key)?;
             if use_index {
                 index.insert(m.key.clone(), staged.len());
             }
@@ -467,13 +478,14 @@ impl Inner {
         Ok(staged)
     }
 
-    /// Stages mutation `m` of a key an earlier mutation of the same operation staged
+    /// Stages mutation `m` (number `index`) of a key an earlier mutation of the same operation staged
     /// (`entry`): it sees the earlier value unless that has already expired (a set with a
     /// zero expiry), as a read would.
     fn stage_again<'a>(
         &'a self,
         entry: &mut StagedKey<'a>,
         m: Mutation,
+        index: usize,
         now: &mut Option<u64>,
     ) -> Result<(), Error> {
         let commit_now = *now.get_or_insert_with(now_ms);
@@ -482,7 +494,7 @@ impl Inner {
             .as_ref()
             .filter(|(_, deadline)| deadline.is_none_or(|d| d > commit_now))
             .map(|(v, _)| v);
-        let result = apply(m.kind, earlier, now)?;
+        let result = apply(m.kind, earlier, now, index, &m.key)?;
         if result.is_some() && entry.2.is_none() {
             // A delete of an absent key, then a write: the write needs a slot.
             self.refresh(&mut entry.2, &m.key, true);

@@ -122,7 +122,8 @@ impl<'s, S: Store> Transaction<'s, S> {
     /// Reads `key`, seeing this transaction's own writes.
     ///
     /// # Errors
-    /// A key over the read limit, or `sum`/`min`/`max` buffered on a non-`U64` value.
+    /// A key over the read limit, or `sum`/`min`/`max` buffered on a non-`U64` value
+    /// ([`Error::NotU64`], naming the buffered mutation's index and its key).
     pub fn get(&mut self, key: &Key) -> Result<Option<Entry>, Error> {
         self.get_raw(&encode_key(key))
     }
@@ -153,11 +154,12 @@ impl<'s, S: Store> Transaction<'s, S> {
     /// Applies this transaction's buffered mutations of `key` to what the snapshot holds.
     fn overlay(&self, key: &[u8], base: Option<Entry>) -> Result<Option<Entry>, Error> {
         let mut current = base;
-        for m in self
+        for (index, m) in self
             .write
             .mutations
             .iter()
-            .filter(|m| m.key.as_slice() == key)
+            .enumerate()
+            .filter(|(_, m)| m.key.as_slice() == key)
         {
             let value = current.as_ref().map(|e| &e.value);
             let next = match &m.kind {
@@ -174,7 +176,13 @@ impl<'s, S: Store> Transaction<'s, S> {
                         (Some(Value::U64(old)), MutationKind::Sum(_)) => old.wrapping_add(*n),
                         (Some(Value::U64(old)), MutationKind::Min(_)) => (*old).min(*n),
                         (Some(Value::U64(old)), _) => (*old).max(*n),
-                        (Some(_), _) => return Err(Error::NotU64 { op }),
+                        (Some(_), _) => {
+                            return Err(Error::NotU64 {
+                                op,
+                                index,
+                                key: m.key.clone(),
+                            });
+                        }
                     }))
                 }
             };

@@ -10,7 +10,8 @@
 
 use serde_json::Value as Json;
 use tuplekv_engine::{
-    CommitResult, Database, Error, Key, ListCursor, ListOptions, Selector, Value, Versionstamp, key,
+    CommitResult, Database, Error, Key, KeyBytes, ListCursor, ListOptions, Selector, Value,
+    Versionstamp, key,
 };
 use tuplekv_testkit::vectors::{key_from_json, load_json};
 
@@ -86,10 +87,21 @@ fn u64_ops_on_other_values_fail_with_deno_message_and_write_nothing() {
             _ => a.max(&num, 1),
         };
         let err = a.commit().unwrap_err();
-        assert_eq!(err, Error::NotU64 { op });
+        assert_eq!(
+            err,
+            Error::NotU64 {
+                op,
+                index: 0,
+                key: KeyBytes::from(num.encode())
+            }
+        );
+        // Deno's message, then which mutation failed.
+        let deno = rec["type_mismatch"][case]["error"]["message"]
+            .as_str()
+            .unwrap();
         assert_eq!(
             err.to_string(),
-            rec["type_mismatch"][case]["error"]["message"]
+            format!("{deno}: mutation 0 of the operation, key [\"num\"]")
         );
     }
 
@@ -107,7 +119,14 @@ fn u64_ops_on_other_values_fail_with_deno_message_and_write_nothing() {
         .delete(&key!["other"])
         .sum(&num, 1)
         .commit();
-    assert!(matches!(err, Err(Error::NotU64 { op: "sum" })));
+    assert!(matches!(
+        err,
+        Err(Error::NotU64 {
+            op: "sum",
+            index: 2,
+            ..
+        })
+    ));
     assert_eq!(
         db.get(&side).unwrap(),
         None,

@@ -359,6 +359,67 @@ fn a_damaged_checkpoint_is_an_error_not_an_empty_database() {
     );
 }
 
+/// A checkpoint of 20 keys in `dir`, written by a database that is closed again.
+fn write_checkpoint(dir: &Path) -> PathBuf {
+    let db = Database::open(dir, options()).unwrap();
+    for i in 0..20u64 {
+        db.set(&key!["k", i], b"v").unwrap();
+    }
+    db.checkpoint().unwrap();
+    db.close().unwrap();
+    files(dir, "ckpt").pop().unwrap()
+}
+
+#[test]
+fn a_damaged_checkpoint_header_is_reported_at_the_damaged_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = write_checkpoint(dir.path());
+    let intact = fs::read(&ckpt).unwrap();
+    // Bytes 0..8 are the magic, 8..16 the checkpoint's version (the trailer repeats it,
+    // under a checksum, and the damaged byte is where the two first differ).
+    for at in 0..16 {
+        for mask in [0x01, 0x80] {
+            flip(&ckpt, at, mask);
+            let err = Database::open(dir.path(), options()).unwrap_err();
+            let Error::Corrupt { path, offset, .. } = &err else {
+                panic!("byte {at}: expected Corrupt, got {err}");
+            };
+            assert_eq!(
+                (path, *offset),
+                (&ckpt, u64::try_from(at).unwrap()),
+                "{err}"
+            );
+            let message = err.to_string();
+            let expected = if at < 8 {
+                "bad checkpoint header: magic is"
+            } else {
+                "header says version"
+            };
+            assert!(message.contains(expected), "{message}");
+            flip(&ckpt, at, mask);
+        }
+    }
+    assert_eq!(fs::read(&ckpt).unwrap(), intact);
+    Database::open(dir.path(), options()).unwrap();
+}
+
+#[test]
+fn a_checkpoint_shorter_than_its_header_is_reported_where_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = write_checkpoint(dir.path());
+    let bytes = fs::read(&ckpt).unwrap();
+    fs::write(&ckpt, &bytes[..10]).unwrap();
+    let err = Database::open(dir.path(), options()).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupt { path, offset: 10, .. } if *path == ckpt),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("shorter than its 16-byte header"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_full_disk_fails_the_commit_changes_nothing_and_writes_resume_when_space_returns() {
     let dir = tempfile::tempdir().unwrap();
@@ -374,7 +435,14 @@ fn a_full_disk_fails_the_commit_changes_nothing_and_writes_resume_when_space_ret
     faults.disk_full_after(10);
     let err = db.set(&key!["b"], b"2").unwrap_err();
     assert!(
-        matches!(&err, Error::Io { kind, .. } if *kind == std::io::ErrorKind::StorageFull),
+        matches!(&err, Error::Io(io) if io.kind() == std::io::ErrorKind::StorageFull),
+        "{err}"
+    );
+    // The operating system's error is the source, for callers that walk the chain.
+    let source = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<std::io::Error>());
+    assert_eq!(
+        source.map(std::io::Error::kind),
+        Some(std::io::ErrorKind::StorageFull),
         "{err}"
     );
     let err = db

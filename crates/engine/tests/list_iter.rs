@@ -215,11 +215,10 @@ impl tuplekv_engine::ReadView for Flaky {
     ) -> Result<Vec<tuplekv_engine::Entry>, tuplekv_engine::Error> {
         self.scans.set(self.scans.get() + 1);
         if self.scans.get() == self.fail_on {
-            return Err(tuplekv_engine::Error::Io {
-                context: "scanning a test view".into(),
-                kind: std::io::ErrorKind::Other,
-                message: "injected".into(),
-            });
+            return Err(tuplekv_engine::Error::Io(tuplekv_engine::IoError::new(
+                "scanning a test view",
+                std::io::Error::other("injected"),
+            )));
         }
         self.db.scan(range, reverse, limit + 1)
     }

@@ -11,7 +11,7 @@ use tuplekv_codec::{
     ByteRange, Key, KeyPart, Selector, SelectorError, decode_key, encode_key, encode_key_into,
     encode_part_into,
 };
-use tuplekv_engine::limits::{CHECKS_MAX, MUTATIONS_MAX};
+use tuplekv_engine::limits::{CHECKS_MAX, KEY_SIZE_MAX_WRITE, MUTATIONS_MAX};
 use tuplekv_engine::{
     AtomicWrite, Check, Entry, KeyBytes, ListCursor, ListIter, ListOptions, Mutation, MutationKind,
     ReadView, Store, Transaction, TransactionOptions, Value, Versionstamp,
@@ -283,6 +283,30 @@ where
         Ok(out)
     }
 
+    /// The key of the record `pk` for a write: a primary key whose record key is longer than
+    /// the engine writes is refused here, before anything is read.
+    fn write_record_key(&self, pk: &Key) -> Result<Vec<u8>, Error> {
+        let key = self.record_key(pk)?;
+        if key.len() > KEY_SIZE_MAX_WRITE {
+            return Err(Error::KeyTooLargeForWrite {
+                collection: self.def.name.clone(),
+                index: None,
+                size: key.len(),
+            });
+        }
+        Ok(key)
+    }
+
+    /// The error for the first planned entry whose key is longer than the engine writes.
+    pub(crate) fn oversized_entry(&self, plan: &[Planned]) -> Option<Error> {
+        let p = plan.iter().find(|p| p.key.len() > KEY_SIZE_MAX_WRITE)?;
+        Some(Error::KeyTooLargeForWrite {
+            collection: self.def.name.clone(),
+            index: self.def.indexes.get(p.index).map(|idx| idx.name.clone()),
+            size: p.key.len(),
+        })
+    }
+
     /// The record key of the primary key encoded as `pk_bytes` (as an index entry holds it).
     fn record_key_of(&self, pk_bytes: &[u8]) -> Vec<u8> {
         [self.def.record_prefix.as_slice(), pk_bytes].concat()
@@ -344,6 +368,9 @@ where
     /// The entries `record` (primary key `pk`, serialised as `bytes`) should have, in index
     /// order, without repeats; `only` restricts them to one index. `bytes` is only copied into
     /// covering entries.
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLargeForWrite`] for an entry key the engine would refuse.
     pub(crate) fn plan(
         &self,
         pk: &Key,
@@ -351,7 +378,11 @@ where
         bytes: &[u8],
         only: Option<usize>,
     ) -> Result<Vec<Planned>, Error> {
-        Ok(self.plan_encoded(&encode_key(pk), record, bytes, only))
+        let plan = self.plan_encoded(&encode_key(pk), record, bytes, only);
+        match self.oversized_entry(&plan) {
+            Some(e) => Err(e),
+            None => Ok(plan),
+        }
     }
 
     /// [`Collection::plan`] with the primary key already encoded.
@@ -460,6 +491,9 @@ where
             Some(n) => {
                 let bytes = self.encode(pk, n)?;
                 let plan = self.plan_encoded(pk_bytes, n, &bytes, None);
+                if let Some(e) = self.oversized_entry(&plan) {
+                    return Err(e);
+                }
                 (Some(bytes), plan)
             }
             None => (None, Vec::new()),
@@ -561,12 +595,13 @@ where
     /// Inserts a new record.
     ///
     /// # Errors
-    /// [`Error::AlreadyExists`], [`Error::UniqueViolation`], a store error (a record too large
-    /// for the value limit, too many index entries for one commit), or a conflict past the
-    /// retry bound. Nothing is written then.
+    /// [`Error::AlreadyExists`], [`Error::UniqueViolation`], [`Error::KeyTooLargeForWrite`] for
+    /// a primary key or an index value too long for the engine's key limit, a store error (a
+    /// record too large for the value limit, too many index entries for one commit), or a
+    /// conflict past the retry bound. Nothing is written then.
     pub fn insert(&self, record: &T) -> Result<(), Error> {
         let pk = (self.def.primary_key)(record);
-        let record_key = self.record_key(&pk)?;
+        let record_key = self.write_record_key(&pk)?;
         let lost = match self.try_unopposed(|| self.insert_unopposed(&pk, &record_key, record)) {
             Ok(done) => return done,
             Err(lost) => lost,
@@ -698,6 +733,10 @@ where
             return Unopposed::Declined;
         };
         let plan = self.plan_encoded(self.pk_bytes(record_key), record, &bytes, None);
+        if self.oversized_entry(&plan).is_some() {
+            // The transaction reports it, after the record's existence, as it always does.
+            return Unopposed::Declined;
+        }
         let mut write = AtomicWrite::default();
         write.checks.push(Check {
             key: KeyBytes::from(record_key),
@@ -846,6 +885,9 @@ where
     ) -> Option<AtomicWrite> {
         let pk_bytes = self.pk_bytes(record_key);
         let new_plan = self.plan_encoded(pk_bytes, new, &bytes, None);
+        if self.oversized_entry(&new_plan).is_some() {
+            return None; // the transaction reports it
+        }
         let mut write = AtomicWrite::default();
         write.checks.push(Check {
             key: KeyBytes::from(record_key),
@@ -906,7 +948,7 @@ where
     /// As [`Collection::insert`], without [`Error::AlreadyExists`].
     pub fn upsert(&self, record: &T) -> Result<Option<T>, Error> {
         let pk = (self.def.primary_key)(record);
-        let record_key = self.record_key(&pk)?;
+        let record_key = self.write_record_key(&pk)?;
         self.run(|tx| {
             let (old, old_plan) = match self.read_in(tx, &pk, &record_key)? {
                 Some((old, _, plan)) => (Some(old), plan),
@@ -944,7 +986,7 @@ where
     where
         T: Clone,
     {
-        let record_key = self.record_key(pk)?;
+        let record_key = self.write_record_key(pk)?;
         let mut made = None;
         let attempt = || self.update_unopposed(pk, &record_key, &mut f, &mut made);
         let lost = match self.try_unopposed(attempt) {
@@ -978,9 +1020,10 @@ where
     /// Deletes the record at `pk` and its index entries; returns it.
     ///
     /// # Errors
-    /// A store error or a conflict past the retry bound.
+    /// [`Error::KeyTooLargeForWrite`] for a primary key too long for the engine's key limit (no
+    /// such record can exist), a store error, or a conflict past the retry bound.
     pub fn delete(&self, pk: &Key) -> Result<Option<T>, Error> {
-        let record_key = self.record_key(pk)?;
+        let record_key = self.write_record_key(pk)?;
         let lost = match self.try_unopposed(|| self.delete_unopposed(pk, &record_key)) {
             Ok(done) => return done,
             Err(lost) => lost,

@@ -2,6 +2,7 @@
 
 use thiserror::Error;
 use tuplekv_codec::Key;
+use tuplekv_engine::limits::KEY_SIZE_MAX_WRITE;
 
 /// Why a collection operation failed. A failed operation writes nothing.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -57,6 +58,24 @@ pub enum Error {
     /// `covering()` with no index before it).
     #[error("invalid collection definition: {0}")]
     Definition(String),
+    /// A write's record key (its primary key is too long) or one of its index entry keys (the
+    /// value is too long; a non-unique entry key ends with the primary key too) is longer than
+    /// the engine writes, [`KEY_SIZE_MAX_WRITE`] bytes. It is found before the store reads or
+    /// writes that key, and nothing is written.
+    #[error(
+        "collection `{collection}`{}: {} key is {size} bytes, max for write is \
+         {KEY_SIZE_MAX_WRITE}",
+        .index.as_ref().map(|i| format!(", index `{i}`")).unwrap_or_default(),
+        if .index.is_some() { "entry" } else { "record" }
+    )]
+    KeyTooLargeForWrite {
+        /// The collection.
+        collection: String,
+        /// The index whose entry key is too long, or `None` for the record key.
+        index: Option<String>,
+        /// The encoded key's length.
+        size: usize,
+    },
     /// A record could not be serialised, or a stored record could not be read back.
     #[error("record {primary_key}: {message}")]
     Codec {

@@ -108,15 +108,20 @@
 //! (and field names in its map mode).
 //!
 //! # Limits
-//! The engine's limits apply to each commit and are reported as [`Error::Store`] with the
-//! engine's typed error, with nothing written:
+//! The engine's limits apply to each commit, and a write past one writes nothing:
+//! - a record key (`[coll, "id", pk...]`) and every entry key (`[coll, "u", index,
+//!   value...]`, `[coll, "i", index, value..., pk...]`) must fit `KEY_SIZE_MAX_WRITE` (2048
+//!   bytes). The collection checks them before the write reads or commits anything and
+//!   reports [`Error::KeyTooLargeForWrite`] naming the collection and the index (none for a
+//!   too-long primary key), as in ``collection `users`, index `email`: entry key is 2049
+//!   bytes, max for write is 2048``. A backfill meeting such a value fails the same way;
 //! - the encoded record, and each covering entry (record + primary key + 5 bytes), must fit
-//!   `VALUE_SIZE_MAX` (64 KiB): a too-large record is `ValueTooLarge`;
-//! - an index key (`[coll, "i", index, value..., pk...]`) must fit `KEY_SIZE_MAX_WRITE`
-//!   (2048 bytes): a too-long value is `KeyTooLargeForWrite`;
+//!   `VALUE_SIZE_MAX` (64 KiB): a too-large record is [`Error::Store`] with the engine's
+//!   `ValueTooLarge`;
 //! - the record and all its entry changes (deletes of old entries included) are one commit,
 //!   so at most `MUTATIONS_MAX` (1000) of them: a multi-entry index with thousands of values
-//!   per record is refused rather than half written.
+//!   per record is refused rather than half written ([`Error::Store`] with
+//!   `TooManyMutations`).
 //!
 //! # Adding an index later
 //! An index declared on a collection that already has records starts *building*: writes

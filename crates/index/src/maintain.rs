@@ -221,8 +221,9 @@ where
     /// ```
     ///
     /// # Errors
-    /// A store error or a conflict past the retry bound; the work done so far stays (it is
-    /// correct), and running backfill again continues.
+    /// [`Error::KeyTooLargeForWrite`] for a record whose value for the index makes an entry
+    /// key too long for the engine, a store error or a conflict past the retry bound; the
+    /// work done so far stays (it is correct), and running backfill again continues.
     pub fn backfill(
         &self,
         batch: usize,
@@ -495,7 +496,9 @@ where
     /// values two records want.
     ///
     /// # Errors
-    /// A store error, or a record that does not decode.
+    /// A store error, a record that does not decode, or [`Error::KeyTooLargeForWrite`] for a
+    /// record whose entry key for some index would be too long to write (only possible in an
+    /// index declared after the record was written; its backfill fails the same way).
     pub fn verify(&self) -> Result<VerifyReport, Error> {
         self.verify_with_owners().map(|(report, _)| report)
     }
@@ -611,7 +614,8 @@ where
     /// ```
     ///
     /// # Errors
-    /// A store error or a conflict past the retry bound; running it again continues.
+    /// As [`Collection::verify`], or a conflict past the retry bound; running it again
+    /// continues.
     pub fn repair(&self) -> Result<VerifyReport, Error> {
         let (report, owners) = self.verify_with_owners()?;
         let keys: Vec<Vec<u8>> = report.findings.iter().map(|f| f.key.encode()).collect();

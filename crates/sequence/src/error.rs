@@ -215,6 +215,16 @@ pub enum OptionsError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// A format template without `{prefix}`: sequences with different prefixes would make the
+    /// same codes (`N{n}` makes `N001` for every prefix).
+    #[error(
+        "format {format:?} has no {{prefix}}: sequences with different prefixes would make \
+         the same codes"
+    )]
+    FormatWithoutPrefix {
+        /// The template.
+        format: String,
+    },
 }
 
 /// Why text is not a code of a sequence.

@@ -57,13 +57,36 @@ pub struct Format {
 }
 
 impl Format {
-    /// Compiles `template` for `prefix`: `{prefix}` stands for the prefix (any number of
-    /// times) and `{n}` for the number (exactly once); everything else is literal text.
+    /// Compiles `template` for `prefix`: `{prefix}` stands for the prefix (at least once) and
+    /// `{n}` for the number (exactly once); everything else is literal text.
     ///
     /// # Errors
     /// A template over [`FORMAT_SIZE_MAX`] bytes, without exactly one `{n}`, with another
-    /// `{...}` or a lone brace, or with a control character.
+    /// `{...}` or a lone brace, or with a control character; and
+    /// [`OptionsError::FormatWithoutPrefix`] for a template without `{prefix}`, with which
+    /// sequences of different prefixes would make the same codes.
     pub fn new(template: &str, prefix: &str, width: usize) -> Result<Format, OptionsError> {
+        let (format, has_prefix) = Format::compile(template, prefix, width)?;
+        if !has_prefix {
+            return Err(OptionsError::FormatWithoutPrefix {
+                format: template.to_owned(),
+            });
+        }
+        Ok(format)
+    }
+
+    /// [`Format::new`] for a template stored before `{prefix}` was required: such a
+    /// sequence exists, and its handles must open.
+    pub(crate) fn stored(
+        template: &str,
+        prefix: &str,
+        width: usize,
+    ) -> Result<Format, OptionsError> {
+        Format::compile(template, prefix, width).map(|(format, _)| format)
+    }
+
+    /// Compiles `template`, and says whether it holds `{prefix}`.
+    fn compile(template: &str, prefix: &str, width: usize) -> Result<(Format, bool), OptionsError> {
         if template.len() > FORMAT_SIZE_MAX {
             return Err(OptionsError::FormatTooLong {
                 size: template.len(),
@@ -75,6 +98,7 @@ impl Format {
         };
         let (mut head, mut tail) = (String::new(), String::new());
         let mut seen_n = false;
+        let mut seen_prefix = false;
         let mut rest = template;
         loop {
             let mut chars = rest.chars();
@@ -82,6 +106,7 @@ impl Format {
             let out = if seen_n { &mut tail } else { &mut head };
             if let Some(after) = rest.strip_prefix("{prefix}") {
                 out.push_str(prefix);
+                seen_prefix = true;
                 rest = after;
             } else if let Some(after) = rest.strip_prefix("{n}") {
                 if seen_n {
@@ -101,7 +126,7 @@ impl Format {
         if !seen_n {
             return Err(bad("{n} is missing"));
         }
-        Ok(Format { head, tail, width })
+        Ok((Format { head, tail, width }, seen_prefix))
     }
 
     /// The number of digits numbers are padded to.
@@ -219,6 +244,27 @@ mod tests {
         let f = Format::new("[{prefix}/{n}/{prefix}]", "A", 2).expect("valid");
         assert_eq!(f.format(5), "[A/05/A]");
         assert_eq!(f.parse("[A/05/A]"), Ok(5));
+    }
+
+    #[test]
+    fn templates_need_the_prefix() {
+        for bad in ["{n}", "N-{n}", "{n}-prefix"] {
+            assert_eq!(
+                Format::new(bad, "A", 3),
+                Err(OptionsError::FormatWithoutPrefix {
+                    format: bad.to_owned()
+                })
+            );
+            // A stored one still compiles: its sequence exists.
+            assert!(Format::stored(bad, "A", 3).is_ok(), "{bad:?}");
+        }
+        let err = Format::new("N-{n}", "A", 3).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"format "N-{n}" has no {prefix}: sequences with different prefixes would make the same codes"#
+        );
+        // The other rules still apply to a stored template.
+        assert!(Format::stored("{n}{n}", "A", 3).is_err());
     }
 
     #[test]

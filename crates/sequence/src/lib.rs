@@ -49,7 +49,8 @@
 //!   exhausted range and codes that do not parse are typed [`Error`]s; the limits are the
 //!   constants of [`limits`].
 //! - **Codes parse back.** [`Format::parse`] accepts exactly the codes [`Format::format`]
-//!   writes, and with the default format no two prefixes make the same code.
+//!   writes, and with the default format no two prefixes make the same code. A format must
+//!   hold `{prefix}` ([`OptionsError::FormatWithoutPrefix`]): without it every prefix would.
 //!
 //! # Why the backstop is a key, not an index
 //! The classic design puts a unique index on `(prefix, number)`. The index crate's unique

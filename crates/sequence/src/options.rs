@@ -65,7 +65,9 @@ pub struct SequenceOptions {
     pub max: Option<u64>,
     /// What happens past the largest number the width shows or `max` (default: widen).
     pub at_max: AtMax,
-    /// The code template: `{prefix}` and exactly one `{n}` (default `{prefix}{n}`).
+    /// The code template: `{prefix}` at least once and `{n}` exactly once (default
+    /// `{prefix}{n}`). Without `{prefix}`, sequences with different prefixes would make the
+    /// same codes, so [`OptionsError::FormatWithoutPrefix`] refuses it.
     pub format: String,
 }
 
@@ -96,8 +98,25 @@ pub(crate) struct Definition {
 }
 
 impl Definition {
-    /// Checks and resolves `options` for `prefix`.
+    /// Checks and resolves `options` for `prefix`, for a new sequence.
     pub(crate) fn new(prefix: &str, options: &SequenceOptions) -> Result<Definition, Error> {
+        Definition::resolve(prefix, options, Format::new)
+    }
+
+    /// Checks and resolves the options of a sequence created earlier, whose format may lack
+    /// `{prefix}` (allowed before [`OptionsError::FormatWithoutPrefix`] existed): the
+    /// sequence exists, so its handles open and creating it again is a no-op, but no new
+    /// sequence gets such a format.
+    pub(crate) fn existing(prefix: &str, options: &SequenceOptions) -> Result<Definition, Error> {
+        Definition::resolve(prefix, options, Format::stored)
+    }
+
+    /// Checks and resolves `options` for `prefix`, compiling the format with `compile`.
+    fn resolve(
+        prefix: &str,
+        options: &SequenceOptions,
+        compile: fn(&str, &str, usize) -> Result<Format, OptionsError>,
+    ) -> Result<Definition, Error> {
         validate_prefix(prefix).map_err(|reason| Error::InvalidPrefix {
             prefix: prefix.to_owned(),
             reason,
@@ -136,7 +155,7 @@ impl Definition {
             }
             .into());
         }
-        let format = Format::new(&o.format, prefix, o.width)?;
+        let format = compile(&o.format, prefix, o.width)?;
         Ok(Definition {
             prefix: prefix.to_owned(),
             mode: o.mode,
@@ -178,7 +197,8 @@ impl Definition {
         .into_bytes()
     }
 
-    /// Reads the stored form back, checking it as `create` would.
+    /// Reads the stored form back, checking it as `create` did when it wrote it (see
+    /// [`Definition::existing`]).
     pub(crate) fn decode(prefix: &str, bytes: &[u8]) -> Result<Definition, Error> {
         let corrupt = |reason: &str| Error::Corrupt {
             prefix: prefix.to_owned(),
@@ -221,7 +241,7 @@ impl Definition {
             at_max,
             format,
         };
-        Definition::new(prefix, &options).map_err(|e| corrupt(&e.to_string()))
+        Definition::existing(prefix, &options).map_err(|e| corrupt(&e.to_string()))
     }
 }
 
@@ -254,6 +274,24 @@ mod tests {
             .replace("max=5000", "max=700");
         assert_eq!(Definition::decode("TICKET", stored.as_bytes()), Ok(d));
         assert!(Definition::decode("TICKET", b"v2\n").is_err());
+    }
+
+    #[test]
+    fn a_stored_format_without_the_prefix_still_decodes() {
+        let stored = b"v1\nmode=fast\nstart=1\nwidth=3\nmax=999\nat_max=widen\nformat=N-{n}";
+        let d = Definition::decode("A", stored).expect("created before the rule");
+        assert_eq!(d.format.format(7), "N-007");
+        let options = SequenceOptions {
+            format: "N-{n}".into(),
+            ..Default::default()
+        };
+        assert_eq!(Definition::existing("A", &options), Ok(d));
+        assert_eq!(
+            Definition::new("A", &options),
+            Err(Error::InvalidOptions(OptionsError::FormatWithoutPrefix {
+                format: "N-{n}".into()
+            }))
+        );
     }
 
     #[test]

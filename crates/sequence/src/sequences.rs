@@ -14,7 +14,7 @@ use tuplekv_engine::{
     Versionstamp,
 };
 
-use crate::error::Error;
+use crate::error::{Error, OptionsError};
 use crate::fast::FastSequence;
 use crate::gapless::GaplessSequence;
 use crate::limits::ROOT_SIZE_MAX;
@@ -78,10 +78,24 @@ impl<S: Store + Clone> Sequences<S> {
     /// succeeds, so every server may call it at start-up.
     ///
     /// # Errors
-    /// [`Error::InvalidPrefix`], [`Error::InvalidOptions`], [`Error::AlreadyExists`] with
+    /// [`Error::InvalidPrefix`], [`Error::InvalidOptions`] (among them a format without
+    /// `{prefix}`, [`OptionsError::FormatWithoutPrefix`]), [`Error::AlreadyExists`] with
     /// other options, or a store error.
+    ///
+    /// A sequence created before formats had to hold `{prefix}` keeps its format: creating it
+    /// again with the same options still succeeds, and its handles open.
     pub fn create(&self, prefix: &str, options: SequenceOptions) -> Result<(), Error> {
-        let def = Definition::new(prefix, &options)?;
+        let def = match Definition::new(prefix, &options) {
+            Ok(def) => def,
+            Err(refused @ Error::InvalidOptions(OptionsError::FormatWithoutPrefix { .. })) => {
+                let same = Definition::existing(prefix, &options)?;
+                return match self.definition(prefix)? {
+                    Some(existing) if existing == same => Ok(()),
+                    _ => Err(refused),
+                };
+            }
+            Err(e) => return Err(e),
+        };
         let key = self.key(&["def".into(), prefix.into()])?;
         let write = AtomicWrite {
             checks: vec![Check {

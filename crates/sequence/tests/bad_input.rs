@@ -229,13 +229,13 @@ fn width_max_and_number_max_bound_the_options() {
 #[test]
 fn format_size_max_is_the_longest_template() {
     let (db, seqs) = setup();
-    let longest = format!("{}{{n}}", "x".repeat(FORMAT_SIZE_MAX - 3));
+    let longest = format!("{{prefix}}{}{{n}}", "x".repeat(FORMAT_SIZE_MAX - 11));
     let options = SequenceOptions {
         format: longest,
         ..Default::default()
     };
     seqs.create("LONG", options).unwrap();
-    let past = format!("{}{{n}}", "x".repeat(FORMAT_SIZE_MAX - 2));
+    let past = format!("{{prefix}}{}{{n}}", "x".repeat(FORMAT_SIZE_MAX - 10));
     let options = SequenceOptions {
         format: past,
         ..Default::default()
@@ -256,6 +256,58 @@ fn format_size_max_is_the_longest_template() {
             "{err}"
         );
     }
+}
+
+#[test]
+fn a_format_without_the_prefix_is_refused_naming_it() {
+    let (db, seqs) = setup();
+    for format in ["{n}", "N-{n}", "{n}.log"] {
+        let options = SequenceOptions {
+            format: format.into(),
+            ..Default::default()
+        };
+        let err = fails_without_change(&db, || seqs.create("ERR", options));
+        assert_eq!(
+            err,
+            Error::InvalidOptions(OptionsError::FormatWithoutPrefix {
+                format: format.into()
+            })
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "invalid options: format {format:?} has no {{prefix}}: sequences with \
+                 different prefixes would make the same codes"
+            )
+        );
+    }
+}
+
+#[test]
+fn a_sequence_created_before_formats_needed_the_prefix_still_works() {
+    let (db, seqs) = setup();
+    // The definition as `create` stored it when a format needed only `{n}`.
+    let legacy = "v1\nmode=fast\nstart=1\nwidth=3\nmax=999\nat_max=widen\nformat=N-{n}";
+    db.set(
+        &Key::new(vec!["__sequences".into(), "def".into(), "OLD".into()]).unwrap(),
+        legacy.as_bytes(),
+    )
+    .unwrap();
+    let options = SequenceOptions {
+        format: "N-{n}".into(),
+        ..Default::default()
+    };
+    // Creating it again with its own options is the no-op it always was.
+    let before = everything(&db);
+    seqs.create("OLD", options.clone()).unwrap();
+    assert_eq!(everything(&db), before);
+    assert_eq!(seqs.fast("OLD").unwrap().next().unwrap().code(), "N-001");
+    // A new sequence cannot have that format.
+    let err = fails_without_change(&db, || seqs.create("NEW", options));
+    assert!(
+        matches!(&err, Error::InvalidOptions(OptionsError::FormatWithoutPrefix { format }) if format == "N-{n}"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -86,13 +86,17 @@ impl Reference {
         }
         let version = self.version + 1;
         let mut next = self.entries.clone();
-        for m in &write.mutations {
+        for (index, m) in write.mutations.iter().enumerate() {
             let key = m.key.to_vec();
             let current = next.get(&key).map(|(v, _)| v.clone());
             let u64_op = |op: &'static str, n: u64, f: fn(u64, u64) -> u64| match &current {
                 None => Ok(n),
                 Some(Value::U64(old)) => Ok(f(*old, n)),
-                Some(_) => Err(Error::NotU64 { op }),
+                Some(_) => Err(Error::NotU64 {
+                    op,
+                    index,
+                    key: m.key.clone(),
+                }),
             };
             let new = match &m.kind {
                 MutationKind::Set {

@@ -123,8 +123,10 @@ pub(crate) fn load(
     entries: &mut HashMap<KeyBytes, Version>,
 ) -> Result<(u64, u64, u64), Error> {
     let bytes = read_file(fs, path)?;
-    let version = record::parse_file_header(record::CHECKPOINT_MAGIC, &bytes)
-        .ok_or_else(|| corrupt(path, 0, "not a checkpoint file (bad header)"))?;
+    let version = record::read_file_header(record::CHECKPOINT_MAGIC, &bytes).map_err(|bad| {
+        let reason = format!("bad checkpoint header: {}", bad.reason);
+        corrupt(path, bad.offset, reason)
+    })?;
     let mut at = record::FILE_HEADER_LEN;
     let mut count = 0u64;
     loop {
@@ -149,17 +151,41 @@ pub(crate) fn load(
                 version: v,
                 entries: n,
             }) => {
-                if v != version || n != count || at + len != bytes.len() {
-                    return Err(corrupt(
-                        path,
-                        at,
-                        "checkpoint trailer does not match its contents",
-                    ));
-                }
+                check_trailer(path, &bytes, (at, at + len), (version, count), (v, n))?;
                 return Ok((version, count, bytes.len() as u64));
             }
             _ => return Err(corrupt(path, at, "malformed checkpoint frame")),
         }
         at += len;
     }
+}
+
+/// Checks a checkpoint's trailer (`trailer`: its version and entry count, at `at..end`)
+/// against the header's version and the entries read (`read`). The trailer is checksummed and
+/// the header is not: if they disagree, the header is what is damaged.
+fn check_trailer(
+    path: &Path,
+    bytes: &[u8],
+    (at, end): (usize, usize),
+    read: (u64, u64),
+    trailer: (u64, u64),
+) -> Result<(), Error> {
+    let ((version, count), (v, entries)) = (read, trailer);
+    if v != version {
+        let reason = format!("checkpoint header says version {version}, its trailer {v}");
+        return Err(corrupt(
+            path,
+            record::version_damage_offset(version, v),
+            reason,
+        ));
+    }
+    if entries != count {
+        let reason = format!("checkpoint trailer counts {entries} entries, the file holds {count}");
+        return Err(corrupt(path, at, reason));
+    }
+    if end != bytes.len() {
+        let reason = format!("{} bytes after the checkpoint trailer", bytes.len() - end);
+        return Err(corrupt(path, end, reason));
+    }
+    Ok(())
 }

@@ -87,7 +87,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::error::Error;
+use crate::error::{Error, IoError};
 use crate::value::Versionstamp;
 use fs::FileSystem;
 
@@ -157,13 +157,11 @@ pub(crate) fn parse_numbered(name: &str, prefix: &str, ext: &str) -> Option<u64>
     digits.parse().ok()
 }
 
-/// An [`Error::Io`] naming what was being done to `path`.
+/// The error of a file operation on `path`. The callers lend `e`, so it is copied (an
+/// operating system error exactly, by its code; see `IoError::copied`).
 pub(crate) fn io_error(context: impl Into<String>, path: &Path, e: &io::Error) -> Error {
-    Error::Io {
-        context: format!("{} {}", context.into(), path.display()),
-        kind: e.kind(),
-        message: e.to_string(),
-    }
+    let context = format!("{} {}", context.into(), path.display());
+    Error::Io(IoError::copied(context, e))
 }
 
 /// How far ahead of its records the current segment is filled with zeros. An append that

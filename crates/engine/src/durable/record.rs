@@ -28,6 +28,10 @@
 //!
 //! One commit is one frame, so recovery applies a commit entirely or not at all.
 //!
+//! The file header has no checksum of its own. A bad magic is reported at its first wrong
+//! byte; a checkpoint's version is repeated in its checksummed trailer, so a header that
+//! disagrees with it is reported at the first byte of the version field that differs.
+//!
 //! A `synced` mark tells a torn write from damage. A segment's zero-filled tail is overwritten
 //! in place, so a write cut by a crash can leave a hole *before* frames that did reach the
 //! disk. Bytes can only be missing if no sync covered them, and every mark after such bytes
@@ -98,10 +102,57 @@ pub(crate) fn file_header(magic: &[u8; 8], version: u64) -> [u8; FILE_HEADER_LEN
 
 /// Parses a file header, checking its magic.
 pub(crate) fn parse_file_header(magic: &[u8; 8], bytes: &[u8]) -> Option<u64> {
-    if bytes.len() < FILE_HEADER_LEN || &bytes[..8] != magic {
-        return None;
+    read_file_header(magic, bytes).ok()
+}
+
+/// Why a file header is not one: the offset of the first bad byte, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BadHeader {
+    pub(crate) offset: usize,
+    pub(crate) reason: String,
+}
+
+/// Parses a file header, checking its magic; on failure, says where it goes wrong: at the
+/// first byte that differs from `magic`, or at the end of a file shorter than a header.
+pub(crate) fn read_file_header(magic: &[u8; 8], bytes: &[u8]) -> Result<u64, BadHeader> {
+    let Some((found, version)) = bytes
+        .get(..FILE_HEADER_LEN)
+        .and_then(|h| h.split_first_chunk::<8>())
+    else {
+        return Err(BadHeader {
+            offset: bytes.len(),
+            reason: format!(
+                "the file is {} bytes, shorter than its {FILE_HEADER_LEN}-byte header",
+                bytes.len()
+            ),
+        });
+    };
+    if let Some(at) = found.iter().zip(magic).position(|(f, m)| f != m) {
+        return Err(BadHeader {
+            offset: at,
+            reason: format!(
+                "magic is {:?}, expected {:?}",
+                found.escape_ascii().to_string(),
+                magic.escape_ascii().to_string()
+            ),
+        });
     }
-    Some(u64::from_le_bytes(bytes[8..16].try_into().ok()?))
+    let version = version.try_into().map_err(|_| BadHeader {
+        offset: 8,
+        reason: "the version field is not 8 bytes".to_owned(),
+    })?;
+    Ok(u64::from_le_bytes(version))
+}
+
+/// The offset of the first byte of a header's version field that differs between `header`
+/// and `expected`: where a damaged version went wrong (the field itself if they are equal).
+pub(crate) fn version_damage_offset(header: u64, expected: u64) -> usize {
+    let differs = header
+        .to_le_bytes()
+        .iter()
+        .zip(expected.to_le_bytes())
+        .position(|(h, e)| *h != e);
+    8 + differs.unwrap_or(0)
 }
 
 /// Builds frames into one buffer.
@@ -400,6 +451,32 @@ mod tests {
         ];
         w.commit(42, writes.into_iter());
         w
+    }
+
+    #[test]
+    fn a_bad_header_is_reported_at_its_first_wrong_byte() {
+        let good = file_header(CHECKPOINT_MAGIC, 300);
+        assert_eq!(read_file_header(CHECKPOINT_MAGIC, &good), Ok(300));
+        assert_eq!(parse_file_header(LOG_MAGIC, &good), None);
+        let mut bad = good;
+        bad[5] ^= 0x20;
+        let err = read_file_header(CHECKPOINT_MAGIC, &bad).unwrap_err();
+        assert_eq!(err.offset, 5);
+        assert_eq!(err.reason, r#"magic is "TKVCKp01", expected "TKVCKP01""#);
+        let short = read_file_header(CHECKPOINT_MAGIC, &good[..15]).unwrap_err();
+        assert_eq!(short.offset, 15);
+        assert_eq!(
+            short.reason,
+            "the file is 15 bytes, shorter than its 16-byte header"
+        );
+    }
+
+    #[test]
+    fn version_damage_is_placed_at_the_first_differing_byte() {
+        assert_eq!(version_damage_offset(300, 300), 8);
+        assert_eq!(version_damage_offset(300 ^ 1, 300), 8);
+        assert_eq!(version_damage_offset(300 ^ (1 << 8), 300), 9);
+        assert_eq!(version_damage_offset(300 ^ (1 << 63), 300), 15);
     }
 
     #[test]

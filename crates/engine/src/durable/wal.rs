@@ -117,18 +117,11 @@ impl Segment {
 /// The error every write gets once the log has stopped because of `cause`.
 pub(crate) fn stopped(cause: &Error) -> Error {
     match cause {
-        Error::Io {
-            context,
-            kind,
-            message,
-        } => Error::Io {
-            context: format!(
-                "the log stopped accepting writes after {context} failed (reads go on; reopen \
-                 the database to recover what is durable)"
-            ),
-            kind: *kind,
-            message: message.clone(),
-        },
+        Error::Io(io) => Error::Io(io.with_context(format!(
+            "the log stopped accepting writes after {} failed (reads go on; reopen the \
+             database to recover what is durable)",
+            io.context()
+        ))),
         other => other.clone(),
     }
 }

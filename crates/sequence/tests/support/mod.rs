@@ -94,11 +94,10 @@ impl Store for Faulty {
             }
             if plan.fail > 0 {
                 plan.fail -= 1;
-                return Err(Error::Io {
-                    context: "writing the log (on purpose)".into(),
-                    kind: std::io::ErrorKind::Other,
-                    message: "injected failure".into(),
-                });
+                return Err(Error::Io(tuplekv_engine::IoError::new(
+                    "writing the log (on purpose)",
+                    std::io::Error::other("injected failure"),
+                )));
             }
             if plan.rivals > 0 {
                 plan.rivals -= 1;
