@@ -132,6 +132,13 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// Every version up to [`VERSION_MAX`](crate::limits::VERSION_MAX) is used: no commit
+    /// can be numbered. No history gets there (it takes 2^63 commits).
+    #[error("no versionstamp is left: the last one ({last}) is at the limit")]
+    VersionsExhausted {
+        /// The last version handed out.
+        last: u64,
+    },
 }
 
 /// An I/O failure: what was being done (and to which file), and the [`io::Error`] it met,

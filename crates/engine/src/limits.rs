@@ -27,6 +27,9 @@ pub const LIST_BATCH_SIZE_MAX: usize = 1000;
 pub const LIST_BATCH_SIZE_DEFAULT_MAX: usize = 500;
 /// Longest expiry, in milliseconds (2^53 - 1, the largest integer a JavaScript number holds).
 pub const EXPIRE_IN_MAX_MS: u64 = (1 << 53) - 1;
+/// The largest version a commit may have. Recovery refuses a file claiming a version above it
+/// as damage, which leaves room above it for the versions a durable log reserves.
+pub const VERSION_MAX: u64 = u64::MAX >> 1;
 /// Most attempts a transaction makes before reporting a conflict.
 pub const TRANSACTION_ATTEMPTS_MAX: u32 = 16;
 

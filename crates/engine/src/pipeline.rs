@@ -372,6 +372,9 @@ impl Inner {
         if !conflict.failed_checks.is_empty() || conflict.range_changed {
             return Ok(CommitResult::Conflict(conflict));
         }
+        if *last >= VERSION_MAX {
+            return Err(Error::VersionsExhausted { last: *last });
+        }
         let staged = self.stage(mutations, slots, &mut now)?;
         let version = *last + 1;
         self.write_staged(staged, version, slots, log);

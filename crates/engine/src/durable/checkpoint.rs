@@ -129,6 +129,8 @@ pub(crate) fn load(
     })?;
     let mut at = record::FILE_HEADER_LEN;
     let mut count = 0u64;
+    // The first entry above the checkpoint's version, and the offset of its frame.
+    let mut above: Option<(usize, u64)> = None;
     loop {
         let (payload, len) = match record::read_frame(&bytes[at..]) {
             Frame::Valid { payload, len } => (payload, len),
@@ -137,6 +139,10 @@ pub(crate) fn load(
         };
         match record::decode_payload(payload) {
             Some(Payload::Entries(batch)) => {
+                if let Some((_, v, _)) = batch.iter().find(|(_, v, _)| *v > version) {
+                    // Checked once the trailer has vouched for the header's version.
+                    above.get_or_insert((at, *v));
+                }
                 for (key, v, (value, expires_at)) in batch {
                     let version = Version {
                         version: v,
@@ -152,6 +158,10 @@ pub(crate) fn load(
                 entries: n,
             }) => {
                 check_trailer(path, &bytes, (at, at + len), (version, count), (v, n))?;
+                if let Some((offset, v)) = above {
+                    let reason = format!("an entry at version {v}, above the checkpoint's");
+                    return Err(corrupt(path, offset, reason));
+                }
                 return Ok((version, count, bytes.len() as u64));
             }
             _ => return Err(corrupt(path, at, "malformed checkpoint frame")),

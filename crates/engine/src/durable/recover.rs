@@ -17,6 +17,7 @@ use super::{
 };
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
+use crate::limits::VERSION_MAX;
 use crate::value::Versionstamp;
 use crate::version::{Version, now_ms};
 
@@ -59,6 +60,12 @@ impl Rebuilt {
         floor: u64,
     ) -> Result<bool, Error> {
         match payload {
+            Payload::Commit { version, .. } | Payload::Reserved { upto: version }
+                if version > VERSION_MAX =>
+            {
+                let reason = format!("version {version} is above the last possible {VERSION_MAX}");
+                Err(corrupt(path, offset, reason))
+            }
             Payload::Commit { version, .. } if version <= floor => Ok(false),
             Payload::Commit { version, writes } => {
                 if version <= self.last {
@@ -167,8 +174,11 @@ fn list(fs: &dyn FileSystem, dir: &Path) -> Result<(Vec<u64>, Vec<u64>), Error> 
             checkpoints.push(v);
         } else if let Some(v) = parse_numbered(name, "wal", "log") {
             // Segments start at a published version + 1; version 0 is never one.
-            if v == 0 {
-                let reason = "a log segment named as starting at version 0 (the first is 1)";
+            if v == 0 || v > VERSION_MAX {
+                let reason = format!(
+                    "a log segment named as starting at version {v} (the first is 1, the last \
+                     possible {VERSION_MAX})"
+                );
                 return Err(corrupt(&dir.join(name), 0, reason));
             }
             segments.push(v);
@@ -195,6 +205,10 @@ fn load_newest_checkpoint(
         return Ok(0);
     };
     let path = dir.join(numbered("checkpoint", named, "ckpt"));
+    if named > VERSION_MAX {
+        let reason = format!("a checkpoint named as at version {named}, above {VERSION_MAX}");
+        return Err(corrupt(&path, 0, reason));
+    }
     let (version, count, bytes) = checkpoint::load(fs, &path, &mut state.entries)?;
     if version != named {
         return Err(corrupt(
