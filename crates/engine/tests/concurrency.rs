@@ -9,23 +9,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tuplekv_engine::{
-    Database, Error, Key, ListOptions, Options, Selector, TransactionOptions, Value, Versionstamp,
-    key,
+    Database, Error, Key, ListOptions, Selector, TransactionOptions, Value, Versionstamp, key,
 };
+use tuplekv_testkit::db::{options, u64_of};
 
 fn stress() -> u64 {
     std::env::var("TUPLEKV_STRESS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1)
-}
-
-fn u64_of(v: Option<Value>) -> u64 {
-    match v {
-        Some(Value::U64(n)) => n,
-        None => 0,
-        other => panic!("not a u64: {other:?}"),
-    }
 }
 
 const ACCOUNTS: u64 = 8;
@@ -205,10 +197,7 @@ fn counter_transactions_lose_no_update() {
 /// `reclaim_now`.
 #[test]
 fn overwrites_and_deletes_without_snapshots_are_reclaimed_by_the_commit_itself() {
-    let db = Database::with_options(Options {
-        background_reclaim: false,
-        ..Options::default()
-    });
+    let db = Database::with_options(options());
     let n = 200_000 * stress();
     for i in 0..n {
         db.set(&key!["hot"], Value::U64(i)).unwrap();
@@ -227,10 +216,7 @@ fn overwrites_and_deletes_without_snapshots_are_reclaimed_by_the_commit_itself()
 
 #[test]
 fn a_held_snapshot_keeps_its_version_until_dropped() {
-    let db = Database::with_options(Options {
-        background_reclaim: false,
-        ..Options::default()
-    });
+    let db = Database::with_options(options());
     db.set(&key!["k"], Value::U64(0)).unwrap();
     let snap = db.snapshot();
     for i in 1..=1000u64 {

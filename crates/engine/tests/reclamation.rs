@@ -6,16 +6,14 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tuplekv_engine::{Database, Options, ReadView, Stats, Value, key};
+use tuplekv_engine::{Database, ReadView, Stats, Value, key};
 use tuplekv_testkit::counted::counted_bytes;
+use tuplekv_testkit::db::options;
 
 const DAY: Duration = Duration::from_secs(86_400);
 
 fn without_thread() -> Database {
-    Database::with_options(Options {
-        background_reclaim: false,
-        ..Options::default()
-    })
+    Database::with_options(options())
 }
 
 /// Polls `stats()` until `done` holds, for at most ten seconds; returns the last stats.

@@ -2,6 +2,7 @@
 //! as plain data to compare, and reads of `U64` counters. Shared by the engine's, the index's
 //! and the sequence's tests and by the fuzz bodies, which all used to carry their own copies.
 
+use tuplekv_engine::limits::KEY_SIZE_MAX_READ;
 use tuplekv_engine::{ByteRange, Database, Options, ReadView, Value, Versionstamp};
 
 /// The engine's defaults without the background reclaimer, so that what a test counts
@@ -21,7 +22,8 @@ pub fn options() -> Options {
 }
 
 /// Every live entry, in key order: (key bytes, value, versionstamp). Two databases with the
-/// same dump hold the same data written by the same commits.
+/// same dump hold the same data written by the same commits. Raw keys count too: the range
+/// ends above every key that can be written.
 ///
 /// # Examples
 /// ```
@@ -38,7 +40,7 @@ pub fn options() -> Options {
 pub fn dump(db: &Database) -> Vec<(Vec<u8>, Value, Versionstamp)> {
     let all = ByteRange {
         start: vec![],
-        end: vec![0xff],
+        end: vec![0xff; KEY_SIZE_MAX_READ],
     };
     db.snapshot()
         .scan(&all, false, usize::MAX)
