@@ -5,7 +5,6 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tuplekv_engine::durable::fs::{Faults, FaultyFs};
 use tuplekv_engine::{Database, Durability, Error, Options, Value, key};
@@ -95,8 +94,16 @@ fn a_segment_that_cannot_be_started_is_removed_and_the_database_still_opens() {
     reopen_unchanged(db, dir.path(), opts);
 }
 
+/// Six committers run while the disk fills up and frees again, ten times. Each state lasts
+/// until the committers have met it (a commit acknowledged while there is space, one refused
+/// once the disk is full) rather than for a few milliseconds, which on a loaded machine could
+/// pass with no commit at all; and it ends after a bounded number of the other outcome, so a
+/// state that never comes fails the test instead of hanging it.
 #[test]
 fn io_failures_under_concurrent_commits_fail_exactly_the_unacknowledged_ones() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    /// How many commits of the other outcome may pass while a state is awaited.
+    const PATIENCE: u64 = 100_000;
     let dir = tempfile::tempdir().unwrap();
     let faults = Faults::new();
     let opts = Options {
@@ -104,16 +111,17 @@ fn io_failures_under_concurrent_commits_fail_exactly_the_unacknowledged_ones() {
         ..options()
     };
     let db = Database::open(dir.path(), opts.clone()).unwrap();
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let (ok, failed) = std::thread::scope(|s| {
+    let stop = AtomicBool::new(false);
+    let (acked, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (ok, failed, stuck) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..6u64)
             .map(|t| {
                 let db = db.clone();
-                let stop = &stop;
+                let (stop, acked, refused) = (&stop, &acked, &refused);
                 s.spawn(move || {
                     let (mut ok, mut failed) = (0u64, 0u64);
                     let mut i = 0u64;
-                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    while !stop.load(Ordering::Relaxed) {
                         let res = db
                             .atomic()
                             .sum(&key!["total"], 1)
@@ -124,8 +132,12 @@ fn io_failures_under_concurrent_commits_fail_exactly_the_unacknowledged_ones() {
                                 assert!(r.is_committed());
                                 ok += 1;
                                 i += 1;
+                                acked.fetch_add(1, Ordering::SeqCst);
                             }
-                            Err(Error::Io { .. }) => failed += 1,
+                            Err(Error::Io { .. }) => {
+                                failed += 1;
+                                refused.fetch_add(1, Ordering::SeqCst);
+                            }
                             Err(e) => panic!("unexpected error {e}"),
                         }
                     }
@@ -133,9 +145,33 @@ fn io_failures_under_concurrent_commits_fail_exactly_the_unacknowledged_ones() {
                 })
             })
             .collect();
-        // Alternate between a full disk (after a few more bytes) and free space.
+        // Waits for one more of `want` than `seen`; gives up (with why) when a worker has
+        // ended, which only a panic does before `stop`, or `other` grew by PATIENCE.
+        let wait = |want: &AtomicU64, other: &AtomicU64, what: &str| -> Result<(), String> {
+            let (seen, others) = (want.load(Ordering::SeqCst), other.load(Ordering::SeqCst));
+            while want.load(Ordering::SeqCst) == seen {
+                if workers.iter().any(|w| w.is_finished()) {
+                    return Err("a worker ended early".into());
+                }
+                if other.load(Ordering::SeqCst) - others > PATIENCE {
+                    return Err(format!("no commit {what} in {PATIENCE} attempts"));
+                }
+                std::thread::yield_now();
+            }
+            Ok(())
+        };
+        // Alternate between free space and a full disk (after a few more bytes).
+        let mut stuck = None;
         for round in 0..20u64 {
-            std::thread::sleep(Duration::from_millis(5));
+            let met = if round % 2 == 0 {
+                wait(&acked, &refused, "acknowledged with space")
+            } else {
+                wait(&refused, &acked, "refused on a full disk")
+            };
+            if let Err(why) = met {
+                stuck = Some(format!("round {round}: {why}"));
+                break;
+            }
             if round % 2 == 0 {
                 faults.disk_full_after(round * 37 % 500);
             } else {
@@ -143,13 +179,15 @@ fn io_failures_under_concurrent_commits_fail_exactly_the_unacknowledged_ones() {
             }
         }
         faults.disk_has_space();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        workers
+        stop.store(true, Ordering::Relaxed);
+        let (ok, failed) = workers
             .into_iter()
             .map(|w| w.join().unwrap())
-            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+        (ok, failed, stuck)
     });
-    assert!(ok > 0);
+    assert_eq!(stuck, None);
+    assert!(ok > 0 && failed > 0, "{ok} acknowledged, {failed} failed");
     println!("{ok} commits acknowledged, {failed} failed with an I/O error");
     // Memory holds exactly the acknowledged commits...
     let total = |db: &Database| match db.get(&key!["total"]).unwrap().map(|e| e.value) {
