@@ -12,6 +12,7 @@ pub mod db;
 pub mod durable;
 pub mod engine_ops;
 pub mod fuzz;
+pub mod recovery;
 pub mod reference;
 pub mod rounds;
 pub mod strategies;
