@@ -406,6 +406,43 @@ fn frame(payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A log segment starting at `base` holding one commit with no writes at each of `versions`,
+/// with valid checksums: for tests of what recovery makes of the versions a log claims.
+///
+/// # Examples
+/// ```
+/// let segment = tuplekv_testkit::recovery::log_segment(1, &[1, 2]);
+/// assert!(segment.starts_with(b"TKVLOG01"));
+/// ```
+pub fn log_segment(base: u64, versions: &[u64]) -> Vec<u8> {
+    let mut out = LOG_MAGIC.to_vec();
+    out.extend_from_slice(&base.to_le_bytes());
+    for v in versions {
+        let mut payload = vec![KIND_COMMIT];
+        payload.extend_from_slice(&v.to_le_bytes());
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&frame(&payload));
+    }
+    out
+}
+
+/// A checkpoint taken at `version` of a database with no entries, with valid checksums.
+///
+/// # Examples
+/// ```
+/// let checkpoint = tuplekv_testkit::recovery::empty_checkpoint(7);
+/// assert!(checkpoint.starts_with(b"TKVCKP01"));
+/// ```
+pub fn empty_checkpoint(version: u64) -> Vec<u8> {
+    let mut out = CHECKPOINT_MAGIC.to_vec();
+    out.extend_from_slice(&version.to_le_bytes());
+    let mut payload = vec![KIND_END];
+    payload.extend_from_slice(&version.to_le_bytes());
+    payload.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&frame(&payload));
+    out
+}
+
 /// The version in a file name added by an edit or synthesized: small, so that it meets the
 /// versions of the files around it, or (from 0xF8 up) near `u64::MAX`.
 fn name_version(b: u8) -> u64 {
