@@ -9,23 +9,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tuplekv_engine::{
-    Database, Error, Key, ListOptions, Options, Selector, TransactionOptions, Value, Versionstamp,
-    key,
+    Database, Error, Key, ListOptions, Selector, TransactionOptions, Value, Versionstamp, key,
 };
+use tuplekv_testkit::db::{options, u64_of};
+use tuplekv_testkit::rounds::Rounds;
 
 fn stress() -> u64 {
     std::env::var("TUPLEKV_STRESS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1)
-}
-
-fn u64_of(v: Option<Value>) -> u64 {
-    match v {
-        Some(Value::U64(n)) => n,
-        None => 0,
-        other => panic!("not a u64: {other:?}"),
-    }
 }
 
 const ACCOUNTS: u64 = 8;
@@ -37,24 +30,34 @@ fn total_in(entries: impl Iterator<Item = Result<tuplekv_engine::Entry, Error>>)
     })
 }
 
+/// Transfers move money between accounts in transactions while an auditor checks, in
+/// snapshots and in list iterators, that the total never changes. The auditor does not rely on
+/// the scheduler to run while the money moves (it once audited nothing in 3 runs of 25 under
+/// load): the transfers start after its first audit, and the first transfer thread waits
+/// halfway for an audit that begins there.
 #[test]
 fn bank_transfers_preserve_the_total_in_every_snapshot() {
     let db = Database::in_memory();
     for a in 0..ACCOUNTS {
         db.set(&key!["acct", a], Value::U64(OPENING)).unwrap();
     }
-    let stop = AtomicBool::new(false);
+    let audits = Rounds::default();
     let options = TransactionOptions {
         max_attempts: 64,
         ..TransactionOptions::default()
     };
+    let per_thread = 150 * stress();
     std::thread::scope(|s| {
         let transfers: Vec<_> = (0..4u64)
             .map(|t| {
-                let (db, options) = (db.clone(), options.clone());
+                let (db, options, audits) = (db.clone(), options.clone(), &audits);
                 s.spawn(move || {
                     let mut rng = fastrand::Rng::with_seed(t);
-                    for _ in 0..150 * stress() {
+                    audits.wait_for(1);
+                    for i in 0..per_thread {
+                        if t == 0 && i == per_thread / 2 {
+                            audits.wait_for_fresh();
+                        }
                         let (from, to) = (rng.u64(0..ACCOUNTS), rng.u64(0..ACCOUNTS));
                         let amount = rng.u64(1..50);
                         db.transaction_with(&options, |tx| {
@@ -72,10 +75,9 @@ fn bank_transfers_preserve_the_total_in_every_snapshot() {
                 })
             })
             .collect();
-        // Auditors: every snapshot and every list iterator sees the whole money.
+        // The auditor: every snapshot and every list iterator sees the whole money.
         let auditor = s.spawn(|| {
-            let mut audits = 0;
-            while !stop.load(Ordering::Relaxed) {
+            let audit = || {
                 let snap = db.snapshot();
                 let list = snap
                     .list(&Selector::prefix(&key!["acct"]), ListOptions::default())
@@ -92,15 +94,18 @@ fn bank_transfers_preserve_the_total_in_every_snapshot() {
                     )
                     .unwrap();
                 assert_eq!(total_in(list), (ACCOUNTS * OPENING, ACCOUNTS as usize));
-                audits += 1;
-            }
-            audits
+            };
+            audits.run(audit)
         });
+        let stop = audits.stop_on_drop();
         for t in transfers {
             t.join().unwrap();
         }
-        stop.store(true, Ordering::Relaxed);
-        assert!(auditor.join().unwrap() > 0);
+        drop(stop);
+        let audits = auditor.join().unwrap();
+        println!("bank transfers: {audits} audits");
+        // One before the transfers, one begun halfway through them.
+        assert!(audits >= 2, "{audits} audits");
     });
     let list = db
         .list(&Selector::prefix(&key!["acct"]), ListOptions::default())
@@ -205,10 +210,7 @@ fn counter_transactions_lose_no_update() {
 /// `reclaim_now`.
 #[test]
 fn overwrites_and_deletes_without_snapshots_are_reclaimed_by_the_commit_itself() {
-    let db = Database::with_options(Options {
-        background_reclaim: false,
-        ..Options::default()
-    });
+    let db = Database::with_options(options());
     let n = 200_000 * stress();
     for i in 0..n {
         db.set(&key!["hot"], Value::U64(i)).unwrap();
@@ -227,10 +229,7 @@ fn overwrites_and_deletes_without_snapshots_are_reclaimed_by_the_commit_itself()
 
 #[test]
 fn a_held_snapshot_keeps_its_version_until_dropped() {
-    let db = Database::with_options(Options {
-        background_reclaim: false,
-        ..Options::default()
-    });
+    let db = Database::with_options(options());
     db.set(&key!["k"], Value::U64(0)).unwrap();
     let snap = db.snapshot();
     for i in 1..=1000u64 {
@@ -265,18 +264,25 @@ fn a_held_snapshot_keeps_its_version_until_dropped() {
 #[test]
 fn a_long_write_workload_with_deletes_keeps_memory_bounded() {
     let db = Database::in_memory();
-    // A sliding window of 100 live keys over many inserts and deletes, readers holding short
-    // snapshots meanwhile.
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
+    // A sliding window of 100 live keys over many inserts and deletes, a reader holding short
+    // snapshots meanwhile: the writes start after its first one, and wait halfway for one
+    // taken there, so some are held while the window slides however the threads are run.
+    let snapshots = Rounds::default();
+    let writes = 20_000 * stress();
+    let held = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            snapshots.run(|| {
                 let snap = db.snapshot();
                 std::thread::sleep(Duration::from_micros(200));
                 drop(snap);
-            }
+            })
         });
-        for i in 0..20_000 * stress() {
+        let stop = snapshots.stop_on_drop();
+        snapshots.wait_for(1);
+        for i in 0..writes {
+            if i == writes / 2 {
+                snapshots.wait_for_fresh();
+            }
             let a = db.atomic().set(&key!["w", i], b"v");
             let a = if i >= 100 {
                 a.delete(&key!["w", i - 100])
@@ -285,8 +291,10 @@ fn a_long_write_workload_with_deletes_keeps_memory_bounded() {
             };
             assert!(a.commit().unwrap().is_committed());
         }
-        stop.store(true, Ordering::Relaxed);
+        drop(stop);
+        reader.join().unwrap()
     });
+    assert!(held >= 2, "{held} snapshots held");
     db.reclaim_now();
     let stats = db.stats();
     assert_eq!(stats.keys, 100, "{stats:?}");

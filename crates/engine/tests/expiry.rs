@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use tuplekv_engine::{Database, ListOptions, Options, Selector, Value, key};
+use tuplekv_engine::{Database, ListOptions, Selector, Value, key};
+use tuplekv_testkit::db::options;
 
 const NOW: Duration = Duration::ZERO;
 const LATER: Duration = Duration::from_secs(3600);
@@ -92,10 +93,7 @@ fn overwrite_and_sum_clear_the_deadline() {
 
 #[test]
 fn expired_values_are_reclaimed() {
-    let db = Database::with_options(Options {
-        background_reclaim: false,
-        ..Options::default()
-    });
+    let db = Database::with_options(options());
     let a = (0..1000).fold(db.atomic(), |a, i| {
         a.set_with_expiry(&key!["e", i], b"v", NOW)
     });

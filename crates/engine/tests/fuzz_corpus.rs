@@ -1,6 +1,7 @@
-//! Replays the `engine_ops` fuzz target's committed inputs: the seed corpus
-//! (`fuzz/corpus/engine_ops/seed-*`) and every minimised failure saved by `cargo xtask fuzz`
-//! (`fuzz/regressions/engine_ops/`), so a fixed bug stays fixed without libFuzzer.
+//! Replays the engine's fuzz targets' committed inputs (`engine_ops` and `recovery`): the seed
+//! corpus (`fuzz/corpus/<target>/seed-*`) and every minimised failure saved by
+//! `cargo xtask fuzz` (`fuzz/regressions/<target>/`), so a fixed bug stays fixed without
+//! libFuzzer.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -21,15 +22,35 @@ fn inputs(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     out
 }
 
+/// The committed inputs of fuzz target `target` with their bytes: its seed corpus (which must
+/// hold at least ten) and its saved regressions.
+fn committed(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    let mut files = inputs(&root.join("corpus").join(target), "seed-");
+    let seeds = files.len();
+    assert!(seeds >= 10, "{target} seed corpus missing: {seeds} inputs");
+    files.extend(inputs(&root.join("regressions").join(target), ""));
+    files
+        .into_iter()
+        .map(|file| {
+            let data = fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            (file, data)
+        })
+        .collect()
+}
+
 #[test]
 fn engine_ops_fuzz_corpus_replays_cleanly() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
-    let mut files = inputs(&root.join("corpus/engine_ops"), "seed-");
-    let seeds = files.len();
-    files.extend(inputs(&root.join("regressions/engine_ops"), ""));
-    assert!(seeds >= 10, "seed corpus missing: {seeds} inputs");
-    for file in files {
-        let data = fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    for (_, data) in committed("engine_ops") {
         tuplekv_testkit::fuzz::engine_ops_target(&data);
+    }
+}
+
+#[test]
+fn recovery_fuzz_corpus_replays_cleanly() {
+    for (file, data) in committed("recovery") {
+        // What recovery made of each input, for `-- --nocapture`: the body is the target's.
+        let outcome = tuplekv_testkit::recovery::run(&data);
+        println!("{}: {outcome:?}", file.display());
     }
 }

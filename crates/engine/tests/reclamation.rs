@@ -3,19 +3,18 @@
 //! background thread), and the background thread reclaims on its own, with no `reclaim_now`.
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tuplekv_engine::{Database, Options, ReadView, Stats, Value, key};
+use tuplekv_engine::{Database, ReadView, Stats, Value, key};
 use tuplekv_testkit::counted::counted_bytes;
+use tuplekv_testkit::db::options;
+use tuplekv_testkit::rounds::Rounds;
 
 const DAY: Duration = Duration::from_secs(86_400);
 
 fn without_thread() -> Database {
-    Database::with_options(Options {
-        background_reclaim: false,
-        ..Options::default()
-    })
+    Database::with_options(options())
 }
 
 /// Polls `stats()` until `done` holds, for at most ten seconds; returns the last stats.
@@ -283,23 +282,20 @@ fn slots_reserved_by_failed_commits_read_as_absent_and_are_reclaimed() {
 fn commits_racing_reclamation_of_their_reserved_slots_lose_no_write() {
     let db = without_thread();
     db.set(&key!["guard"], b"x").unwrap();
-    /// Stops the reclaiming thread however the loop ends, so a failed assertion fails the
-    /// test instead of hanging it.
-    struct StopOnDrop<'a>(&'a AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(false, Ordering::Relaxed);
-        }
-    }
-    let reclaiming = AtomicBool::new(true);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            while reclaiming.load(Ordering::Relaxed) {
-                db.reclaim_now();
+    // The commits start after the reclaimer's first pass and wait halfway for a pass begun
+    // there, so passes run among them however the threads are scheduled. The guard stops the
+    // reclaimer however the loop ends, so a failed assertion fails the test instead of
+    // hanging it.
+    let passes = Rounds::default();
+    let rounds = 20_000u64;
+    let reclaimed = std::thread::scope(|s| {
+        let reclaimer = s.spawn(|| passes.run(|| db.reclaim_now()));
+        let stop = passes.stop_on_drop();
+        passes.wait_for(1);
+        for i in 0..rounds {
+            if i == rounds / 2 {
+                passes.wait_for_fresh();
             }
-        });
-        let _stop = StopOnDrop(&reclaiming);
-        for i in 0..20_000u64 {
             // A failed commit reserves the slot and queues it for removal; the next commit
             // of the same key may find it reserved, removed, or gone.
             let lost = db
@@ -322,7 +318,10 @@ fn commits_racing_reclamation_of_their_reserved_slots_lose_no_write() {
                 "commit {i}"
             );
         }
+        drop(stop);
+        reclaimer.join().unwrap()
     });
+    assert!(reclaimed >= 2, "{reclaimed} reclaim passes");
     db.reclaim_now();
     assert_eq!(db.stats().keys, 20_001);
 }

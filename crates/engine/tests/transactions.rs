@@ -9,17 +9,8 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use tuplekv_engine::limits::{CHECKS_MAX, KEY_SIZE_MAX_READ};
-use tuplekv_engine::{
-    Database, Error, Key, ListOptions, Options, Selector, TransactionOptions, Value, key,
-};
-
-fn u64_of(v: Option<Value>) -> u64 {
-    match v {
-        Some(Value::U64(n)) => n,
-        None => 0,
-        other => panic!("not a u64: {other:?}"),
-    }
-}
+use tuplekv_engine::{Database, Error, Key, ListOptions, Selector, TransactionOptions, Value, key};
+use tuplekv_testkit::db::{options, u64_of};
 
 /// How long the values these tests read live stay live: long enough that a busy machine still
 /// reads them before the deadline, short enough to wait for.
@@ -67,10 +58,7 @@ fn check_expiry_conflicts(db: &Database, reclaim_meanwhile: bool) {
 #[test]
 fn a_value_read_live_that_expires_before_commit_conflicts() {
     check_expiry_conflicts(&Database::in_memory(), false);
-    let quiet = Database::with_options(Options {
-        background_reclaim: false,
-        ..Options::default()
-    });
+    let quiet = Database::with_options(options());
     check_expiry_conflicts(&quiet, false);
 }
 

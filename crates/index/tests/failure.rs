@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 use serde::{Deserialize, Serialize};
 use tuplekv_engine::{
-    AtomicWrite, ByteRange, CommitResult, Conflict, Database, ReadView, Snapshot, Store,
-    Versionstamp, key,
+    AtomicWrite, CommitResult, Conflict, Database, Snapshot, Store, Versionstamp, key,
 };
 use tuplekv_index::{Collection, Error};
+use tuplekv_testkit::db::dump;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct User {
@@ -63,20 +63,6 @@ impl Store for Faulty {
             _ => Store::commit(&self.db, write),
         }
     }
-}
-
-/// Every key and value in the store, raw.
-fn dump(db: &Database) -> Vec<(Vec<u8>, tuplekv_engine::Value)> {
-    let all = ByteRange {
-        start: vec![],
-        end: vec![0xff; 4],
-    };
-    db.snapshot()
-        .scan(&all, false, usize::MAX)
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.key.to_vec(), e.value))
-        .collect()
 }
 
 fn open<S: Store>(store: S, attempts: u32) -> Collection<User, S> {

@@ -1,5 +1,5 @@
 //! Bodies of the cargo-fuzz targets. `fuzz/fuzz_targets/*.rs` only call these, and the codec's
-//! tests replay the committed corpus through them.
+//! and the engine's tests replay the committed corpus through them.
 
 use tuplekv_codec::{decode_key, decode_parts, encode_key, validate_key};
 
@@ -45,4 +45,13 @@ pub fn engine_ops_target(data: &[u8]) {
     if let Err(disagreement) = crate::engine_ops::run_ops(&ops) {
         panic!("engine and model disagree: {disagreement}");
     }
+}
+
+/// Body of the `recovery` fuzz target: a database directory is built from the input (a real
+/// history with its files edited, or files made from the input with valid checksums) and
+/// opened; recovery must not panic, must fail with `Corrupt` or `Io` or recover a prefix of
+/// the history, and what it recovers must take a commit and open again. See
+/// [`crate::recovery`].
+pub fn recovery_target(data: &[u8]) {
+    crate::recovery::run(data);
 }

@@ -1,13 +1,19 @@
 //! Test support shared by the tuplekv crates, their fuzz targets and benches: proptest
 //! strategies that favour the hard cases, loaders for the golden vectors recorded from real
 //! Deno (kept in `data/`, copied from the project's shared vectors so a clone is
-//! self-contained), a reference model of the engine (`reference`), self-counting buffers for memory tests (`counted`), and the bodies of the fuzz
-//! targets so `cargo test` can replay their corpus.
+//! self-contained), a reference model of the engine (`reference`), self-counting buffers for
+//! memory tests (`counted`), helpers for tests that drive a database (`db`) or its directory
+//! on disk (`durable`), a checker thread's rounds for concurrent tests to wait on (`rounds`),
+//! and the bodies of the fuzz targets so `cargo test` can replay their corpus.
 
 pub mod config;
 pub mod counted;
+pub mod db;
+pub mod durable;
 pub mod engine_ops;
 pub mod fuzz;
+pub mod recovery;
 pub mod reference;
+pub mod rounds;
 pub mod strategies;
 pub mod vectors;
