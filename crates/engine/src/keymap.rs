@@ -38,6 +38,8 @@
 //! counted handle ([`Slot`]).
 
 use std::alloc::{self, Layout};
+use std::marker::PhantomData;
+use std::ops::Deref;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{self, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
@@ -164,38 +166,93 @@ impl Node {
         }
     }
 
-    /// Drops a counted reference; the last one defers the node's destruction.
-    fn release(&self) {
-        if self.refs.fetch_sub(1, Ordering::Release) == 1 {
+    /// Drops a counted reference on `node`; the last one defers the node's destruction.
+    ///
+    /// Takes the node's pointer rather than `&self`: the free goes through the pointer the node
+    /// was reached by, whose provenance is its allocation's, never through one derived from a
+    /// shared reference (which permits reads only).
+    ///
+    /// # Safety
+    /// The caller owns one of `node`'s counts (its linked count, or a [`Slot`]'s) and gives it
+    /// up: it does not use that count again.
+    #[allow(unsafe_code)]
+    unsafe fn release(node: NodeRef<'_>) {
+        if node.refs.fetch_sub(1, Ordering::Release) == 1 {
             atomic::fence(Ordering::Acquire);
-            let node = ptr::from_ref(self).cast_mut();
+            let raw = node.ptr.as_ptr();
             let guard = epoch::pin();
             // SAFETY: the count reached zero, so the node is unlinked (being linked holds a
             // count) and no slot holds it; nothing can take a new count (`try_acquire` refuses
             // zero). Threads still pinned from before may hold plain references: the collector
             // runs the free only after all of them have unpinned. This is the only place that
             // schedules the free of a node that was ever linked.
-            #[allow(unsafe_code)]
             unsafe {
-                guard.defer_unchecked(move || Node::free(node));
+                guard.defer_unchecked(move || Node::free(raw));
             }
         }
     }
 }
 
-/// The node `link` points to, if any, borrowed for as long as `guard` stays pinned.
+/// A node reached through a link while a guard is pinned for `'g` (or fresh from
+/// [`Node::alloc`], or held by a count for `'g`): readable for `'g`.
+///
+/// It keeps the raw pointer the node was reached by, not a `&Node`: a [`Slot`] made from it
+/// holds that pointer, and the node's last release frees through it. A pointer taken back from
+/// a shared reference would carry that reference's permission, which allows no write and so no
+/// free, under the aliasing rules Miri checks.
+#[derive(Clone, Copy)]
+struct NodeRef<'g> {
+    ptr: NonNull<Node>,
+    pinned: PhantomData<&'g Node>,
+}
+
+impl<'g> NodeRef<'g> {
+    /// # Safety
+    /// `ptr` points to a node built by [`Node::alloc`] that is not freed before `'g` ends: it
+    /// was loaded from a link while a guard that lives for `'g` was pinned, is fresh and about
+    /// to be linked under such a guard, or a count on it is held for `'g`.
+    #[allow(unsafe_code)]
+    unsafe fn new(ptr: NonNull<Node>) -> Self {
+        NodeRef {
+            ptr,
+            pinned: PhantomData,
+        }
+    }
+
+    /// The node, borrowed for `'g`.
+    #[inline]
+    fn get(self) -> &'g Node {
+        // SAFETY: `NodeRef::new`'s promise: the node is allocated and fully built for `'g`,
+        // and nothing writes it except through atomics.
+        #[allow(unsafe_code)]
+        unsafe {
+            self.ptr.as_ref()
+        }
+    }
+}
+
+impl Deref for NodeRef<'_> {
+    type Target = Node;
+
+    #[inline]
+    fn deref(&self) -> &Node {
+        self.get()
+    }
+}
+
+/// The node `link` points to, if any, readable for as long as `guard` stays pinned.
 #[inline]
-fn load<'g>(link: &Atomic<Node>, guard: &'g Guard) -> Option<&'g Node> {
+fn load<'g>(link: &Atomic<Node>, guard: &'g Guard) -> Option<NodeRef<'g>> {
     #[cfg(test)]
     tests::LINKS_FOLLOWED.with(|n| n.set(n.get() + 1));
-    let shared = link.load(Ordering::Acquire, guard);
+    let ptr = NonNull::new(link.load(Ordering::Acquire, guard).as_raw().cast_mut())?;
     // SAFETY: a node reachable through the map's links while `guard` is pinned is not freed
     // before `guard` unpins (module docs: it is destroyed only through the collector, deferred
     // after it was unlinked, and a removed node's links point only at nodes linked when it
     // was removed). It was fully built before it was linked (release store, acquire load).
     #[allow(unsafe_code)]
     unsafe {
-        shared.as_ref()
+        Some(NodeRef::new(ptr))
     }
 }
 
@@ -217,12 +274,13 @@ pub(crate) struct KeyMap {
 }
 
 /// Per level, the last node before a searched key (`None`: the head).
-type Preds<'g> = [Option<&'g Node>; MAX_HEIGHT];
+type Preds<'g> = [Option<NodeRef<'g>>; MAX_HEIGHT];
 
 /// A counted handle on one key's node: it stays valid (readable, possibly removed) until
 /// dropped, whatever happens to the map meanwhile.
 pub(crate) struct Slot<'a> {
     map: &'a KeyMap,
+    /// The pointer the node was reached by (see [`NodeRef`]).
     node: NonNull<Node>,
 }
 
@@ -237,30 +295,30 @@ unsafe impl Sync for Slot<'_> {}
 
 impl<'a> Slot<'a> {
     /// A slot for `node`, whose count the caller has already taken.
-    fn adopt(map: &'a KeyMap, node: &Node) -> Self {
+    fn adopt(map: &'a KeyMap, node: NodeRef<'_>) -> Self {
         Slot {
             map,
-            node: NonNull::from(node),
+            node: node.ptr,
         }
     }
 
-    fn node(&self) -> &Node {
+    fn node(&self) -> NodeRef<'_> {
         // SAFETY: the slot holds a count on the node, so it is not destroyed before the slot
         // is dropped (module docs).
         #[allow(unsafe_code)]
         unsafe {
-            self.node.as_ref()
+            NodeRef::new(self.node)
         }
     }
 
     /// The key.
     pub(crate) fn key(&self) -> &KeyBytes {
-        &self.node().key
+        &self.node().get().key
     }
 
     /// The key's version list.
     pub(crate) fn cell(&self) -> &ChainCell {
-        &self.node().cell
+        &self.node().get().cell
     }
 
     /// Whether the node has been removed from the map.
@@ -286,7 +344,11 @@ impl Clone for Slot<'_> {
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.node().release();
+        // SAFETY: the slot's count, given up as the slot goes.
+        #[allow(unsafe_code)]
+        unsafe {
+            Node::release(self.node());
+        }
     }
 }
 
@@ -338,9 +400,9 @@ fn random_height() -> usize {
 impl KeyMap {
     /// The forward link at `level` of `at` (`None`: the head).
     #[inline]
-    fn link<'n>(&'n self, at: Option<&'n Node>, level: usize) -> &'n Atomic<Node> {
+    fn link<'n>(&'n self, at: Option<NodeRef<'n>>, level: usize) -> &'n Atomic<Node> {
         match at {
-            Some(node) => node.next(level),
+            Some(node) => node.get().next(level),
             None => &self.head[level],
         }
     }
@@ -355,23 +417,23 @@ impl KeyMap {
         guard: &'g Guard,
         before: impl Fn(&[u8]) -> bool,
         mut preds: Option<&mut Preds<'g>>,
-    ) -> (Option<&'g Node>, Option<&'g Node>) {
-        let mut pred: Option<&'g Node> = None;
+    ) -> (Option<NodeRef<'g>>, Option<NodeRef<'g>>) {
+        let mut pred: Option<NodeRef<'g>> = None;
         // The node that stopped the level above: known not to be `before`, so no need to
         // compare it again when it stops this level too.
-        let mut stop: *const Node = ptr::null();
+        let mut stop: Option<NonNull<Node>> = None;
         let mut succ = None;
         for level in (0..self.height.load(Ordering::Relaxed)).rev() {
             loop {
                 succ = load(self.link(pred, level), guard);
                 match succ {
-                    Some(next) if !ptr::eq(next, stop) && before(next.key.as_slice()) => {
+                    Some(next) if Some(next.ptr) != stop && before(next.key.as_slice()) => {
                         pred = Some(next);
                     }
                     _ => break,
                 }
             }
-            stop = succ.map_or(ptr::null(), ptr::from_ref);
+            stop = succ.map(|n| n.ptr);
             if let Some(preds) = preds.as_deref_mut() {
                 preds[level] = pred;
             }
@@ -381,17 +443,17 @@ impl KeyMap {
 
     /// The first node at or after `key` that is not removed, if its key is `key`.
     #[inline]
-    fn find<'g>(&'g self, key: &[u8], guard: &'g Guard) -> Option<&'g Node> {
+    fn find<'g>(&'g self, key: &[u8], guard: &'g Guard) -> Option<NodeRef<'g>> {
         let (_, succ) = self.descend(guard, |k| compare(k, key).is_lt(), None);
         succ.filter(|n| !n.is_removed() && n.key.as_slice() == key)
     }
 
     /// The first node after `at` (`None`: the head) at the bottom level that is not removed.
     #[inline]
-    fn next_live<'g>(&'g self, at: Option<&Node>, guard: &'g Guard) -> Option<&'g Node> {
+    fn next_live<'g>(&'g self, at: Option<NodeRef<'_>>, guard: &'g Guard) -> Option<NodeRef<'g>> {
         let mut next = load(self.link(at, 0), guard);
         while let Some(node) = next.filter(|n| n.is_removed()) {
-            next = load(node.next(0), guard);
+            next = load(node.get().next(0), guard);
         }
         next
     }
@@ -403,7 +465,7 @@ impl KeyMap {
         start: Option<&[u8]>,
         exclusive: bool,
         guard: &'g Guard,
-    ) -> Option<&'g Node> {
+    ) -> Option<NodeRef<'g>> {
         let pred = match start {
             None => None,
             Some(start) if exclusive => self.descend(guard, |k| compare(k, start).is_le(), None).0,
@@ -414,7 +476,7 @@ impl KeyMap {
 
     /// Unlinks `node` from every level and drops its linked count; `false` if it was already
     /// removed. Called with the writer lock held.
-    fn unlink(&self, node: &Node, guard: &Guard) -> bool {
+    fn unlink(&self, node: NodeRef<'_>, guard: &Guard) -> bool {
         if node.is_removed() {
             return false;
         }
@@ -429,15 +491,20 @@ impl KeyMap {
             let link = self.link(preds[level], level);
             debug_assert!(ptr::eq(
                 link.load(Ordering::Relaxed, guard).as_raw(),
-                ptr::from_ref(node)
+                node.ptr.as_ptr()
             ));
             link.store(
-                node.next(level).load(Ordering::Relaxed, guard),
+                node.get().next(level).load(Ordering::Relaxed, guard),
                 Ordering::Release,
             );
         }
         self.writer.len.fetch_sub(1, Ordering::Relaxed);
-        node.release();
+        // SAFETY: the node's linked count, given up now that it is unlinked; `removed` was
+        // false and is set under the writer lock, so this runs once per node.
+        #[allow(unsafe_code)]
+        unsafe {
+            Node::release(node);
+        }
         true
     }
 
@@ -451,7 +518,7 @@ impl KeyMap {
         height: usize,
         preds: &mut Preds<'g>,
         guard: &'g Guard,
-    ) -> Option<&'g Node> {
+    ) -> Option<NodeRef<'g>> {
         let succ = if preds[..height].iter().flatten().any(|p| p.is_removed()) {
             *preds = [None; MAX_HEIGHT];
             self.descend(guard, |k| compare(k, key).is_lt(), Some(preds))
@@ -471,20 +538,29 @@ impl KeyMap {
 
     /// Links `node` (fresh from [`KeyMap::new_node`]) after `preds` (settled) at each of its
     /// levels. Called with the writer lock held.
-    fn link_in<'g>(&'g self, node: NonNull<Node>, preds: &Preds<'g>, guard: &'g Guard) -> &'g Node {
+    ///
+    /// The links store `node` itself, the pointer [`Node::alloc`] returned: every pointer
+    /// later loaded from them carries the allocation's provenance, so the node can be freed
+    /// through it.
+    fn link_in<'g>(
+        &'g self,
+        node: NonNull<Node>,
+        preds: &Preds<'g>,
+        guard: &'g Guard,
+    ) -> NodeRef<'g> {
+        let shared = Shared::from(node.as_ptr().cast_const());
         // SAFETY: fresh from `Node::alloc` and not yet shared; linked below under `guard`,
         // after which it is freed only through the collector (module docs), so it lives for
         // `'g`.
         #[allow(unsafe_code)]
-        let node: &'g Node = unsafe { node.as_ref() };
+        let node = unsafe { NodeRef::new(node) };
         let height = usize::from(node.height);
         for (level, pred) in preds.iter().enumerate().take(height) {
-            node.next(level).store(
+            node.get().next(level).store(
                 self.link(*pred, level).load(Ordering::Relaxed, guard),
                 Ordering::Relaxed,
             );
         }
-        let shared = Shared::from(ptr::from_ref(node));
         for (level, pred) in preds.iter().enumerate().take(height) {
             self.link(*pred, level).store(shared, Ordering::Release);
         }
@@ -557,9 +633,9 @@ impl KeyMap {
         top: usize,
         preds: &mut Preds<'g>,
         guard: &'g Guard,
-    ) -> Option<&'g Node> {
+    ) -> Option<NodeRef<'g>> {
         let mut succ = None;
-        let mut above: Option<&'g Node> = None;
+        let mut above: Option<NodeRef<'g>> = None;
         for level in (0..top).rev() {
             let mut pred = match (from[level], above) {
                 (Some(here), Some(up))
@@ -626,9 +702,12 @@ impl KeyMap {
             self.unlink(old, &guard);
             self.descend(&guard, before, Some(&mut preds));
         }
-        let node = self.new_node(key, value);
-        // No slot is handed out: drop the count `Node::alloc` reserved for one.
-        self.link_in(node, &preds, &guard).release();
+        let node = self.link_in(self.new_node(key, value), &preds, &guard);
+        // SAFETY: the count `Node::alloc` reserved for a slot; no slot is handed out.
+        #[allow(unsafe_code)]
+        unsafe {
+            Node::release(node);
+        }
     }
 
     /// Calls `f` with `key` and its versions, if present, under one epoch pin and without
@@ -649,7 +728,7 @@ impl KeyMap {
         f: impl FnOnce(Option<(&KeyBytes, &[Version])>) -> R,
     ) -> R {
         let guard = epoch::pin();
-        let node = self.find(key, &guard);
+        let node = self.find(key, &guard).map(NodeRef::get);
         f(node.map(|n| (&n.key, n.cell.load(&guard))))
     }
 
@@ -668,6 +747,7 @@ impl KeyMap {
             // visited before.
             let mut bound = end;
             while let (Some(node), _) = self.descend(&guard, |k| compare(k, bound).is_lt(), None) {
+                let node = node.get();
                 let key = node.key.as_slice();
                 if compare(key, start).is_lt() {
                     break;
