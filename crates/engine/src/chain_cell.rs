@@ -34,10 +34,11 @@
 //! reference outlives the pin that keeps it alive.
 
 use std::collections::VecDeque;
+use std::ptr::{self, NonNull};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
+use crossbeam_epoch::{self as epoch, Guard};
 use parking_lot::Mutex;
 
 use crate::db::{Chain, Version};
@@ -48,37 +49,41 @@ pub(crate) const RETIRE_BATCH: usize = 64;
 
 /// A key's version list, newest first, replaced as a whole by writers. A null pointer is the
 /// empty list (a slot inserted for a write, before the write lands): no allocation.
+///
+/// The pointer is a plain `AtomicPtr` holding what `Box::into_raw` returned: a pointer loaded
+/// from it keeps the list's allocation as its provenance (crossbeam's `Atomic` stores an
+/// integer), so Miri checks every access and the final free against that allocation.
 pub(crate) struct ChainCell {
-    ptr: Atomic<Chain>,
+    ptr: AtomicPtr<Chain>,
 }
 
 impl ChainCell {
     /// A cell holding the empty list.
     pub(crate) fn empty() -> Self {
         ChainCell {
-            ptr: Atomic::null(),
+            ptr: AtomicPtr::new(ptr::null_mut()),
         }
     }
 
     /// A cell holding `chain`.
     pub(crate) fn new(chain: Box<Chain>) -> Self {
         ChainCell {
-            ptr: Atomic::from(Owned::from(chain)),
+            ptr: AtomicPtr::new(Box::into_raw(chain)),
         }
     }
 
     /// The versions, newest first, as of this load; valid while `guard` stays pinned.
     #[inline]
-    pub(crate) fn load<'g>(&self, guard: &'g Guard) -> &'g [Version] {
-        let shared = self.ptr.load(Ordering::Acquire, guard);
-        // SAFETY: `shared` is null or points to a list this cell held while `guard` was
+    pub(crate) fn load<'g>(&self, _pinned: &'g Guard) -> &'g [Version] {
+        let raw = self.ptr.load(Ordering::Acquire);
+        // SAFETY: `raw` is null or points to a list this cell held while `guard` was
         // pinned. Such a list is freed only after `guard` unpins (see the module docs: a
         // replaced list waits in `Retired` for a marker deferred after its swap, and the
         // cell's own list goes with the node, whose destruction is deferred), so it lives for
         // `'g`. Lists are never written after they are published: `store` takes ownership of
         // a finished list.
         #[allow(unsafe_code)]
-        let chain = unsafe { shared.as_ref() };
+        let chain = unsafe { raw.as_ref() };
         chain.map_or(&[], |c| c.versions.as_slice())
     }
 
@@ -86,11 +91,9 @@ impl ChainCell {
     /// `retired`, which frees it once no pinned reader can still hold it.
     pub(crate) fn store(&self, chain: Option<Box<Chain>>, retired: &Retired) {
         let guard = epoch::pin();
-        let new = chain.map_or_else(Shared::null, |c| {
-            Owned::<Chain>::from(c).into_shared(&guard)
-        });
-        let old = self.ptr.swap(new, Ordering::AcqRel, &guard);
-        if !old.is_null() {
+        let new = chain.map_or(ptr::null_mut(), Box::into_raw);
+        let old = self.ptr.swap(new, Ordering::AcqRel);
+        if let Some(old) = NonNull::new(old) {
             retired.push(old, &guard);
         }
     }
@@ -98,13 +101,15 @@ impl ChainCell {
 
 impl Drop for ChainCell {
     fn drop(&mut self) {
-        let ptr = std::mem::replace(&mut self.ptr, Atomic::null());
+        let raw = *self.ptr.get_mut();
+        if raw.is_null() {
+            return;
+        }
         // SAFETY: `&mut self`: the cell is being destroyed, which the skiplist does only once
         // no pinned thread can reach its node, or when the map itself is dropped. No reader
-        // holds the list, and this is its only owner.
+        // holds the list, and this is its only owner; `raw` came from `Box::into_raw`.
         #[allow(unsafe_code)]
-        let owned = unsafe { ptr.try_into_owned() };
-        drop(owned);
+        drop(unsafe { Box::from_raw(raw) });
     }
 }
 
@@ -126,11 +131,12 @@ pub(crate) struct Retired {
 
 #[derive(Default)]
 struct RetiredState {
-    /// Unlinked since the last seal. An `Atomic` is only a pointer here (no ownership), so
-    /// holding one while readers still read the list asserts nothing about it.
-    open: Vec<Atomic<Chain>>,
+    /// Unlinked since the last seal. An `AtomicPtr` is only a pointer here (no ownership,
+    /// unlike a `Box`), so holding one while readers still read the list asserts nothing
+    /// about it; it is used for being `Send`, never for its atomicity.
+    open: Vec<AtomicPtr<Chain>>,
     /// Sealed batches, oldest first, each with its generation.
-    sealed: VecDeque<(u64, Vec<Atomic<Chain>>)>,
+    sealed: VecDeque<(u64, Vec<AtomicPtr<Chain>>)>,
     /// The generation the next sealed batch gets (from 1: `safe` starts at 0, none).
     next_generation: u64,
 }
@@ -150,10 +156,10 @@ impl Default for Retired {
 impl Retired {
     /// Keeps `old`, just unlinked from its cell, until it is safe to free; every
     /// [`RETIRE_BATCH`] lists, seals a batch and frees the batches found safe.
-    fn push(&self, old: Shared<'_, Chain>, guard: &Guard) {
+    fn push(&self, old: NonNull<Chain>, guard: &Guard) {
         let ready = {
             let mut state = self.state.lock();
-            state.open.push(Atomic::from(old));
+            state.open.push(AtomicPtr::new(old.as_ptr()));
             if state.open.len() < RETIRE_BATCH {
                 return;
             }
@@ -201,7 +207,7 @@ impl Retired {
     }
 
     /// Takes the sealed batches whose lists no reader can hold any more.
-    fn take_safe(&self, state: &mut RetiredState) -> Vec<Vec<Atomic<Chain>>> {
+    fn take_safe(&self, state: &mut RetiredState) -> Vec<Vec<AtomicPtr<Chain>>> {
         let safe = self.safe.load(Ordering::Acquire);
         let mut ready = Vec::new();
         while state.sealed.front().is_some_and(|(g, _)| *g <= safe) {
@@ -214,16 +220,16 @@ impl Retired {
 }
 
 /// Frees lists no reader can reach (taken from [`Retired`] as safe, or owned outright).
-fn free(batches: Vec<Vec<Atomic<Chain>>>) {
+fn free(batches: Vec<Vec<AtomicPtr<Chain>>>) {
     for batch in batches {
         for list in batch {
             // SAFETY: `list` was unlinked from its cell by a swap before its batch was sealed,
             // and its batch's marker (or a later one's) has run: every thread pinned when it
             // was sealed, so every thread that could have loaded the list, has unpinned. Each
-            // swap yields a distinct pointer, retired once, so this is its only free.
+            // swap yields a distinct pointer (from `Box::into_raw`, never null here), retired
+            // once, so this is its only free.
             #[allow(unsafe_code)]
-            let owned = unsafe { list.try_into_owned() };
-            drop(owned);
+            drop(unsafe { Box::from_raw(list.into_inner()) });
         }
     }
 }

@@ -41,9 +41,9 @@ use std::alloc::{self, Layout};
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{self, AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{self, AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
-use crossbeam_epoch::{self as epoch, Atomic, Guard, Shared};
+use crossbeam_epoch::{self as epoch, Guard};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
@@ -71,13 +71,13 @@ struct Node {
     removed: AtomicBool,
     height: u8,
     /// Where the `height` links start (level 0 first).
-    tower: [Atomic<Node>; 0],
+    tower: [AtomicPtr<Node>; 0],
 }
 
 impl Node {
     /// The allocation of a node with `height` links.
     fn layout(height: usize) -> Layout {
-        let size = std::mem::size_of::<Node>() + height * std::mem::size_of::<Atomic<Node>>();
+        let size = std::mem::size_of::<Node>() + height * std::mem::size_of::<AtomicPtr<Node>>();
         Layout::from_size_align(size, std::mem::align_of::<Node>())
             .expect("a node of at most MAX_HEIGHT links has a valid layout")
     }
@@ -106,9 +106,9 @@ impl Node {
                 height: height as u8,
                 tower: [],
             });
-            let tower = ptr::addr_of_mut!((*raw).tower).cast::<Atomic<Node>>();
+            let tower = ptr::addr_of_mut!((*raw).tower).cast::<AtomicPtr<Node>>();
             for level in 0..height {
-                tower.add(level).write(Atomic::null());
+                tower.add(level).write(AtomicPtr::new(ptr::null_mut()));
             }
         }
         node
@@ -131,14 +131,16 @@ impl Node {
 
     /// The forward link at `level` (below `height`).
     #[inline]
-    fn next(&self, level: usize) -> &Atomic<Node> {
+    fn next(&self, level: usize) -> &AtomicPtr<Node> {
         debug_assert!(level < usize::from(self.height));
         // SAFETY: a node is only ever reached through a pointer to a `Node::alloc`
         // allocation, which holds `height` initialised links from `tower` on, and
         // `level < height` at every call (a level is only followed on nodes found at it).
         #[allow(unsafe_code)]
         unsafe {
-            &*ptr::addr_of!(self.tower).cast::<Atomic<Node>>().add(level)
+            &*ptr::addr_of!(self.tower)
+                .cast::<AtomicPtr<Node>>()
+                .add(level)
         }
     }
 
@@ -242,10 +244,10 @@ impl Deref for NodeRef<'_> {
 
 /// The node `link` points to, if any, readable for as long as `guard` stays pinned.
 #[inline]
-fn load<'g>(link: &Atomic<Node>, guard: &'g Guard) -> Option<NodeRef<'g>> {
+fn load<'g>(link: &AtomicPtr<Node>, _pinned: &'g Guard) -> Option<NodeRef<'g>> {
     #[cfg(test)]
     tests::LINKS_FOLLOWED.with(|n| n.set(n.get() + 1));
-    let ptr = NonNull::new(link.load(Ordering::Acquire, guard).as_raw().cast_mut())?;
+    let ptr = NonNull::new(link.load(Ordering::Acquire))?;
     // SAFETY: a node reachable through the map's links while `guard` is pinned is not freed
     // before `guard` unpins (module docs: it is destroyed only through the collector, deferred
     // after it was unlinked, and a removed node's links point only at nodes linked when it
@@ -267,7 +269,7 @@ struct WriterLine {
 /// Encoded key → version list, ordered by key bytes.
 pub(crate) struct KeyMap {
     /// The head's forward links, one per level.
-    head: [Atomic<Node>; MAX_HEIGHT],
+    head: [AtomicPtr<Node>; MAX_HEIGHT],
     /// The number of levels in use (only grows; written under the writer lock).
     height: AtomicUsize,
     writer: WriterLine,
@@ -367,18 +369,16 @@ impl Default for KeyMap {
 
 impl Drop for KeyMap {
     fn drop(&mut self) {
-        let guard = epoch::pin();
-        let mut next = self.head[0].load(Ordering::Relaxed, &guard);
-        while !next.is_null() {
-            let node = next.as_raw().cast_mut();
+        let mut next = self.head[0].load(Ordering::Relaxed);
+        while let Some(node) = NonNull::new(next) {
             // SAFETY: `&mut self`: no reader or slot remains (slots borrow the map), so every
             // node still linked is the map's alone (removed ones are not reachable from here:
             // they are the collector's or a slot's). Each is visited once, its successor read
             // before it is freed.
             #[allow(unsafe_code)]
             unsafe {
-                next = (*node).next(0).load(Ordering::Relaxed, &guard);
-                Node::free(node);
+                next = node.as_ref().next(0).load(Ordering::Relaxed);
+                Node::free(node.as_ptr());
             }
         }
     }
@@ -400,7 +400,7 @@ fn random_height() -> usize {
 impl KeyMap {
     /// The forward link at `level` of `at` (`None`: the head).
     #[inline]
-    fn link<'n>(&'n self, at: Option<NodeRef<'n>>, level: usize) -> &'n Atomic<Node> {
+    fn link<'n>(&'n self, at: Option<NodeRef<'n>>, level: usize) -> &'n AtomicPtr<Node> {
         match at {
             Some(node) => node.get().next(level),
             None => &self.head[level],
@@ -489,12 +489,9 @@ impl KeyMap {
         );
         for level in (0..usize::from(node.height)).rev() {
             let link = self.link(preds[level], level);
-            debug_assert!(ptr::eq(
-                link.load(Ordering::Relaxed, guard).as_raw(),
-                node.ptr.as_ptr()
-            ));
+            debug_assert!(ptr::eq(link.load(Ordering::Relaxed), node.ptr.as_ptr()));
             link.store(
-                node.get().next(level).load(Ordering::Relaxed, guard),
+                node.get().next(level).load(Ordering::Relaxed),
                 Ordering::Release,
             );
         }
@@ -546,9 +543,9 @@ impl KeyMap {
         &'g self,
         node: NonNull<Node>,
         preds: &Preds<'g>,
-        guard: &'g Guard,
+        _pinned: &'g Guard,
     ) -> NodeRef<'g> {
-        let shared = Shared::from(node.as_ptr().cast_const());
+        let raw = node.as_ptr();
         // SAFETY: fresh from `Node::alloc` and not yet shared; linked below under `guard`,
         // after which it is freed only through the collector (module docs), so it lives for
         // `'g`.
@@ -557,12 +554,12 @@ impl KeyMap {
         let height = usize::from(node.height);
         for (level, pred) in preds.iter().enumerate().take(height) {
             node.get().next(level).store(
-                self.link(*pred, level).load(Ordering::Relaxed, guard),
+                self.link(*pred, level).load(Ordering::Relaxed),
                 Ordering::Relaxed,
             );
         }
         for (level, pred) in preds.iter().enumerate().take(height) {
-            self.link(*pred, level).store(shared, Ordering::Release);
+            self.link(*pred, level).store(raw, Ordering::Release);
         }
         if height > self.height.load(Ordering::Relaxed) {
             self.height.store(height, Ordering::Relaxed);
