@@ -82,7 +82,7 @@ impl ChainCell {
         // cell's own list goes with the node, whose destruction is deferred), so it lives for
         // `'g`. Lists are never written after they are published: `store` takes ownership of
         // a finished list.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "a list outlives its load only while pinned")]
         let chain = unsafe { raw.as_ref() };
         chain.map_or(&[], |c| c.versions.as_slice())
     }
@@ -108,7 +108,7 @@ impl Drop for ChainCell {
         // SAFETY: `&mut self`: the cell is being destroyed, which the skiplist does only once
         // no pinned thread can reach its node, or when the map itself is dropped. No reader
         // holds the list, and this is its only owner; `raw` came from `Box::into_raw`.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "the cell owns its list through a raw pointer")]
         drop(unsafe { Box::from_raw(raw) });
     }
 }
@@ -228,7 +228,7 @@ fn free(batches: Vec<Vec<AtomicPtr<Chain>>>) {
             // was sealed, so every thread that could have loaded the list, has unpinned. Each
             // swap yields a distinct pointer (from `Box::into_raw`, never null here), retired
             // once, so this is its only free.
-            #[allow(unsafe_code)]
+            #[expect(unsafe_code, reason = "frees a list readers reached by raw pointer")]
             drop(unsafe { Box::from_raw(list.into_inner()) });
         }
     }

@@ -88,7 +88,7 @@ impl Node {
         debug_assert!((1..=MAX_HEIGHT).contains(&height));
         let layout = Node::layout(height);
         // SAFETY: the layout has a non-zero size (the fixed part alone is not empty).
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "a node's links extend its allocation")]
         let raw = unsafe { alloc::alloc(layout) }.cast::<Node>();
         let Some(node) = NonNull::new(raw) else {
             alloc::handle_alloc_error(layout)
@@ -96,7 +96,7 @@ impl Node {
         // SAFETY: `raw` is a fresh allocation of `layout`: room for the fixed part, aligned
         // for it, followed by room for `height` links (`Atomic` is a pointer-sized value,
         // aligned like the fixed part). Everything is written before the node is shared.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "builds a variable-sized node in place")]
         unsafe {
             raw.write(Node {
                 key,
@@ -118,7 +118,7 @@ impl Node {
     ///
     /// # Safety
     /// `node` came from [`Node::alloc`], is not linked, and nothing will read it again.
-    #[allow(unsafe_code)]
+    #[expect(unsafe_code, reason = "frees a variable-sized node")]
     unsafe fn free(node: *mut Node) {
         // SAFETY: by the caller's promise the node is valid and this is its last use; its
         // layout is the one `alloc` made for its height.
@@ -136,7 +136,7 @@ impl Node {
         // SAFETY: a node is only ever reached through a pointer to a `Node::alloc`
         // allocation, which holds `height` initialised links from `tower` on, and
         // `level < height` at every call (a level is only followed on nodes found at it).
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "a node's links lie past its fixed part")]
         unsafe {
             &*ptr::addr_of!(self.tower)
                 .cast::<AtomicPtr<Node>>()
@@ -177,7 +177,7 @@ impl Node {
     /// # Safety
     /// The caller owns one of `node`'s counts (its linked count, or a [`Slot`]'s) and gives it
     /// up: it does not use that count again.
-    #[allow(unsafe_code)]
+    #[expect(unsafe_code, reason = "drops a count through the node's raw pointer")]
     unsafe fn release(node: NodeRef<'_>) {
         if node.refs.fetch_sub(1, Ordering::Release) == 1 {
             atomic::fence(Ordering::Acquire);
@@ -213,7 +213,7 @@ impl<'g> NodeRef<'g> {
     /// `ptr` points to a node built by [`Node::alloc`] that is not freed before `'g` ends: it
     /// was loaded from a link while a guard that lives for `'g` was pinned, is fresh and about
     /// to be linked under such a guard, or a count on it is held for `'g`.
-    #[allow(unsafe_code)]
+    #[expect(unsafe_code, reason = "a NodeRef asserts that its node outlives 'g")]
     unsafe fn new(ptr: NonNull<Node>) -> Self {
         NodeRef {
             ptr,
@@ -226,7 +226,7 @@ impl<'g> NodeRef<'g> {
     fn get(self) -> &'g Node {
         // SAFETY: `NodeRef::new`'s promise: the node is allocated and fully built for `'g`,
         // and nothing writes it except through atomics.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "reads a node through the pointer it holds")]
         unsafe {
             self.ptr.as_ref()
         }
@@ -252,7 +252,7 @@ fn load<'g>(link: &AtomicPtr<Node>, _pinned: &'g Guard) -> Option<NodeRef<'g>> {
     // before `guard` unpins (module docs: it is destroyed only through the collector, deferred
     // after it was unlinked, and a removed node's links point only at nodes linked when it
     // was removed). It was fully built before it was linked (release store, acquire load).
-    #[allow(unsafe_code)]
+    #[expect(unsafe_code, reason = "a loaded link stays valid only while pinned")]
     unsafe {
         Some(NodeRef::new(ptr))
     }
@@ -289,10 +289,10 @@ pub(crate) struct Slot<'a> {
 // SAFETY: a slot is a counted reference to a node whose fields are all thread-safe (atomics,
 // an immutable key, an epoch-protected cell); the count is atomic, and the node is destroyed
 // through the epoch collector from whichever thread drops the last count.
-#[allow(unsafe_code)]
+#[expect(unsafe_code, reason = "a slot holds a raw pointer to a node")]
 unsafe impl Send for Slot<'_> {}
 // SAFETY: as for `Send`: shared access reads atomics and immutable data only.
-#[allow(unsafe_code)]
+#[expect(unsafe_code, reason = "a slot holds a raw pointer to a node")]
 unsafe impl Sync for Slot<'_> {}
 
 impl<'a> Slot<'a> {
@@ -307,7 +307,7 @@ impl<'a> Slot<'a> {
     fn node(&self) -> NodeRef<'_> {
         // SAFETY: the slot holds a count on the node, so it is not destroyed before the slot
         // is dropped (module docs).
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "a slot's count keeps its node alive")]
         unsafe {
             NodeRef::new(self.node)
         }
@@ -347,7 +347,7 @@ impl Clone for Slot<'_> {
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         // SAFETY: the slot's count, given up as the slot goes.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "gives up the slot's count")]
         unsafe {
             Node::release(self.node());
         }
@@ -375,7 +375,7 @@ impl Drop for KeyMap {
             // node still linked is the map's alone (removed ones are not reachable from here:
             // they are the collector's or a slot's). Each is visited once, its successor read
             // before it is freed.
-            #[allow(unsafe_code)]
+            #[expect(unsafe_code, reason = "frees the nodes still linked at drop")]
             unsafe {
                 next = node.as_ref().next(0).load(Ordering::Relaxed);
                 Node::free(node.as_ptr());
@@ -498,7 +498,7 @@ impl KeyMap {
         self.writer.len.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: the node's linked count, given up now that it is unlinked; `removed` was
         // false and is set under the writer lock, so this runs once per node.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "gives up an unlinked node's linked count")]
         unsafe {
             Node::release(node);
         }
@@ -549,7 +549,7 @@ impl KeyMap {
         // SAFETY: fresh from `Node::alloc` and not yet shared; linked below under `guard`,
         // after which it is freed only through the collector (module docs), so it lives for
         // `'g`.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "a fresh node lives as long as its pin")]
         let node = unsafe { NodeRef::new(node) };
         let height = usize::from(node.height);
         for (level, pred) in preds.iter().enumerate().take(height) {
@@ -666,7 +666,7 @@ impl KeyMap {
         guard: &'g Guard,
     ) -> Slot<'a> {
         // SAFETY: fresh from `Node::alloc`, not shared yet.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "reads a fresh node before it is linked")]
         let (key, height) = unsafe {
             (
                 node.as_ref().key.as_slice(),
@@ -676,7 +676,7 @@ impl KeyMap {
         match self.settle(key, height, preds, guard) {
             Some(found) => {
                 // SAFETY: never linked or shared, and not used again.
-                #[allow(unsafe_code)]
+                #[expect(unsafe_code, reason = "frees a fresh node that lost its insert")]
                 unsafe {
                     Node::free(node.as_ptr());
                 }
@@ -701,7 +701,7 @@ impl KeyMap {
         }
         let node = self.link_in(self.new_node(key, value), &preds, &guard);
         // SAFETY: the count `Node::alloc` reserved for a slot; no slot is handed out.
-        #[allow(unsafe_code)]
+        #[expect(unsafe_code, reason = "gives up the count reserved for a slot")]
         unsafe {
             Node::release(node);
         }
