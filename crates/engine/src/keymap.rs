@@ -933,6 +933,12 @@ mod tests {
         assert_eq!(rest, [b"c"]);
     }
 
+    /// `normal`, or `miri` when the tests run under Miri, which interprets them thousands of
+    /// times slower: fewer keys, rounds and threads, through the same code paths.
+    fn scaled<T>(normal: T, miri: T) -> T {
+        if cfg!(miri) { miri } else { normal }
+    }
+
     /// Rounds for the randomized tests below; `TUPLEKV_STRESS=N` multiplies them.
     fn stress() -> usize {
         std::env::var("TUPLEKV_STRESS")
@@ -970,12 +976,14 @@ mod tests {
 
     #[test]
     fn random_inserts_removals_and_scans_match_an_ordered_set() {
-        for seed in 0..8 * stress() as u64 {
+        // Few enough keys that steps often meet a key already there (or just removed).
+        let space = scaled(400, 40);
+        for seed in 0..scaled(8, 2) * stress() as u64 {
             let mut rng = fastrand::Rng::with_seed(seed);
             let map = KeyMap::default();
             let mut model = std::collections::BTreeSet::new();
-            for step in 0..3000 {
-                let k = key_of(rng.u64(0..400));
+            for step in 0..scaled(3000, 150) {
+                let k = key_of(rng.u64(0..space));
                 match rng.u8(0..10) {
                     0..=3 => {
                         let slot = map.get_or_insert(&k);
@@ -989,7 +997,7 @@ mod tests {
                     4 => {
                         // Several keys, in any order, repeats included.
                         let keys: Vec<KeyBytes> = (0..rng.usize(1..6))
-                            .map(|_| key_of(rng.u64(0..400)))
+                            .map(|_| key_of(rng.u64(0..space)))
                             .collect();
                         let refs: Vec<&KeyBytes> = keys.iter().collect();
                         let slots = map.get_or_insert_all(&refs);
@@ -1009,7 +1017,7 @@ mod tests {
                         );
                     }
                     _ => {
-                        let (a, b) = (key_of(rng.u64(0..400)), key_of(rng.u64(0..400)));
+                        let (a, b) = (key_of(rng.u64(0..space)), key_of(rng.u64(0..space)));
                         let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
                         let n = rng.usize(1..50);
                         let want: Vec<Vec<u8>> = model
@@ -1058,13 +1066,16 @@ mod tests {
     #[test]
     fn tall_nodes_are_linked_and_unlinked_at_every_level() {
         let map = KeyMap::default();
-        let n = 20_000;
+        // With one node in four reaching the next level, `n` keys all staying below `levels`
+        // has odds of (1 - 4^-(levels-1))^n: about e^-78 for 20k and five, e^-19 for 300 and
+        // three.
+        let (n, levels) = scaled((20_000, 5), (300, 3));
         for i in 0..n {
             map.insert(key_of(i), ChainCell::empty());
         }
         assert!(
-            map.height.load(Ordering::Relaxed) >= 5,
-            "20k keys reach at least five levels"
+            map.height.load(Ordering::Relaxed) >= levels,
+            "{n} keys reach at least {levels} levels"
         );
         for i in (0..n).step_by(2) {
             assert!(
@@ -1110,8 +1121,8 @@ mod tests {
     #[test]
     fn racing_inserts_of_one_key_share_one_node() {
         let map = KeyMap::default();
-        let keys = 200;
-        let slots: Vec<Vec<Slot<'_>>> = on_threads(4, |_| {
+        let keys = scaled(200, 30);
+        let slots: Vec<Vec<Slot<'_>>> = on_threads(scaled(4, 3), |_| {
             (0..keys).map(|i| map.get_or_insert(&key_of(i))).collect()
         });
         assert_eq!(map.len(), keys as usize);
@@ -1124,11 +1135,11 @@ mod tests {
     #[test]
     fn concurrent_inserts_and_removals_keep_every_reader_ordered() {
         let map = KeyMap::default();
-        let writers = 3u64;
-        let per_writer = 300u64;
+        let writers = scaled(3u64, 2);
+        let per_writer = scaled(300u64, 20);
         let stop = AtomicBool::new(false);
         let finals: Vec<std::collections::BTreeSet<Vec<u8>>> = std::thread::scope(|s| {
-            let readers: Vec<_> = (0..2)
+            let readers: Vec<_> = (0..scaled(2, 1))
                 .map(|_| {
                     s.spawn(|| {
                         let mut scans = 0;
@@ -1148,7 +1159,7 @@ mod tests {
                     s.spawn(move || {
                         let mut rng = fastrand::Rng::with_seed(w);
                         let mut mine = std::collections::BTreeSet::new();
-                        for _ in 0..4000 * stress() {
+                        for _ in 0..scaled(4000, 150) * stress() {
                             // Interleaved key ranges: neighbours belong to different writers.
                             let k = key_of(rng.u64(0..per_writer) * writers + w);
                             if rng.bool() {
@@ -1212,8 +1223,8 @@ mod tests {
     #[test]
     fn racing_batches_of_overlapping_keys_share_one_node_per_key() {
         let map = KeyMap::default();
-        let keys: Vec<KeyBytes> = (0..300).map(key_of).collect();
-        let batches: Vec<Vec<Vec<Slot<'_>>>> = on_threads(4, |t| {
+        let keys: Vec<KeyBytes> = (0..scaled(300, 30)).map(key_of).collect();
+        let batches: Vec<Vec<Vec<Slot<'_>>>> = on_threads(scaled(4, 3), |t| {
             // Batches of three neighbours, each thread from another offset.
             (0..keys.len() - 2)
                 .map(|i| {
@@ -1233,7 +1244,10 @@ mod tests {
 
 /// How many links a search follows, counted rather than timed: a search must stay
 /// logarithmic in the map's size whatever the distance between the keys of one batch.
-#[cfg(test)]
+///
+/// Not under Miri: these tests count work rather than check memory, run no `unsafe` path the
+/// tests above do not, and their maps of up to 100k keys would take hours to interpret.
+#[cfg(all(test, not(miri)))]
 mod search_cost {
     use super::tests::LINKS_FOLLOWED;
     use super::*;
