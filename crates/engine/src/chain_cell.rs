@@ -2,22 +2,21 @@
 //! pin, and [`Retired`]: where replaced lists wait until no reader can hold them. This module
 //! and the map's (`keymap.rs`) hold the engine's `unsafe` code.
 //!
-//! # Why not a reference-counted pointer
-//! Readers visit one version list per key they pass. With `ArcSwap`, each visit takes and pays
-//! back a debt slot: two locked instructions per key, and on x86 a locked instruction stops the
-//! processor from starting the next key's loads early. Each `ArcSwap` store costs more still:
-//! it walks every thread's debt list to pay off readers (about 225 ns, under the commit lock).
-//! Crossbeam's epochs already protect the map's nodes while a reader walks them; here they
-//! protect the lists too: a read is a plain load, a store one atomic swap.
-//!
-//! # Who frees a replaced list
-//! Not the readers. Handing each replaced list to the epoch collector (`defer_destroy`) makes
-//! whichever thread pins next run the frees, and readers pin far more often than writers: an
-//! earlier version of this module did that, and gets running beside a writer fell to 51–97% of
-//! their rate alone. Here the writer keeps what it replaced in [`Retired`]: every
-//! [`RETIRE_BATCH`] lists it seals a batch and defers one tiny marker to the collector, which
-//! only records that the batch's generation is safe. The writer frees safe batches itself, as
-//! later commits seal theirs and in every reclamation pass.
+//! # Design
+//! - The lists are protected by the epochs that already protect the map's nodes: a read is a
+//!   plain acquire load under the pin the reader holds for the map, and writes nothing.
+//! - A reference-counted pointer (such as `ArcSwap`) would cost a reader two locked
+//!   instructions per list visited, and each store a walk over every thread's debts under
+//!   the commit lock; a store here is one atomic swap.
+//! - Replaced lists are freed by the writers, not the readers: handing each list to the epoch
+//!   collector would make whichever thread pins next run the frees, and readers pin far more
+//!   often than writers.
+//! - So the writer keeps what it replaced in [`Retired`]: every [`RETIRE_BATCH`] lists it
+//!   seals a batch and defers one marker to the collector, which only records that the
+//!   batch's generation is safe. The writer frees safe batches itself, as later commits seal
+//!   theirs and in every reclamation pass.
+//! - A replaced list therefore outlives its last reader until a later seal or reclamation
+//!   pass finds its batch safe: memory traded for readers that never free.
 //!
 //! # The invariant every `unsafe` block relies on
 //! A list that a cell points to is freed only when no pinned thread can reach it:
@@ -29,6 +28,8 @@
 //! - A cell's own list is freed when the cell is dropped. The skiplist drops a node's value
 //!   only in the node's deferred destructor (once no pinned thread can reach the node) or when
 //!   the whole map is dropped (`&mut`, so nobody reads it).
+//! - A list is freed through the pointer `Box::into_raw` returned: the cell holds it in an
+//!   `AtomicPtr` (never as an integer), and [`Retired`] keeps the same pointer.
 //!
 //! [`ChainCell::load`] ties the list it returns to the guard it was loaded under, so no
 //! reference outlives the pin that keeps it alive.

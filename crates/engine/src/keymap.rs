@@ -1,21 +1,26 @@
 //! [`KeyMap`]: the ordered map from encoded key to version list, with guard-scoped reads.
 //!
-//! # Why our own skiplist
-//! Until this module replaced it, the map was crossbeam's lock-free `SkipList`. Two of its
-//! costs sat on every commit that inserts a key, and neither could be changed from outside:
-//! - every insert writes one line shared by the whole list (its length and the seed of its
-//!   height generator), and every search reads its height hint from that same line, so two
-//!   threads inserting anywhere in the map pass that line back and forth (about 200 ns a trip
-//!   when the host puts the two vCPUs on separate cores);
-//! - every insert counts a reference on its node per level it links, and every search step
-//!   checks for marked links, the lock-free protocol's sign of a concurrent removal.
-//!
-//! Here the engine's own access pattern decides the design. Keys are removed only by the
-//! engine's writers (reclamation and rollback), and inserts are short once their place is
-//! found, so every change to the links is made under one small writer mutex: readers and the
-//! search half of every insert take no lock and write nothing, and the linking half is a few
-//! stores. With one writer at a time there are no marked pointers, no compare-and-swap retry
-//! loops and no helping: a removed node is unlinked at every level at once.
+//! # Design
+//! A skiplist whose links change only under one small writer mutex, built for the engine's
+//! access pattern: many readers, short inserts once their place is found, and removals made
+//! only by the engine's own writers (reclamation and rollback).
+//! - Readers take no lock and write no shared memory: a read pins the epoch once per operation
+//!   and borrows nodes, and the version lists they point to ([`ChainCell`]), under that pin
+//!   ([`KeyMap::read`], [`KeyMap::scan`]).
+//! - Only writers, which keep a key's place across the commit lock, take a counted handle
+//!   ([`Slot`]): one atomic increment per key a commit touches, none per key a reader visits.
+//! - An insert finds its place and allocates its node without the lock, then takes it for a
+//!   few stores: it brings the place up to date and links. Inserts anywhere in the map
+//!   serialise only on those stores.
+//! - The key count sits beside the writer lock and each thread draws node heights from its
+//!   own generator, so an insert writes no line shared by the whole map but the lock's.
+//! - With one writer at a time there are no marked pointers, compare-and-swap retry loops or
+//!   helping, and a removed node is unlinked from every level at once.
+//! - A node holds exactly its height's links, in the node's own allocation, and one node in
+//!   four reaches the next level: nodes are small, and a search passes about four per level.
+//! - Each key a commit writes is searched from the head: O(log n) whatever its distance from
+//!   the commit's other keys.
+//! - The links run forward only: a reverse scan costs one map search per entry.
 //!
 //! # The invariants the `unsafe` blocks rely on
 //! - **Links change only under `writer`.** A node is linked bottom level first, each level's
@@ -31,11 +36,11 @@
 //!   removed after the pin began) when it was loaded, hence not yet deferred. Only the map's
 //!   own `Drop` (`&mut`, so no reader) frees nodes directly.
 //! - **A [`Slot`] holds a count**, so its node outlives it whatever happens to the map.
-//!
-//! Reads pin the epoch once per operation and borrow nodes, and the version lists they point
-//! to ([`ChainCell`]), under that pin ([`KeyMap::read`], [`KeyMap::scan`]): a reader writes no
-//! shared memory. Only writers, which keep a key's place across the commit lock, take a
-//! counted handle ([`Slot`]).
+//! - **A node is reached and freed through the pointer [`Node::alloc`] returned.** The links
+//!   store that pointer (`AtomicPtr`, never an integer), searches carry it as a [`NodeRef`]
+//!   and a slot keeps it; the free goes through it, never through a pointer taken from a
+//!   `&Node`, whose permission allows reads only. Miri checks this under Tree Borrows
+//!   (`cargo xtask miri`).
 
 use std::alloc::{self, Layout};
 use std::marker::PhantomData;
@@ -387,11 +392,9 @@ impl Drop for KeyMap {
 /// A node height: `n` with probability `(3/4) 4^-(n-1)`, at most [`MAX_HEIGHT`]. From the
 /// thread's own generator, so inserts share no state.
 ///
-/// One in four rather than crossbeam's one in two: measured in this workload (throwaway
-/// programs, alternated in one session), commits of two fresh keys took about 12% less time
-/// (fewer levels to search and link) and gets and lists no longer. A one-in-four list passes
-/// more nodes per level, but its nodes are smaller on average (fewer links), so more of the
-/// upper levels stay in cache.
+/// One node in four reaches the next level, rather than one in two: a search passes more
+/// nodes per level but has half as many levels to descend, and nodes carry fewer links, so
+/// more of the upper levels stay in cache.
 fn random_height() -> usize {
     let bits = fastrand::u32(..);
     (1 + bits.trailing_zeros() as usize / 2).min(MAX_HEIGHT)
@@ -605,11 +608,8 @@ impl KeyMap {
     /// an empty cell first ([`KeyMap::get_or_insert`] for each).
     ///
     /// Each key is searched from the head, so it costs O(log n) whatever its distance from
-    /// the others. Searching from the previous key's place and linking every insert under one
-    /// hold of the lock was tried: it took more instructions per commit (the places it
-    /// carries are 16 links each) and no measurable time off two threads inserting
-    /// neighbours, and, written as a walk from the old place, it once cost time linear in
-    /// the keys between two far-apart keys.
+    /// the others; a search from the previous key's place would carry a place of
+    /// [`MAX_HEIGHT`] links from key to key.
     pub(crate) fn get_or_insert_all(&self, keys: &[&KeyBytes]) -> SmallVec<[Slot<'_>; 4]> {
         keys.iter().map(|key| self.get_or_insert(key)).collect()
     }
