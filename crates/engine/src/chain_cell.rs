@@ -58,6 +58,14 @@ pub(crate) struct ChainCell {
     ptr: AtomicPtr<Chain>,
 }
 
+// `AtomicPtr` makes a cell `Send` and `Sync` whatever it points to, where crossbeam's `Atomic`
+// asked its pointee to be both: sound only while the lists it hands between threads (read by
+// many, freed by any) are `Send` and `Sync` themselves.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<Chain>();
+};
+
 impl ChainCell {
     /// A cell holding the empty list.
     pub(crate) fn empty() -> Self {

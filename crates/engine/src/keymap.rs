@@ -79,6 +79,13 @@ struct Node {
     tower: [AtomicPtr<Node>; 0],
 }
 
+// The map's links are `AtomicPtr`s, which make the map `Send` and `Sync` whatever a node
+// holds: sound only while nodes, read by every thread and freed by any, are both themselves.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<Node>();
+};
+
 impl Node {
     /// The allocation of a node with `height` links.
     fn layout(height: usize) -> Layout {
