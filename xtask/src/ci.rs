@@ -1,6 +1,6 @@
 //! `cargo xtask ci`: formatting, lints, tests, the docs build, the model test on the reference
-//! key map, and Miri on the engine's `unsafe` code (`miri.rs`), in that order, stopping at the
-//! first failure, with a timing summary at the end.
+//! key map, and the engine's `unsafe` code checked by AddressSanitizer and Miri (`miri.rs`), in
+//! that order, stopping at the first failure, with a timing summary at the end.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ struct Step {
 enum Action {
     /// A command, already set up to run from the workspace root.
     Command(Command),
-    /// `cargo xtask miri`: it installs what Miri needs first, or falls back to a sanitizer.
+    /// `cargo xtask miri` without its fallback (the `asan` step ran the same tests).
     Miri,
 }
 
@@ -44,7 +44,7 @@ impl Step {
     fn run(self) -> Result<()> {
         match self.action {
             Action::Command(mut command) => cmd::run(&mut command),
-            Action::Miri => miri::run(),
+            Action::Miri => miri::run(miri::Fallback::AlreadyChecked),
         }
     }
 }
@@ -94,6 +94,10 @@ fn steps(args: &CiArgs) -> Vec<Step> {
     ]);
     steps.push(Step::command("ref-map", ref_map));
 
+    // The unsafe modules' unit tests, full size, under AddressSanitizer (a minute with its
+    // build), then scaled down under Miri: real threads on real hardware, then every access
+    // checked against the aliasing and data-race rules.
+    steps.push(Step::command("asan", miri::asan_tests()));
     if !args.skip_miri {
         steps.push(Step {
             name: "miri",
@@ -164,16 +168,19 @@ mod tests {
     }
 
     #[test]
-    fn runs_fmt_clippy_test_doc_ref_map_miri_in_order() {
+    fn runs_fmt_clippy_test_doc_ref_map_asan_miri_in_order() {
         assert_eq!(
             names(&CiArgs::default()),
-            ["fmt", "clippy", "test", "doc", "ref-map", "miri"]
+            ["fmt", "clippy", "test", "doc", "ref-map", "asan", "miri"]
         );
         let skipping = CiArgs {
             skip_tests: true,
             skip_miri: true,
         };
-        assert_eq!(names(&skipping), ["fmt", "clippy", "doc", "ref-map"]);
+        assert_eq!(
+            names(&skipping),
+            ["fmt", "clippy", "doc", "ref-map", "asan"]
+        );
     }
 
     #[test]

@@ -33,7 +33,8 @@ USAGE:
 COMMANDS:
     ci [--skip-tests] [--skip-miri]
                                   fmt --check, clippy -D warnings, tests, docs with -D warnings,
-                                  the model test on the reference key map, miri
+                                  the model test on the reference key map, the unsafe code's
+                                  tests under AddressSanitizer and miri
     miri                          the engine's unsafe code under Miri (or, where Miri cannot
                                   be installed, under AddressSanitizer)
     fuzz <TARGET> [--seconds N]   run one cargo-fuzz target for N seconds (default 30)
@@ -57,7 +58,10 @@ Runs, from the workspace root, stopping at the first failure:
     cargo test --workspace                      (left out with --skip-tests)
     RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps
     cargo test -p tuplekv-engine --features reference-keymap --test model
-    cargo xtask miri                            (left out with --skip-miri)
+    RUSTC_BOOTSTRAP=1 RUSTFLAGS=-Zsanitizer=address ... cargo test -p tuplekv-engine \\
+        --target x86_64-unknown-linux-gnu --lib -- keymap::tests:: chain_cell::tests::
+    cargo xtask miri                            (left out with --skip-miri; where Miri
+                                                 cannot be installed, a banner says so)
 then prints how long each step took.
 
 OPTIONS:
@@ -340,7 +344,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Task::Ci(args) => ci::run(args),
-        Task::Miri => miri::run(),
+        Task::Miri => miri::run(miri::Fallback::AddressSanitizer),
         Task::Fuzz(args) => fuzz::run(args),
         Task::Bench(args) => bench::run(args),
         Task::Soak(args) => soak::run(args),

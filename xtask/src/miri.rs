@@ -4,7 +4,8 @@
 //! the nightly toolchain with its `miri` and `rust-src` components; this command installs
 //! what is missing first. Where that cannot be done (a machine that can fetch no toolchain),
 //! it says so loudly and runs the same tests under AddressSanitizer instead, which sees fewer
-//! kinds of bug but still fails on a use after free or a double free.
+//! kinds of bug but still fails on a use after free or a double free. (`cargo xtask ci` runs
+//! them under AddressSanitizer in a step of their own, full size, whether Miri runs or not.)
 
 use std::process::Command;
 
@@ -33,15 +34,28 @@ pub(crate) const TEST_FILTERS: [&str; 2] = ["keymap::tests::", "chain_cell::test
 pub(crate) const MIRIFLAGS: &str =
     "-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks";
 
-/// Runs the tests under Miri, or under AddressSanitizer when Miri cannot be installed.
-pub(crate) fn run() -> Result<()> {
+/// What to do when Miri cannot be installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fallback {
+    /// Run the tests under AddressSanitizer instead (`cargo xtask miri`).
+    AddressSanitizer,
+    /// Only say so: the caller runs them under AddressSanitizer anyway (`cargo xtask ci`).
+    AlreadyChecked,
+}
+
+/// Runs the tests under Miri; when Miri cannot be installed, prints a banner saying so and
+/// does what `fallback` says.
+pub(crate) fn run(fallback: Fallback) -> Result<()> {
     let selected = check_selection()?;
     eprintln!("xtask: {selected} unit tests selected by {TEST_FILTERS:?}");
     match prepare() {
         Ok(()) => cmd::run(&mut miri_tests()),
         Err(why) => {
-            eprintln!("{}", fallback_banner(&format!("{why:#}")));
-            cmd::run(&mut asan_tests())
+            eprintln!("{}", fallback_banner(&format!("{why:#}"), fallback));
+            match fallback {
+                Fallback::AddressSanitizer => cmd::run(&mut asan_tests()),
+                Fallback::AlreadyChecked => Ok(()),
+            }
         }
     }
 }
@@ -65,21 +79,25 @@ fn miri_tests() -> Command {
 }
 
 /// The same tests, full size, under AddressSanitizer.
-fn asan_tests() -> Command {
+pub(crate) fn asan_tests() -> Command {
     let mut asan = sanitizer::address();
     asan.args(["--lib", "--"]).args(TEST_FILTERS);
     asan
 }
 
 /// What the fallback prints, framed so that it stands out in a CI log.
-fn fallback_banner(why: &str) -> String {
+fn fallback_banner(why: &str, fallback: Fallback) -> String {
     let rule = "=".repeat(78);
+    let instead = match fallback {
+        Fallback::AddressSanitizer => "is checked by AddressSanitizer instead",
+        Fallback::AlreadyChecked => "was checked only by the AddressSanitizer step",
+    };
     format!(
         "\n{rule}\n\
          MIRI COULD NOT BE INSTALLED: {why}\n\
-         The engine's unsafe code (keymap.rs, chain_cell.rs) is checked by AddressSanitizer\n\
-         instead: it catches a use after free, a double free or an overflow as they happen on\n\
-         x86, but not the aliasing rules, data races or uninitialised reads that Miri checks.\n\
+         The engine's unsafe code (keymap.rs, chain_cell.rs) {instead}:\n\
+         it catches a use after free, a double free or an overflow as they happen on x86,\n\
+         but not the aliasing rules, data races or uninitialised reads that Miri checks.\n\
          To run Miri: rustup toolchain install nightly --component miri --component rust-src\n\
          {rule}\n"
     )
@@ -135,9 +153,12 @@ mod tests {
 
     #[test]
     fn the_fallback_banner_names_the_reason_and_the_weaker_check() {
-        let banner = fallback_banner("toolchain 'nightly' is not installed");
+        let why = "toolchain 'nightly' is not installed";
+        let banner = fallback_banner(why, Fallback::AddressSanitizer);
         assert!(banner.contains("MIRI COULD NOT BE INSTALLED: toolchain 'nightly'"));
-        assert!(banner.contains("AddressSanitizer"));
+        assert!(banner.contains("checked by AddressSanitizer instead"));
+        let banner = fallback_banner(why, Fallback::AlreadyChecked);
+        assert!(banner.contains("checked only by the AddressSanitizer step"));
     }
 
     #[test]
