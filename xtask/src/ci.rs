@@ -1,26 +1,52 @@
-//! `cargo xtask ci`: formatting, lints, tests and the docs build, in that order, stopping at
-//! the first failure, with a timing summary at the end.
+//! `cargo xtask ci`: formatting, lints, tests, the docs build, the model test on the reference
+//! key map, and the engine's `unsafe` code checked by AddressSanitizer and Miri (`miri.rs`), in
+//! that order, stopping at the first failure, with a timing summary at the end.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use crate::cmd;
+use crate::{cmd, miri};
 
 /// Options of `cargo xtask ci`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct CiArgs {
     /// Leave out `cargo test --workspace` (`.ci/run` has already run it).
     pub(crate) skip_tests: bool,
+    /// Leave out `cargo xtask miri` (for a quick local run; CI runs it).
+    pub(crate) skip_miri: bool,
 }
 
-/// One CI step: a label for the summary and the command it runs.
+/// One CI step: a label for the summary and what it runs.
 struct Step {
     /// Short name shown in the summary.
     name: &'static str,
-    /// The command, already set up to run from the workspace root.
-    command: Command,
+    action: Action,
+}
+
+/// What a step runs.
+enum Action {
+    /// A command, already set up to run from the workspace root.
+    Command(Command),
+    /// `cargo xtask miri` without its fallback (the `asan` step ran the same tests).
+    Miri,
+}
+
+impl Step {
+    fn command(name: &'static str, command: Command) -> Self {
+        Step {
+            name,
+            action: Action::Command(command),
+        }
+    }
+
+    fn run(self) -> Result<()> {
+        match self.action {
+            Action::Command(mut command) => cmd::run(&mut command),
+            Action::Miri => miri::run(miri::Fallback::AlreadyChecked),
+        }
+    }
 }
 
 /// The steps `ci` runs, in order.
@@ -29,10 +55,7 @@ fn steps(args: &CiArgs) -> Vec<Step> {
 
     let mut fmt = cmd::cargo();
     fmt.args(["fmt", "--all", "--", "--check"]);
-    steps.push(Step {
-        name: "fmt",
-        command: fmt,
-    });
+    steps.push(Step::command("fmt", fmt));
 
     let mut clippy = cmd::cargo();
     clippy.args([
@@ -43,27 +66,44 @@ fn steps(args: &CiArgs) -> Vec<Step> {
         "-D",
         "warnings",
     ]);
-    steps.push(Step {
-        name: "clippy",
-        command: clippy,
-    });
+    steps.push(Step::command("clippy", clippy));
 
     if !args.skip_tests {
         let mut test = cmd::cargo();
         test.args(["test", "--workspace"]);
-        steps.push(Step {
-            name: "test",
-            command: test,
-        });
+        steps.push(Step::command("test", test));
     }
 
     let mut doc = cmd::cargo();
     doc.args(["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings");
-    steps.push(Step {
-        name: "doc",
-        command: doc,
-    });
+    steps.push(Step::command("doc", doc));
+
+    // The model test again, with the engine on crossbeam's SkipMap instead of its own
+    // skiplist: a case failing only on the skiplist points at it. Rebuilds only the engine,
+    // the testkit and the one test.
+    let mut ref_map = cmd::cargo();
+    ref_map.args([
+        "test",
+        "-p",
+        "tuplekv-engine",
+        "--features",
+        "reference-keymap",
+        "--test",
+        "model",
+    ]);
+    steps.push(Step::command("ref-map", ref_map));
+
+    // The unsafe modules' unit tests, full size, under AddressSanitizer (a minute with its
+    // build), then scaled down under Miri: real threads on real hardware, then every access
+    // checked against the aliasing and data-race rules.
+    steps.push(Step::command("asan", miri::asan_tests()));
+    if !args.skip_miri {
+        steps.push(Step {
+            name: "miri",
+            action: Action::Miri,
+        });
+    }
 
     steps
 }
@@ -76,13 +116,14 @@ pub(crate) fn run(args: &CiArgs) -> Result<()> {
     let mut timings: Vec<(&str, Duration, bool)> = Vec::new();
     let mut failure = None;
 
-    for (i, mut step) in steps.into_iter().enumerate() {
-        eprintln!("\n[ci {}/{total}] {}", i + 1, step.name);
+    for (i, step) in steps.into_iter().enumerate() {
+        let name = step.name;
+        eprintln!("\n[ci {}/{total}] {name}", i + 1);
         let t = Instant::now();
-        let result = cmd::run(&mut step.command);
-        timings.push((step.name, t.elapsed(), result.is_ok()));
+        let result = step.run();
+        timings.push((name, t.elapsed(), result.is_ok()));
         if let Err(e) = result {
-            failure = Some((step.name, e));
+            failure = Some((name, e));
             break;
         }
     }
@@ -94,6 +135,9 @@ pub(crate) fn run(args: &CiArgs) -> Result<()> {
     }
     if args.skip_tests {
         eprintln!("  {:<8} skipped", "test");
+    }
+    if args.skip_miri {
+        eprintln!("  {:<8} skipped", "miri");
     }
     eprintln!(
         "  {:<8} {:<7} {:>7.1}s",
@@ -116,19 +160,41 @@ mod tests {
         steps(args).iter().map(|s| s.name).collect()
     }
 
+    fn command_of(steps: &[Step], name: &str) -> String {
+        match &steps.iter().find(|s| s.name == name).expect("step").action {
+            Action::Command(command) => cmd::display(command),
+            Action::Miri => "cargo xtask miri".to_owned(),
+        }
+    }
+
     #[test]
-    fn runs_fmt_clippy_test_doc_in_order() {
-        assert_eq!(names(&CiArgs::default()), ["fmt", "clippy", "test", "doc"]);
+    fn runs_fmt_clippy_test_doc_ref_map_asan_miri_in_order() {
         assert_eq!(
-            names(&CiArgs { skip_tests: true }),
-            ["fmt", "clippy", "doc"]
+            names(&CiArgs::default()),
+            ["fmt", "clippy", "test", "doc", "ref-map", "asan", "miri"]
+        );
+        let skipping = CiArgs {
+            skip_tests: true,
+            skip_miri: true,
+        };
+        assert_eq!(
+            names(&skipping),
+            ["fmt", "clippy", "doc", "ref-map", "asan"]
         );
     }
 
     #[test]
     fn doc_step_denies_warnings() {
         let steps = steps(&CiArgs::default());
-        let doc = steps.iter().find(|s| s.name == "doc").expect("doc step");
-        assert!(cmd::display(&doc.command).contains("RUSTDOCFLAGS='-D warnings'"));
+        assert!(command_of(&steps, "doc").contains("RUSTDOCFLAGS='-D warnings'"));
+    }
+
+    #[test]
+    fn ref_map_step_runs_the_model_test_on_the_reference_key_map() {
+        let steps = steps(&CiArgs::default());
+        assert_eq!(
+            command_of(&steps, "ref-map"),
+            "cargo test -p tuplekv-engine --features reference-keymap --test model"
+        );
     }
 }

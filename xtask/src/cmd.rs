@@ -44,6 +44,20 @@ pub(crate) fn run_status(cmd: &mut Command) -> Result<ExitStatus> {
         .with_context(|| format!("could not start `{}`", display(cmd)))
 }
 
+/// Runs `cmd` with its standard output captured (standard error inherited, the command line
+/// echoed first) and returns that output; fails like [`run`].
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
+    eprintln!("$ {}", display(cmd));
+    let output = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("could not start `{}`", display(cmd)))?;
+    if !output.status.success() {
+        bail!("`{}` failed ({})", display(cmd), output.status);
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 /// Runs `cmd` with all output discarded and says whether it started and exited successfully.
 /// For probes such as `cargo fuzz --version`.
 pub(crate) fn succeeds_quietly(cmd: &mut Command) -> bool {

@@ -1,16 +1,20 @@
 //! Project automation, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
 //!
-//! Commands: `ci` (formatting, lints, tests, docs), `fuzz` (cargo-fuzz targets on stable Rust),
-//! `bench` (criterion groups) and `soak` (long property, crash and loom runs). `cargo xtask --help` lists their options. Only std and
-//! anyhow are used; arguments are parsed by hand in [`parse`].
+//! Commands: `ci` (formatting, lints, tests, docs, Miri), `miri` (the engine's `unsafe` code
+//! under Miri), `fuzz` (cargo-fuzz targets on stable Rust), `bench` (criterion groups) and
+//! `soak` (long property, crash, sanitizer and loom runs). `cargo xtask --help` lists their
+//! options. Only std and anyhow are used; arguments are parsed by hand in [`parse`].
 
 mod bench;
 mod ci;
 mod cmd;
 mod fuzz;
 mod handoff;
+mod miri;
+mod nightly;
 mod perf_doc;
 mod report;
+mod sanitizer;
 mod soak;
 
 use std::process::ExitCode;
@@ -28,31 +32,62 @@ USAGE:
     cargo xtask <COMMAND> [OPTIONS]
 
 COMMANDS:
-    ci [--skip-tests]             fmt --check, clippy -D warnings, tests, docs with -D warnings
+    ci [--skip-tests] [--skip-miri]
+                                  fmt --check, clippy -D warnings, tests, docs with -D warnings,
+                                  the model test on the reference key map, the unsafe code's
+                                  tests under AddressSanitizer and miri
+    miri                          the engine's unsafe code under Miri (or, where Miri cannot
+                                  be installed, under AddressSanitizer)
     fuzz <TARGET> [--seconds N]   run one cargo-fuzz target for N seconds (default 30)
     fuzz --all [--seconds N]      run every fuzz target, N seconds each
     fuzz --list                   print the fuzz targets
     bench [--quick] [GROUP...]    run criterion bench groups (default: all of them)
-    soak [--cases N] [--skip-asan] [--skip-loom]
+    soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
                                   long runs: many property cases, crash and stress rounds,
-                                  the engine under AddressSanitizer, loom
+                                  the engine under AddressSanitizer and ThreadSanitizer, loom
     help [COMMAND]                print this help, or a command's
 
 Run `cargo xtask <COMMAND> --help` for details.";
 
 /// Help for `cargo xtask ci`.
 const CI_HELP: &str = "\
-cargo xtask ci [--skip-tests]
+cargo xtask ci [--skip-tests] [--skip-miri]
 
 Runs, from the workspace root, stopping at the first failure:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
     cargo test --workspace                      (left out with --skip-tests)
     RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps
+    cargo test -p tuplekv-engine --features reference-keymap --test model
+    RUSTC_BOOTSTRAP=1 RUSTFLAGS=-Zsanitizer=address ... cargo test -p tuplekv-engine \\
+        --target x86_64-unknown-linux-gnu --lib -- keymap::tests:: chain_cell::tests::
+    cargo xtask miri                            (left out with --skip-miri; where Miri
+                                                 cannot be installed, a banner says so)
 then prints how long each step took.
 
 OPTIONS:
-    --skip-tests    leave out `cargo test` (.ci/run runs it before calling this)";
+    --skip-tests    leave out `cargo test` (.ci/run runs it before calling this)
+    --skip-miri     leave out Miri (a few minutes; CI runs it)";
+
+/// Help for `cargo xtask miri`.
+const MIRI_HELP: &str = "\
+cargo xtask miri
+
+Checks the engine's unsafe code (crates/engine/src/keymap.rs, chain_cell.rs) by running
+their unit tests, scaled down under cfg(miri), under Miri:
+    rustup component add --toolchain nightly miri rust-src
+        (rustup toolchain install nightly ... when there is no nightly toolchain)
+    rustup run nightly cargo miri setup
+    MIRIFLAGS='-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks' \\
+        rustup run nightly cargo miri test -p tuplekv-engine --lib -- keymap::tests:: \\
+        chain_cell::tests::
+xtask/src/miri.rs says why each flag. When the first two commands fail (a machine that can
+fetch no toolchain), prints a banner saying so and runs the same tests, full size, under
+AddressSanitizer instead:
+    RUSTC_BOOTSTRAP=1 RUSTFLAGS=-Zsanitizer=address ASAN_OPTIONS=detect_leaks=0 \\
+        CARGO_TARGET_DIR=target/asan cargo test -p tuplekv-engine \\
+        --target x86_64-unknown-linux-gnu --lib -- keymap::tests:: chain_cell::tests::
+A failure of the tests themselves, under either, fails the command.";
 
 /// Help for `cargo xtask fuzz`.
 const FUZZ_HELP: &str = "\
@@ -89,7 +124,7 @@ OPTIONS:
 
 /// Help for `cargo xtask soak`.
 const SOAK_HELP: &str = "\
-cargo xtask soak [--cases N] [--skip-asan] [--skip-loom]
+cargo xtask soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
 
 The long runs CI cannot afford, stopping at the first failure:
     TUPLEKV_PROPTEST_CASES=N TUPLEKV_CRASH_ITERATIONS=200 TUPLEKV_STRESS=10 \\
@@ -97,6 +132,12 @@ The long runs CI cannot afford, stopping at the first failure:
     RUSTC_BOOTSTRAP=1 RUSTFLAGS='-Zsanitizer=address' ASAN_OPTIONS=detect_leaks=0 \\
         TUPLEKV_PROPTEST_CASES=N/5 TUPLEKV_STRESS=5 CARGO_TARGET_DIR=target/asan \\
         cargo test -p tuplekv-engine --target x86_64-unknown-linux-gnu --lib --tests
+    RUSTFLAGS='-Zsanitizer=thread --cfg crossbeam_sanitize_thread' TUPLEKV_STRESS=5 \\
+        CARGO_TARGET_DIR=target/tsan rustup run nightly cargo test -Zbuild-std \\
+        -p tuplekv-engine --target x86_64-unknown-linux-gnu --lib -- keymap::tests:: \\
+        chain_cell::tests::
+        (after `rustup component add --toolchain nightly rust-src`; skipped, with a
+        banner saying why, where nightly's rust-src cannot be installed)
     RUSTFLAGS='--cfg loom' CARGO_TARGET_DIR=target/loom \\
         cargo test -p tuplekv-sequence --test loom --release
 A failing property case is saved under the crate's proptest-regressions/ (commit it).
@@ -104,6 +145,7 @@ A failing property case is saved under the crate's proptest-regressions/ (commit
 OPTIONS:
     --cases N      cases per property test (default 5000)
     --skip-asan    leave out the AddressSanitizer run of the engine's tests
+    --skip-tsan    leave out the ThreadSanitizer run of the unsafe modules' tests
     --skip-loom    leave out the loom model checks";
 
 /// A parsed command line.
@@ -113,6 +155,8 @@ enum Task {
     Help(&'static str),
     /// `cargo xtask ci`.
     Ci(CiArgs),
+    /// `cargo xtask miri`.
+    Miri,
     /// `cargo xtask fuzz`.
     Fuzz(FuzzArgs),
     /// `cargo xtask bench`.
@@ -143,6 +187,7 @@ fn parse(args: &[String]) -> Result<Task, UsageError> {
             _ => usage("`help` takes at most one command name"),
         },
         "ci" => parse_ci(rest),
+        "miri" => parse_miri(rest),
         "fuzz" => parse_fuzz(rest),
         "bench" => parse_bench(rest),
         "soak" => parse_soak(rest),
@@ -154,6 +199,7 @@ fn parse(args: &[String]) -> Result<Task, UsageError> {
 fn help_for(topic: &str) -> Result<&'static str, UsageError> {
     match topic {
         "ci" => Ok(CI_HELP),
+        "miri" => Ok(MIRI_HELP),
         "fuzz" => Ok(FUZZ_HELP),
         "bench" => Ok(BENCH_HELP),
         "soak" => Ok(SOAK_HELP),
@@ -173,10 +219,20 @@ fn parse_ci(args: &[String]) -> Result<Task, UsageError> {
         match arg.as_str() {
             a if is_help(a) => return Ok(Task::Help(CI_HELP)),
             "--skip-tests" => ci.skip_tests = true,
+            "--skip-miri" => ci.skip_miri = true,
             other => return usage(format!("`ci` does not take `{other}`")),
         }
     }
     Ok(Task::Ci(ci))
+}
+
+/// Parses the options of `miri` (there are none).
+fn parse_miri(args: &[String]) -> Result<Task, UsageError> {
+    match args {
+        [] => Ok(Task::Miri),
+        [a] if is_help(a) => Ok(Task::Help(MIRI_HELP)),
+        [other, ..] => usage(format!("`miri` does not take `{other}`")),
+    }
 }
 
 /// Parses the options of `fuzz`.
@@ -254,6 +310,7 @@ fn parse_soak(args: &[String]) -> Result<Task, UsageError> {
             a if is_help(a) => return Ok(Task::Help(SOAK_HELP)),
             "--skip-loom" => soak.skip_loom = true,
             "--skip-asan" => soak.skip_asan = true,
+            "--skip-tsan" => soak.skip_tsan = true,
             "--cases" => {
                 let value = args.next().map(String::as_str).unwrap_or_default();
                 soak.cases = match value.parse::<u32>() {
@@ -288,6 +345,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Task::Ci(args) => ci::run(args),
+        Task::Miri => miri::run(miri::Fallback::AddressSanitizer),
         Task::Fuzz(args) => fuzz::run(args),
         Task::Bench(args) => bench::run(args),
         Task::Soak(args) => soak::run(args),
@@ -321,12 +379,30 @@ mod tests {
 
     #[test]
     fn ci() {
-        assert_eq!(parse_str("ci"), Ok(Task::Ci(CiArgs { skip_tests: false })));
+        assert_eq!(parse_str("ci"), Ok(Task::Ci(CiArgs::default())));
         assert_eq!(
             parse_str("ci --skip-tests"),
-            Ok(Task::Ci(CiArgs { skip_tests: true }))
+            Ok(Task::Ci(CiArgs {
+                skip_tests: true,
+                skip_miri: false,
+            }))
+        );
+        assert_eq!(
+            parse_str("ci --skip-miri --skip-tests"),
+            Ok(Task::Ci(CiArgs {
+                skip_tests: true,
+                skip_miri: true,
+            }))
         );
         assert!(parse_str("ci --fast").is_err());
+    }
+
+    #[test]
+    fn miri() {
+        assert_eq!(parse_str("miri"), Ok(Task::Miri));
+        assert_eq!(parse_str("miri --help"), Ok(Task::Help(MIRI_HELP)));
+        assert_eq!(parse_str("help miri"), Ok(Task::Help(MIRI_HELP)));
+        assert!(parse_str("miri --fast").is_err());
     }
 
     #[test]
@@ -377,7 +453,14 @@ mod tests {
             Ok(Task::Soak(SoakArgs {
                 cases: 100,
                 skip_loom: true,
-                skip_asan: false,
+                ..SoakArgs::default()
+            }))
+        );
+        assert_eq!(
+            parse_str("soak --skip-tsan"),
+            Ok(Task::Soak(SoakArgs {
+                skip_tsan: true,
+                ..SoakArgs::default()
             }))
         );
         assert_eq!(

@@ -48,16 +48,16 @@ use crate::durable::{Durability, RecoveryReport};
 use crate::error::Error;
 use crate::group_commit::{GroupCommit, OpenDir};
 use crate::key_bytes::KeyBytes;
-use crate::keymap::KeyMap;
 use crate::limits::*;
 use crate::list::{ListIter, ListOptions};
+use crate::map::KeyMap;
 use crate::reclaim::Reclaimer;
 use crate::snapshot::Registry;
 pub(crate) use crate::snapshot::Snapshot;
 use crate::store::{Entry, ReadView, Store};
 use crate::transaction::{Transaction, TransactionOptions, run_transaction};
 use crate::value::{Value, Versionstamp};
-pub(crate) use crate::version::{Chain, Version};
+use crate::version::{Chain, Version};
 use crate::version::{entry_at, entry_of, version_at};
 
 /// Options for a new database.

@@ -83,16 +83,36 @@ pub mod durable;
 mod error;
 mod group_commit;
 mod key_bytes;
+// With `reference-keymap`, `map` is crossbeam's `SkipMap` and the skiplist is compiled only
+// for its own tests.
+#[cfg_attr(
+    feature = "reference-keymap",
+    allow(
+        dead_code,
+        reason = "the reference map replaces it outside its own tests"
+    )
+)]
 mod keymap;
 pub mod limits;
 mod list;
 mod pipeline;
 mod reclaim;
+#[cfg(feature = "reference-keymap")]
+mod reference_keymap;
 mod snapshot;
 mod store;
 mod transaction;
 mod value;
 mod version;
+
+/// The key map the engine runs on: its own skiplist, or with the test-only feature
+/// `reference-keymap` crossbeam's `SkipMap` behind the same interface.
+mod map {
+    #[cfg(not(feature = "reference-keymap"))]
+    pub(crate) use crate::keymap::{KeyMap, Slot};
+    #[cfg(feature = "reference-keymap")]
+    pub(crate) use crate::reference_keymap::{KeyMap, Slot};
+}
 
 pub use atomic::{
     Atomic, AtomicWrite, Check, CommitResult, Conflict, FailedCheck, Mutation, MutationKind,

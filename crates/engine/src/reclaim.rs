@@ -35,7 +35,7 @@ use smallvec::SmallVec;
 
 use crate::db::Inner;
 use crate::key_bytes::KeyBytes;
-use crate::keymap::Slot;
+use crate::map::Slot;
 use crate::snapshot::Retention;
 use crate::version::{Chain, Version, now_ms};
 
