@@ -7,11 +7,10 @@
 
 use std::fs;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tuplekv_engine::durable::fs::{Faults, FaultyFs};
-use tuplekv_engine::{Database, Durability, Error, Options, key};
+use tuplekv_engine::durable::fs::Faults;
+use tuplekv_engine::{Database, Durability, Error, key};
 use tuplekv_testkit::db::{dump, keys, options};
 use tuplekv_testkit::durable::{BUFFERED, faulty, newest_segment};
 
@@ -21,10 +20,7 @@ use tuplekv_testkit::durable::{BUFFERED, faulty, newest_segment};
 fn a_failed_fsync_stops_writes_until_a_reopen_recovers_what_was_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let faults = Faults::new();
-    let opts = Options {
-        fs: Arc::new(FaultyFs::new(Arc::clone(&faults))),
-        ..options()
-    };
+    let opts = faulty(&faults, Durability::Sync);
     let db = Database::open(dir.path(), opts.clone()).unwrap();
     db.set(&key!["a"], b"1").unwrap();
     let before = dump(&db);

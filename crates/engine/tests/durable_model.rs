@@ -12,14 +12,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use proptest::prelude::*;
-use tuplekv_engine::durable::fs::{Faults, FaultyFs};
-use tuplekv_engine::{
-    ByteRange, Database, Durability, Error, Options, ReadView, Value, Versionstamp, key,
-};
+use tuplekv_engine::durable::fs::Faults;
+use tuplekv_engine::{Database, Durability, Error, Value, Versionstamp, key};
 use tuplekv_testkit::config::proptest_config;
+use tuplekv_testkit::db::{dump, options};
+use tuplekv_testkit::durable::{BUFFERED, faulty};
 
 /// One step.
 #[derive(Debug, Clone)]
@@ -79,19 +78,6 @@ fn run(db: &Database, step: &Step) -> Result<bool, Error> {
 
 type Entries = Vec<(Vec<u8>, Value, Versionstamp)>;
 
-fn dump(db: &Database) -> Entries {
-    let all = ByteRange {
-        start: vec![],
-        end: vec![0xff],
-    };
-    db.snapshot()
-        .scan(&all, false, usize::MAX)
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.key.to_vec(), e.value, e.versionstamp))
-        .collect()
-}
-
 fn contents(entries: &Entries) -> Vec<(Vec<u8>, Value)> {
     entries
         .iter()
@@ -136,11 +122,8 @@ impl Harness {
     fn new(durability: Durability) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let faults = Faults::new();
-        let db = Database::open(dir.path(), Self::options(&faults, durability)).unwrap();
-        let model = Database::with_options(Options {
-            background_reclaim: false,
-            ..Options::default()
-        });
+        let db = Database::open(dir.path(), faulty(&faults, durability)).unwrap();
+        let model = Database::with_options(options());
         Harness {
             dir,
             faults,
@@ -153,15 +136,6 @@ impl Harness {
         }
     }
 
-    fn options(faults: &Arc<Faults>, durability: Durability) -> Options {
-        Options {
-            fs: Arc::new(FaultyFs::new(Arc::clone(faults))),
-            durability,
-            background_reclaim: false,
-            ..Options::default()
-        }
-    }
-
     fn db(&self) -> &Database {
         self.db.as_ref().unwrap()
     }
@@ -170,7 +144,7 @@ impl Harness {
     /// the reopened database holds a synced prefix, which the model then follows.
     fn reopen(&mut self) {
         let closed = self.db.take().unwrap().close();
-        let options = || Self::options(&self.faults, self.durability);
+        let options = || faulty(&self.faults, self.durability);
         let mut reopened_twice = false;
         let db = match Database::open(self.dir.path(), options()) {
             Ok(db) => db,
@@ -250,10 +224,7 @@ impl Harness {
         let at = at.unwrap_or_else(|| panic!("reopened state {kept:?} is not a synced prefix"));
         if at + 1 != self.history.len() {
             // Rebuilt in the durable stamps' order, so the two keep mapping in order.
-            self.model = Database::with_options(Options {
-                background_reclaim: false,
-                ..Options::default()
-            });
+            self.model = Database::with_options(options());
             let mut entries = dump(self.db());
             entries.sort_by_key(|(_, _, vs)| *vs);
             for (k, v, _) in entries {
@@ -269,11 +240,8 @@ impl Harness {
         self.faults
             .power_cut_image(self.dir.path(), image.path())
             .unwrap();
-        let crashed = Database::open(
-            image.path(),
-            Self::options(&Faults::new(), Durability::Sync),
-        )
-        .map_err(|e| format!("a power cut image does not open: {e}"))?;
+        let crashed = Database::open(image.path(), faulty(&Faults::new(), Durability::Sync))
+            .map_err(|e| format!("a power cut image does not open: {e}"))?;
         let kept = contents(&dump(&crashed));
         if !self.history[self.synced..].contains(&kept) {
             return Err(format!(
@@ -313,10 +281,6 @@ impl Harness {
         same_up_to_stamps(&dump(self.db()), &dump(&self.model))
     }
 }
-
-const BUFFERED: Durability = Durability::Buffered {
-    interval: Duration::from_secs(3600),
-};
 
 proptest! {
     #![proptest_config(proptest_config(24, "durable_model.txt"))]

@@ -3,25 +3,10 @@
 //! pass `check(key, stamp)` against a later commit it never saw.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use tuplekv_engine::durable::VERSIONS_RESERVED_AHEAD;
-use tuplekv_engine::durable::fs::{Faults, FaultyFs};
-use tuplekv_engine::{Database, Durability, Options, key};
-
-const BUFFERED: Durability = Durability::Buffered {
-    interval: Duration::from_secs(3600),
-};
-
-fn faulty(faults: &Arc<Faults>, durability: Durability) -> Options {
-    Options {
-        fs: Arc::new(FaultyFs::new(Arc::clone(faults))),
-        durability,
-        background_reclaim: false,
-        ..Options::default()
-    }
-}
+use tuplekv_engine::durable::fs::Faults;
+use tuplekv_engine::{Database, Durability, key};
+use tuplekv_testkit::durable::{BUFFERED, faulty};
 
 /// Commits `a` and syncs, then commits `b` unsynced, and returns `b`'s stamp with the
 /// database that a power cut now leaves (opened in `after` mode).
