@@ -13,7 +13,8 @@ use super::fs::{FileSystem, WritableFile};
 use super::record::{self, Frame, FrameWriter, Payload};
 use super::wal::{Segment, Wal};
 use super::{
-    Durability, RecoveryReport, checkpoint, corrupt, io_error, numbered, parse_numbered, read_file,
+    Durability, RecoveryReport, VERSIONS_RESERVED_AHEAD, checkpoint, corrupt, io_error, numbered,
+    parse_numbered, read_file,
 };
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
@@ -60,10 +61,13 @@ impl Rebuilt {
         floor: u64,
     ) -> Result<bool, Error> {
         match payload {
-            Payload::Commit { version, .. } | Payload::Reserved { upto: version }
-                if version > VERSION_MAX =>
-            {
+            Payload::Commit { version, .. } if version > VERSION_MAX => {
                 let reason = format!("version {version} is above the last possible {VERSION_MAX}");
+                Err(corrupt(path, offset, reason))
+            }
+            // A batch at `VERSION_MAX` reserves up to `VERSIONS_RESERVED_AHEAD` beyond it.
+            Payload::Reserved { upto } if upto > VERSION_MAX + VERSIONS_RESERVED_AHEAD => {
+                let reason = format!("a reservation up to {upto}, beyond any a log writes");
                 Err(corrupt(path, offset, reason))
             }
             Payload::Commit { version, .. } if version <= floor => Ok(false),
@@ -460,5 +464,33 @@ fn undo_write(file: &mut dyn WritableFile, len: u64, path: &Path) {
             "tuplekv: could not cut {} back after a failed write: {e}",
             path.display()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apply(payload: Payload) -> Result<bool, Error> {
+        Rebuilt::default().apply(payload, Path::new("wal"), 16, 0)
+    }
+
+    #[test]
+    fn versions_are_accepted_up_to_the_limit_and_refused_past_it() {
+        let commit = |version| Payload::Commit {
+            version,
+            writes: Vec::new(),
+        };
+        assert!(apply(commit(VERSION_MAX)).is_ok());
+        assert!(matches!(
+            apply(commit(VERSION_MAX + 1)),
+            Err(Error::Corrupt { .. })
+        ));
+        let most = VERSION_MAX + VERSIONS_RESERVED_AHEAD;
+        assert!(apply(Payload::Reserved { upto: most }).is_ok());
+        assert!(matches!(
+            apply(Payload::Reserved { upto: most + 1 }),
+            Err(Error::Corrupt { .. })
+        ));
     }
 }
