@@ -1,0 +1,312 @@
+//! The router: the metadata exchange (`POST /`), the data path guard (protocol version,
+//! token, database id, content type, in denokv's order and with its texts), and the
+//! `snapshot_read` and `atomic_write` handlers. `watch` lives in `watch.rs`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use denokv_proto::datapath as pb;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+use tuplekv_engine::{CommitResult, ReadView, Store};
+
+use crate::ServerConfig;
+use crate::error::{ApiError, text};
+use crate::limits::{METADATA_TOKEN_LIFETIME, REQUEST_BODY_MAX};
+use crate::protocol::{decode_atomic_write, decode_snapshot_read, encode_entry};
+use crate::stats::{Endpoint, ServerStats};
+
+/// What every handler shares.
+pub(crate) struct AppState<S> {
+    pub(crate) store: Arc<S>,
+    pub(crate) config: ServerConfig,
+}
+
+impl<S> AppState<S> {
+    pub(crate) fn stats(&self) -> &Arc<ServerStats> {
+        self.config.stats()
+    }
+}
+
+pub(crate) type Shared<S> = Arc<AppState<S>>;
+
+/// The path of the one data path endpoint the metadata exchange hands out.
+const ENDPOINT_PATH: &str = "/v2";
+/// The database id: denokv's, the nil UUID (one server, one database).
+const DATABASE_ID: &str = "00000000-0000-0000-0000-000000000000";
+const PROTOBUF: &str = "application/x-protobuf";
+
+pub(crate) fn build<S: Store + 'static>(store: Arc<S>, config: ServerConfig) -> Router {
+    let state: Shared<S> = Arc::new(AppState { store, config });
+    let data_path = Router::new()
+        .route("/snapshot_read", post(snapshot_read::<S>))
+        .route("/atomic_write", post(atomic_write::<S>))
+        .route("/watch", post(crate::watch::watch::<S>))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            data_path_guard::<S>,
+        ));
+    Router::new()
+        .route("/", post(metadata::<S>))
+        .nest(ENDPOINT_PATH, data_path)
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            count_refusals::<S>,
+        ))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, text::NOT_FOUND)
+}
+
+async fn count_refusals<S: Store + 'static>(
+    State(state): State<Shared<S>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let res = next.run(req).await;
+    if !res.status().is_success() {
+        state.stats().refused();
+    }
+    res
+}
+
+/// Reads a request body of at most [`REQUEST_BODY_MAX`] bytes.
+pub(crate) async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    match Limited::new(body, REQUEST_BODY_MAX).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("The request body is too large (max {REQUEST_BODY_MAX} bytes)."),
+        )),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "The request body could not be read: {e}."
+        ))),
+    }
+}
+
+/// Whether `authorization` is `<scheme> <token>` with scheme `bearer` (any case) and the
+/// token equal to `expected`, compared in constant time.
+fn authorize(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
+    let Some(value) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Err(ApiError::unauthorized(text::MALFORMED_AUTHORIZATION));
+    };
+    let Some((scheme, token)) = value.split_once(' ') else {
+        return Err(ApiError::unauthorized(text::MALFORMED_AUTHORIZATION));
+    };
+    let token_ok: bool = token.as_bytes().ct_eq(expected.as_bytes()).into();
+    if !scheme.eq_ignore_ascii_case("bearer") || !token_ok {
+        return Err(ApiError::unauthorized(text::INVALID_ACCESS_TOKEN));
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetadataRequest {
+    supported_versions: Vec<u64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MetadataResponse {
+    version: u64,
+    database_id: &'static str,
+    endpoints: [EndpointInfo; 1],
+    token: String,
+    expires_at: String,
+}
+
+#[derive(Serialize)]
+struct EndpointInfo {
+    url: String,
+    consistency: &'static str,
+}
+
+/// `POST /`: version negotiation first (as denokv does), then the token.
+async fn metadata<S: Store + 'static>(
+    State(state): State<Shared<S>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    state.stats().request(Endpoint::Metadata);
+    let body = read_body(body).await?;
+    let Ok(req) = serde_json::from_slice::<MetadataRequest>(&body) else {
+        return Err(ApiError::bad_request(text::MINIMUM_PROTOCOL_VERSION));
+    };
+    let offered = |v| req.supported_versions.contains(&v);
+    let version = [3, 2, 1]
+        .into_iter()
+        .find(|&v| offered(v))
+        .ok_or_else(|| ApiError::bad_request(text::NO_MATCHING_PROTOCOL_VERSION))?;
+    authorize(&headers, state.config.access_token())?;
+    let url = if version == 1 {
+        // Version 1 clients need an absolute endpoint URL.
+        let host = uri
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .or_else(|| {
+                headers
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(str::to_owned)
+            })
+            .ok_or_else(|| {
+                ApiError::bad_request("Protocol version 1 needs a Host header to build the endpoint URL.")
+            })?;
+        format!("http://{host}{ENDPOINT_PATH}")
+    } else {
+        ENDPOINT_PATH.to_owned()
+    };
+    let lifetime = chrono::Duration::from_std(METADATA_TOKEN_LIFETIME)
+        .map_err(|_| ApiError::internal())?;
+    let expires_at = (chrono::Utc::now() + lifetime)
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let reply = MetadataResponse {
+        version,
+        database_id: DATABASE_ID,
+        endpoints: [EndpointInfo {
+            url,
+            consistency: "strong",
+        }],
+        token: state.config.access_token().to_owned(),
+        expires_at,
+    };
+    let json = serde_json::to_vec(&reply).map_err(|_| ApiError::internal())?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())
+}
+
+/// The checks every data path request passes, in denokv's order: protocol version, token,
+/// database id; then ours, the content type.
+async fn data_path_guard<S: Store + 'static>(
+    State(state): State<Shared<S>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let headers = req.headers();
+    // Version 1 clients send `x-transaction-domain-id` and no version header.
+    let id_header = match headers.get("x-denokv-version").map(|v| v.to_str()) {
+        Some(Ok("2" | "3")) => "x-denokv-database-id",
+        None if headers.contains_key("x-transaction-domain-id") => "x-transaction-domain-id",
+        _ => return Err(ApiError::bad_request(text::INVALID_PROTOCOL_VERSION)),
+    };
+    authorize(headers, state.config.access_token())?;
+    let id_ok = headers
+        .get(id_header)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| uuid::Uuid::parse_str(v).ok())
+        .is_some_and(|id| id.is_nil());
+    if !id_ok {
+        return Err(ApiError::bad_request(text::INVALID_DATABASE_ID));
+    }
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        let essence = ct
+            .to_str()
+            .ok()
+            .and_then(|s| s.split(';').next())
+            .map(str::trim);
+        if !essence.is_some_and(|e| e.eq_ignore_ascii_case(PROTOBUF)) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!(
+                    "Unsupported content type {ct:?}: data path requests carry {PROTOBUF} (or no content type)."
+                ),
+            ));
+        }
+    }
+    Ok(next.run(req).await)
+}
+
+/// A protobuf response.
+pub(crate) fn protobuf(message: &impl Message) -> Response {
+    (
+        [(header::CONTENT_TYPE, PROTOBUF)],
+        message.encode_to_vec(),
+    )
+        .into_response()
+}
+
+/// `POST /v2/snapshot_read`: every range from one snapshot, in request order.
+async fn snapshot_read<S: Store + 'static>(
+    State(state): State<Shared<S>>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    state.stats().request(Endpoint::SnapshotRead);
+    let ranges = decode_snapshot_read(&read_body(body).await?)?;
+    let snapshot = state.store.snapshot();
+    let mut out = Vec::with_capacity(ranges.len());
+    for r in &ranges {
+        let entries = snapshot
+            .scan(&r.range, r.reverse, r.limit)
+            .map_err(|e| engine_error(&e))?;
+        out.push(pb::ReadRangeOutput {
+            values: entries.iter().map(encode_entry).collect(),
+        });
+    }
+    Ok(protobuf(&pb::SnapshotReadOutput {
+        ranges: out,
+        read_disabled: false,
+        read_is_strongly_consistent: true,
+        status: pb::SnapshotReadStatus::SrSuccess.into(),
+    }))
+}
+
+/// `POST /v2/atomic_write`: one commit, run off the runtime's worker threads (a durable
+/// commit waits for an fsync, which concurrent commits share through the engine's group
+/// commit).
+async fn atomic_write<S: Store + 'static>(
+    State(state): State<Shared<S>>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    state.stats().request(Endpoint::AtomicWrite);
+    let write = decode_atomic_write(&read_body(body).await?)?;
+    let store = Arc::clone(&state.store);
+    let result = tokio::task::spawn_blocking(move || store.commit(write))
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "commit task failed");
+            ApiError::internal()
+        })?
+        .map_err(|e| engine_error(&e))?;
+    let out = match result {
+        CommitResult::Committed { versionstamp } => pb::AtomicWriteOutput {
+            status: pb::AtomicWriteStatus::AwSuccess.into(),
+            versionstamp: versionstamp.as_bytes().to_vec(),
+            failed_checks: Vec::new(),
+        },
+        CommitResult::Conflict(c) => pb::AtomicWriteOutput {
+            status: pb::AtomicWriteStatus::AwCheckFailure.into(),
+            versionstamp: Vec::new(),
+            failed_checks: c
+                .failed_checks
+                .iter()
+                .filter_map(|f| u32::try_from(f.index).ok())
+                .collect(),
+        },
+    };
+    Ok(protobuf(&out))
+}
+
+/// Maps an engine error, logging the engine's own text when the fault is ours.
+pub(crate) fn engine_error(e: &tuplekv_engine::Error) -> ApiError {
+    let api = ApiError::from_engine(e);
+    if api.status().is_server_error() {
+        tracing::error!(error = %e, "store operation failed");
+    }
+    api
+}

@@ -1,0 +1,149 @@
+//! [`ApiError`]: an HTTP status and the plain-text body a KV Connect client shows its user.
+//! Where denokv has a text for the situation, the text is denokv's, because the clients copy it
+//! into the error they throw.
+
+use std::fmt;
+
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tuplekv_engine::Error;
+
+/// Why a request failed: the status and the exact body text.
+///
+/// # Examples
+/// ```
+/// use tuplekv_server::ApiError;
+///
+/// let e = ApiError::bad_request("Invalid versionstamp.");
+/// assert_eq!(e.status().as_u16(), 400);
+/// assert_eq!(e.message(), "Invalid versionstamp.");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+/// denokv's texts, for the errors both servers have.
+pub(crate) mod text {
+    pub(crate) const NOT_FOUND: &str = "Resource not found.";
+    pub(crate) const MALFORMED_AUTHORIZATION: &str = "Malformed authorization header.";
+    pub(crate) const INVALID_ACCESS_TOKEN: &str = "Invalid access token.";
+    pub(crate) const INVALID_DATABASE_ID: &str = "Invalid database id.";
+    pub(crate) const INVALID_PROTOCOL_VERSION: &str = "Expected protocol version 2.";
+    pub(crate) const KEY_TOO_LONG: &str = "A key exceeds the key size limit.";
+    pub(crate) const VALUE_TOO_LONG: &str = "A value exceeds the value size limit.";
+    pub(crate) const READ_RANGE_TOO_LARGE: &str = "The total number of entries requested across read ranges in the read request is too large.";
+    pub(crate) const ATOMIC_WRITE_TOO_LARGE: &str = "The total size of the atomic write is too large.";
+    pub(crate) const TOO_MANY_READ_RANGES: &str =
+        "Too many read ranges requested in one read request.";
+    pub(crate) const TOO_MANY_WATCHED_KEYS: &str =
+        "Too many keys watched in a single watch request.";
+    pub(crate) const TOO_MANY_CHECKS: &str = "Too many checks included in atomic write.";
+    pub(crate) const TOO_MANY_MUTATIONS: &str =
+        "Too many mutations / enqueues included in atomic write.";
+    pub(crate) const INVALID_READ_RANGE_LIMIT: &str =
+        "The read range limit of the snapshot read request is invalid.";
+    pub(crate) const INTERNAL: &str = "An internal server error occurred.";
+    pub(crate) const INVALID_VERSIONSTAMP: &str = "Invalid versionstamp.";
+    pub(crate) const INVALID_MUTATION_KIND: &str = "Invalid mutation kind or arguments.";
+    pub(crate) const INVALID_MUTATION_EXPIRE_AT: &str = "Invalid mutation expire at.";
+    pub(crate) const MINIMUM_PROTOCOL_VERSION: &str =
+        "The server requires at least protocol version 2. Use Deno 1.38.0 or newer.";
+    pub(crate) const NO_MATCHING_PROTOCOL_VERSION: &str = "The server could not negotiate a protocol version. The server requires protocol version 2 or 3.";
+    pub(crate) const TRY_AGAIN: &str = "The server is temporarially unavailable, try again later.";
+    /// Ours: KV Connect clients never send enqueues, so denokv has no text for refusing them.
+    pub(crate) const ENQUEUE_UNSUPPORTED: &str =
+        "Enqueues are not supported by this server (KV Connect clients do not send them).";
+}
+
+impl ApiError {
+    /// An error with `status` and `message`.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// A 400 Bad Request with `message`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The body text.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub(crate) fn unauthorized(message: &str) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, message)
+    }
+
+    pub(crate) fn invalid_protobuf(e: &prost::DecodeError) -> Self {
+        Self::bad_request(format!("Request protobuf is invalid: {e}."))
+    }
+
+    pub(crate) fn internal() -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, text::INTERNAL)
+    }
+
+    /// The error a commit or read of the engine maps to: limit violations and type errors
+    /// are the client's (400, with denokv's text where it has one); I/O failures are ours.
+    pub fn from_engine(e: &Error) -> Self {
+        match e {
+            Error::KeyTooLargeForWrite { .. } | Error::KeyTooLargeForRead { .. } => {
+                Self::bad_request(text::KEY_TOO_LONG)
+            }
+            Error::ValueTooLarge { .. } => Self::bad_request(text::VALUE_TOO_LONG),
+            Error::TooManyChecks { .. } => Self::bad_request(text::TOO_MANY_CHECKS),
+            Error::TooManyMutations { .. } => Self::bad_request(text::TOO_MANY_MUTATIONS),
+            Error::TotalMutationSizeTooLarge { .. } | Error::TotalKeySizeTooLarge { .. } => {
+                Self::bad_request(text::ATOMIC_WRITE_TOO_LARGE)
+            }
+            Error::TooManyRanges { .. } => Self::bad_request(text::TOO_MANY_READ_RANGES),
+            Error::TooManyEntries { .. } => Self::bad_request(text::READ_RANGE_TOO_LARGE),
+            Error::ZeroLimit | Error::ZeroBatchSize => {
+                Self::bad_request(text::INVALID_READ_RANGE_LIMIT)
+            }
+            Error::NotU64 { op, .. } => Self::bad_request(format!(
+                "Failed to perform '{op}' mutation on a non-U64 value in the database"
+            )),
+            Error::EmptyKey => Self::bad_request("key cannot be empty"),
+            Error::ExpireInTooLarge { .. } => Self::bad_request(text::INVALID_MUTATION_EXPIRE_AT),
+            Error::Io(_) | Error::VersionsExhausted { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, text::TRY_AGAIN)
+            }
+            _ => Self::internal(),
+        }
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(status = self.status.as_u16(), message = %self.message, "request failed");
+        } else {
+            tracing::debug!(status = self.status.as_u16(), message = %self.message, "request refused");
+        }
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            self.message,
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,113 @@
+//! A KV Connect server over any tuplekv [`Store`]: the protocol `Deno.openKv("http://…")`
+//! (Deno 2.x, HTTP/2 cleartext) and Node's `@deno/kv` (HTTP/1.1) speak to a remote database.
+//!
+//! [`router`] builds an axum [`Router`] that can be embedded in an existing application;
+//! [`serve`] runs it on a listener with HTTP/1.1 and h2c on the same port, bounded
+//! connections, and graceful shutdown.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use tuplekv_engine::Database;
+//! use tuplekv_server::{ServerConfig, router, serve};
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! let store = Arc::new(Database::in_memory());
+//! let config = ServerConfig::new("a-long-secret-token");
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:4512").await?;
+//! serve(listener, router(store, config), async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! })
+//! .await
+//! # }
+//! ```
+//!
+//! Semantics are the engine's: a write commits all of its mutations or none, a failed check
+//! is reported with the indexes of every failing check, and expiry is exact at read time.
+//! Error texts are denokv's where it has one, because clients show them to their users.
+
+mod app;
+mod error;
+pub mod limits;
+pub mod protocol;
+mod serve;
+mod stats;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use tuplekv_engine::Store;
+
+pub use error::ApiError;
+pub use serve::{ServeOptions, serve, serve_with};
+pub use stats::ServerStats;
+
+/// What a server needs besides its store.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    access_token: String,
+    watch_ping_interval: Duration,
+    watch_streams_max: usize,
+    stats: Arc<ServerStats>,
+}
+
+impl ServerConfig {
+    /// A configuration that accepts `access_token`, with the default limits.
+    pub fn new(access_token: impl Into<String>) -> Self {
+        ServerConfig {
+            access_token: access_token.into(),
+            watch_ping_interval: limits::WATCH_PING_INTERVAL,
+            watch_streams_max: limits::WATCH_STREAMS_MAX,
+            stats: Arc::default(),
+        }
+    }
+
+    /// Sets how often idle watch streams get a keep-alive frame (default
+    /// [`limits::WATCH_PING_INTERVAL`]).
+    #[must_use]
+    pub fn with_watch_ping_interval(mut self, interval: Duration) -> Self {
+        self.watch_ping_interval = interval;
+        self
+    }
+
+    /// Sets how many watch streams may be open at once (default [`limits::WATCH_STREAMS_MAX`]).
+    #[must_use]
+    pub fn with_watch_streams_max(mut self, max: usize) -> Self {
+        self.watch_streams_max = max;
+        self
+    }
+
+    /// The token clients must present.
+    pub fn access_token(&self) -> &str {
+        &self.access_token
+    }
+
+    /// The counters the router updates (shared by every clone of this configuration).
+    pub fn stats(&self) -> &Arc<ServerStats> {
+        &self.stats
+    }
+
+    /// [`ServeOptions`] with the default limits and this configuration's counters.
+    pub fn serve_options(&self) -> ServeOptions {
+        ServeOptions {
+            stats: Arc::clone(&self.stats),
+            ..ServeOptions::default()
+        }
+    }
+
+    pub(crate) fn watch_ping_interval(&self) -> Duration {
+        self.watch_ping_interval
+    }
+
+    pub(crate) fn watch_streams_max(&self) -> usize {
+        self.watch_streams_max
+    }
+}
+
+/// The KV Connect endpoints over `store`: `POST /` (metadata exchange), and
+/// `POST /v2/snapshot_read`, `/v2/atomic_write` and `/v2/watch`. Any other path gets 404
+/// `Resource not found.`.
+pub fn router<S: Store + 'static>(store: Arc<S>, config: ServerConfig) -> Router {
+    app::build(store, config)
+}

@@ -1,0 +1,46 @@
+//! The server's limits: the KV Connect protocol's (per request) and the transport's (per
+//! connection and per server). Each has a test at the limit and one past it
+//! (`tests/limits.rs`). Where the engine has the same limit, the constant is the engine's.
+
+use std::time::Duration;
+
+use tuplekv_engine::limits as engine;
+
+/// Most read ranges in one `snapshot_read` (a `getMany` of ten keys is ten ranges).
+pub const READ_RANGES_MAX: usize = engine::GET_MANY_KEYS_MAX;
+/// Most entries one `snapshot_read` may ask for: the sum of its ranges' limits (each ≥ 1).
+pub const READ_ENTRIES_MAX: usize = engine::LIST_BATCH_SIZE_MAX;
+/// Largest encoded key a read range may use as its start or end.
+pub const READ_KEY_SIZE_MAX: usize = engine::KEY_SIZE_MAX_READ;
+/// Largest encoded key a mutation or a watch may use.
+pub const WRITE_KEY_SIZE_MAX: usize = engine::KEY_SIZE_MAX_WRITE;
+/// Most checks in one `atomic_write`: what Deno's own CLI accepts (denokv allows only 10).
+pub const CHECKS_MAX: usize = engine::CHECKS_MAX;
+/// Most mutations in one `atomic_write`.
+pub const MUTATIONS_MAX: usize = engine::MUTATIONS_MAX;
+/// Largest value payload, in bytes.
+pub const VALUE_SIZE_MAX: usize = engine::VALUE_SIZE_MAX;
+/// Most bytes one `atomic_write` may carry, counted as the engine counts them: each check and
+/// delete its key, each value-carrying mutation twice its key plus its value.
+pub const TOTAL_MUTATION_SIZE_MAX: usize = engine::TOTAL_MUTATION_SIZE_MAX;
+/// Most keys one `watch` request may watch.
+pub const WATCHED_KEYS_MAX: usize = 10;
+
+/// Largest request body, in bytes. The biggest valid `atomic_write` (819 200 payload bytes
+/// plus the framing of 1000 mutations and 100 checks) fits with room to spare.
+pub const REQUEST_BODY_MAX: usize = 1 << 20;
+/// Largest header block of one request, in bytes (HTTP/1.1 read buffer and HTTP/2
+/// `SETTINGS_MAX_HEADER_LIST_SIZE`). Hyper's HTTP/1.1 buffer cannot be smaller than 8 KiB.
+pub const HEADER_BLOCK_SIZE_MAX: usize = 16 << 10;
+/// Most concurrent HTTP/2 streams one connection may open (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+pub const H2_STREAMS_PER_CONNECTION_MAX: u32 = 256;
+/// Most connections open at once; a connection past it is closed as soon as it is accepted.
+pub const CONNECTIONS_MAX: usize = 1024;
+/// Most watch streams open at once across the server; one past it gets 429.
+pub const WATCH_STREAMS_MAX: usize = 1024;
+
+/// How often an idle watch stream gets a keep-alive (a zero-length frame). The first one is
+/// sent as soon as the stream opens.
+pub const WATCH_PING_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a metadata token stays valid (`expiresAt` = now + this).
+pub const METADATA_TOKEN_LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);

@@ -1,0 +1,149 @@
+//! The accept loop: HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port, bounded
+//! connections, streams and header blocks, and graceful shutdown.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tower_service::Service;
+
+use crate::limits::{CONNECTIONS_MAX, H2_STREAMS_PER_CONNECTION_MAX, HEADER_BLOCK_SIZE_MAX};
+use crate::stats::ServerStats;
+
+/// How long the accept loop pauses after `accept` fails (out of file descriptors, say), so it
+/// does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+/// Transport limits of [`serve_with`].
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Most connections open at once; one past it is closed as soon as it is accepted.
+    pub connections_max: usize,
+    /// Most concurrent HTTP/2 streams per connection.
+    pub h2_streams_per_connection_max: u32,
+    /// Largest request header block, in bytes (at least 8192 for HTTP/1.1).
+    pub header_block_size_max: usize,
+    /// Where connection counts go; share the router's ([`crate::ServerConfig::stats`]) to
+    /// see everything in one place and have request counts logged at shutdown.
+    pub stats: Arc<ServerStats>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            connections_max: CONNECTIONS_MAX,
+            h2_streams_per_connection_max: H2_STREAMS_PER_CONNECTION_MAX,
+            header_block_size_max: HEADER_BLOCK_SIZE_MAX,
+            stats: Arc::default(),
+        }
+    }
+}
+
+/// Tells long-running responses (watch streams) that the server is shutting down. `serve`
+/// puts one in every request's extensions; a router served some other way has none.
+#[derive(Debug, Clone)]
+pub(crate) struct ShutdownSignal(pub(crate) watch::Receiver<bool>);
+
+impl ShutdownSignal {
+    /// Resolves once shutdown has begun.
+    pub(crate) async fn wait(mut self) {
+        // An error means the sender is gone: the server has stopped too.
+        let _ = self.0.wait_for(|&closing| closing).await;
+    }
+}
+
+/// Serves `router` on `listener` with the default [`ServeOptions`] until `shutdown`
+/// resolves, then stops accepting, ends watch streams, lets in-flight requests finish, and
+/// returns.
+///
+/// # Errors
+/// None today; the `Result` leaves room for listener failures that cannot be retried.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    serve_with(listener, router, ServeOptions::default(), shutdown).await
+}
+
+/// [`serve`] with explicit transport limits.
+///
+/// # Errors
+/// As [`serve`].
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .max_buf_size(options.header_block_size_max.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(options.h2_streams_per_connection_max)
+        .max_header_list_size(u32::try_from(options.header_block_size_max).unwrap_or(u32::MAX));
+    let (closing_tx, closing_rx) = watch::channel(false);
+    let graceful = GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(options.connections_max));
+    let stats = options.stats;
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+            stats.connection_refused();
+            tracing::warn!(%peer, max = options.connections_max, "too many open connections: closing a new one");
+            drop(stream);
+            continue;
+        };
+        // Small request/response exchanges: do not wait to fill a segment.
+        let _ = stream.set_nodelay(true);
+        let open = stats.open_connection();
+        let signal = ShutdownSignal(closing_rx.clone());
+        let router = router.clone();
+        let service = service_fn(move |mut req: hyper::Request<Incoming>| {
+            req.extensions_mut().insert(signal.clone());
+            let mut router = router.clone();
+            async move { router.call(req).await }
+        });
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(open);
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: no new connections; finishing requests in flight");
+    let _ = closing_tx.send(true);
+    graceful.shutdown().await;
+    tracing::info!(stats = %stats, "server stopped");
+    Ok(())
+}
