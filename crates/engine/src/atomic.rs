@@ -40,15 +40,37 @@ pub struct RangeCheck {
     pub expires_at: Option<u64>,
 }
 
+/// When a value set by a mutation stops being visible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// This long after the commit (one clock reading per commit, so values set together
+    /// expire together). At most [`EXPIRE_IN_MAX_MS`](crate::limits::EXPIRE_IN_MAX_MS).
+    In(Duration),
+    /// At this Unix time in milliseconds (KV Connect's `expire_at_ms`). A deadline already
+    /// past leaves the key absent to every read, as if deleted.
+    At(u64),
+}
+
 /// What a mutation does to its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MutationKind {
-    /// Store a value; with `expire_in`, the value disappears that long after the commit.
+    /// Store a value; with an expiry, the value disappears at its deadline.
     Set {
         /// The value.
         value: Value,
-        /// How long the value lives, if it expires.
-        expire_in: Option<Duration>,
+        /// When the value stops being visible, if ever.
+        expiry: Option<Expiry>,
+    },
+    /// Store a value at the mutation's key (the *prefix*) followed by one more string part:
+    /// the commit's versionstamp as 20 lowercase hex digits (Deno's
+    /// `kv.set([...prefix, kv.commitVersionstamp()], value)`), so the key is unique and sorts
+    /// in commit order. The prefix counts against the key limits; the written key is 22
+    /// bytes longer.
+    SetSuffixVersionstampedKey {
+        /// The value.
+        value: Value,
+        /// When the value stops being visible, if ever.
+        expiry: Option<Expiry>,
     },
     /// Remove the key (a missing key is fine).
     Delete,
@@ -61,14 +83,37 @@ pub enum MutationKind {
 }
 
 impl MutationKind {
-    /// The value size this mutation counts for in the limits, if it carries a value.
-    pub(crate) fn value_size(&self) -> Option<usize> {
+    /// The value size this mutation counts for in the limits, if it carries a value (8 for
+    /// a `U64` operand).
+    pub fn value_size(&self) -> Option<usize> {
         match self {
-            MutationKind::Set { value, .. } => Some(value.size()),
+            MutationKind::Set { value, .. }
+            | MutationKind::SetSuffixVersionstampedKey { value, .. } => Some(value.size()),
             MutationKind::Sum(_) | MutationKind::Min(_) | MutationKind::Max(_) => Some(8),
             MutationKind::Delete => None,
         }
     }
+}
+
+/// The key a [`MutationKind::SetSuffixVersionstampedKey`] on `prefix` writes in the commit
+/// stamped `versionstamp`: the prefix, then a string part holding the stamp's 20 hex digits.
+///
+/// ```
+/// use tuplekv_engine::{Versionstamp, codec::encode_key, key, versionstamped_key};
+///
+/// let vs = Versionstamp::from_version(5);
+/// let written = versionstamped_key(&encode_key(&key!["a"]), vs);
+/// assert_eq!(written.as_slice(), encode_key(&key!["a", "00000000000000050000"]).as_slice());
+/// ```
+pub fn versionstamped_key(prefix: &[u8], versionstamp: Versionstamp) -> KeyBytes {
+    let hex = versionstamp.to_string();
+    let mut key = Vec::with_capacity(prefix.len() + hex.len() + 2);
+    key.extend_from_slice(prefix);
+    // A string part: its type code, the UTF-8 bytes (hex digits hold no 00 to escape), 00.
+    key.push(0x02);
+    key.extend_from_slice(hex.as_bytes());
+    key.push(0);
+    KeyBytes::from(key.as_slice())
 }
 
 /// One change to one key.
@@ -216,7 +261,7 @@ impl<'s, S: Store + ?Sized> Atomic<'s, S> {
             &encode_key(key),
             MutationKind::Set {
                 value: value.into(),
-                expire_in: None,
+                expiry: None,
             },
         )
     }
@@ -227,7 +272,7 @@ impl<'s, S: Store + ?Sized> Atomic<'s, S> {
             &encode_key(key),
             MutationKind::Set {
                 value: value.into(),
-                expire_in: Some(expire_in),
+                expiry: Some(Expiry::In(expire_in)),
             },
         )
     }
@@ -238,7 +283,32 @@ impl<'s, S: Store + ?Sized> Atomic<'s, S> {
             key,
             MutationKind::Set {
                 value: value.into(),
-                expire_in: None,
+                expiry: None,
+            },
+        )
+    }
+
+    /// Sets the key `[...prefix, "<commit versionstamp>"]` to `value`: Deno's
+    /// `set([...prefix, kv.commitVersionstamp()], value)`. The key's last part is the commit's
+    /// versionstamp as a 20-digit hex string, so keys written this way are unique and sort in
+    /// commit order.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, KeyPart, Selector, ListOptions, key};
+    ///
+    /// let db = Database::in_memory();
+    /// let vs = db.atomic().set_versionstamped(&key!["log"], b"first").commit()?;
+    /// let vs = vs.versionstamp().expect("committed");
+    /// let entry = db.get(&key!["log", vs.to_string().as_str()])?.expect("written");
+    /// assert_eq!(entry.versionstamp, vs);
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
+    pub fn set_versionstamped(self, prefix: &Key, value: impl Into<Value>) -> Self {
+        self.mutate_raw(
+            &encode_key(prefix),
+            MutationKind::SetSuffixVersionstampedKey {
+                value: value.into(),
+                expiry: None,
             },
         )
     }

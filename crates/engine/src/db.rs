@@ -460,6 +460,7 @@ impl Database {
             stats.expiry_queue,
         ) = self.inner.reclaimer.queue_sizes();
         stats.retired_lists = self.inner.retired.len();
+        stats.log_syncs = self.inner.log.as_ref().map_or(0, |log| log.wal.syncs());
         stats
     }
 }
@@ -486,6 +487,10 @@ pub struct Stats {
     /// background pass frees it. Usually a few batches of 64 while writes go on; none after
     /// [`Database::reclaim_now`] once no read is running.
     pub retired_lists: usize,
+    /// Syncs of the write-ahead log that made commits durable since the database was opened
+    /// (0 in memory). Concurrent committers share syncs, so under load this grows far more
+    /// slowly than the number of commits.
+    pub log_syncs: u64,
 }
 
 fn committed(result: CommitResult) -> Result<Versionstamp, Error> {

@@ -115,8 +115,8 @@ mod map {
 }
 
 pub use atomic::{
-    Atomic, AtomicWrite, Check, CommitResult, Conflict, FailedCheck, Mutation, MutationKind,
-    RangeCheck,
+    Atomic, AtomicWrite, Check, CommitResult, Conflict, Expiry, FailedCheck, Mutation,
+    MutationKind, RangeCheck, versionstamped_key,
 };
 pub use db::{CHECKPOINT_AFTER_BYTES_DEFAULT, Database, Options, Stats};
 pub use durable::{Durability, RecoveryReport};

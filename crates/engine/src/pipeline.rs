@@ -13,7 +13,8 @@ use crossbeam_epoch as epoch;
 use smallvec::SmallVec;
 
 use crate::atomic::{
-    AtomicWrite, Check, CommitResult, Conflict, FailedCheck, Mutation, MutationKind, RangeCheck,
+    AtomicWrite, Check, CommitResult, Conflict, Expiry, FailedCheck, Mutation, MutationKind,
+    RangeCheck, versionstamped_key,
 };
 use crate::db::Inner;
 use crate::durable::record::FrameWriter;
@@ -93,7 +94,12 @@ pub(crate) fn validate(write: &AtomicWrite) -> Result<(), Error> {
             total_keys += m.key.len();
         }
         if let MutationKind::Set {
-            expire_in: Some(d), ..
+            expiry: Some(Expiry::In(d)),
+            ..
+        }
+        | MutationKind::SetSuffixVersionstampedKey {
+            expiry: Some(Expiry::In(d)),
+            ..
         } = &m.kind
             && d.as_millis() > u128::from(EXPIRE_IN_MAX_MS)
         {
@@ -117,6 +123,21 @@ pub(crate) fn validate(write: &AtomicWrite) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// `mutations` with each versionstamped set turned into a plain set of its final key, for a
+/// commit at `version`, rewritten in place.
+fn with_versionstamped_keys(mut mutations: Vec<Mutation>, version: u64) -> Vec<Mutation> {
+    for m in &mut mutations {
+        if let MutationKind::SetSuffixVersionstampedKey { value, expiry } = &mut m.kind {
+            m.kind = MutationKind::Set {
+                value: std::mem::replace(value, Value::U64(0)),
+                expiry: *expiry,
+            };
+            m.key = versionstamped_key(&m.key, Versionstamp::from_version(version));
+        }
+    }
+    mutations
 }
 
 /// What a mutation leaves at its key, before it is written.
@@ -143,11 +164,15 @@ fn apply(
         }),
     };
     match kind {
-        MutationKind::Set { value, expire_in } => {
-            let deadline = expire_in.map(|d| {
-                // One timestamp per commit, so values set together expire together.
-                let now = *now.get_or_insert_with(now_ms);
-                now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        MutationKind::Set { value, expiry }
+        | MutationKind::SetSuffixVersionstampedKey { value, expiry } => {
+            let deadline = expiry.map(|e| match e {
+                Expiry::In(d) => {
+                    // One timestamp per commit, so values set together expire together.
+                    let now = *now.get_or_insert_with(now_ms);
+                    now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                }
+                Expiry::At(deadline) => deadline,
             });
             Ok(Some((value, deadline)))
         }
@@ -201,10 +226,16 @@ impl Inner {
     pub(crate) fn prepare(&self, write: &AtomicWrite) -> Slots<'_> {
         // Every key the operation writes, found or inserted (each searched from the head: see
         // `KeyMap::get_or_insert_all`).
+        // A versionstamped key is known only under the lock, where its slot is inserted.
         let written: SmallVec<[&KeyBytes; 4]> = write
             .mutations
             .iter()
-            .filter(|m| !matches!(m.kind, MutationKind::Delete))
+            .filter(|m| {
+                !matches!(
+                    m.kind,
+                    MutationKind::Delete | MutationKind::SetSuffixVersionstampedKey { .. }
+                )
+            })
             .map(|m| &m.key)
             .collect();
         let mut written = self.map.get_or_insert_all(&written).into_iter();
@@ -213,6 +244,7 @@ impl Inner {
             .iter()
             .map(|m| match m.kind {
                 MutationKind::Delete => self.map.get(m.key.as_slice()),
+                MutationKind::SetSuffixVersionstampedKey { .. } => None,
                 _ => written.next(),
             })
             .collect();
@@ -235,7 +267,9 @@ impl Inner {
             .filter(|m| !matches!(m.kind, MutationKind::Delete))
             .map(|m| {
                 let chain = Box::new(Chain::default());
-                if let MutationKind::Set { value, .. } = &m.kind {
+                if let MutationKind::Set { value, .. }
+                | MutationKind::SetSuffixVersionstampedKey { value, .. } = &m.kind
+                {
                     share(value);
                 }
                 chain
@@ -375,8 +409,9 @@ impl Inner {
         if *last >= VERSION_MAX {
             return Err(Error::VersionsExhausted { last: *last });
         }
-        let staged = self.stage(mutations, slots, &mut now)?;
         let version = *last + 1;
+        let mutations = with_versionstamped_keys(mutations, version);
+        let staged = self.stage(mutations, slots, &mut now)?;
         self.write_staged(staged, version, slots, log);
         *last = version;
         Ok(CommitResult::Committed {
@@ -469,7 +504,9 @@ impl Inner {
             self.refresh(slot, &m.key, !matches!(m.kind, MutationKind::Delete));
             // A set or delete does not depend on what it replaces: no copy of it.
             let current = match m.kind {
-                MutationKind::Set { .. } | MutationKind::Delete => None,
+                MutationKind::Set { .. }
+                | MutationKind::SetSuffixVersionstampedKey { .. }
+                | MutationKind::Delete => None,
                 _ => Self::current(slot.as_ref(), now),
             };
             let result = apply(m.kind, current.as_ref(), now, i, &m.key)?;

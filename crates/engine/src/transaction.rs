@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tuplekv_codec::{ByteRange, Key, Selector, encode_key};
 
-use crate::atomic::{AtomicWrite, Check, CommitResult, Mutation, MutationKind, RangeCheck};
+use crate::atomic::{AtomicWrite, Check, CommitResult, Expiry, Mutation, MutationKind, RangeCheck};
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
 use crate::limits::{
@@ -159,11 +159,12 @@ impl<'s, S: Store> Transaction<'s, S> {
             .mutations
             .iter()
             .enumerate()
-            .filter(|(_, m)| m.key.as_slice() == key)
+            .filter(|(_, m)| m.key.as_slice() == key && writes_own_key(m))
         {
             let value = current.as_ref().map(|e| &e.value);
             let next = match &m.kind {
-                MutationKind::Set { value, .. } => Some(value.clone()),
+                MutationKind::Set { value, .. }
+                | MutationKind::SetSuffixVersionstampedKey { value, .. } => Some(value.clone()),
                 MutationKind::Delete => None,
                 MutationKind::Sum(n) | MutationKind::Min(n) | MutationKind::Max(n) => {
                     let op = match &m.kind {
@@ -210,7 +211,7 @@ impl<'s, S: Store> Transaction<'s, S> {
             .write
             .mutations
             .iter()
-            .filter(|m| range.contains(&m.key))
+            .filter(|m| range.contains(&m.key) && writes_own_key(m))
             .map(|m| m.key.clone())
             .collect();
         // Saturating: `limit: Some(usize::MAX)` means "all" and must not overflow.
@@ -284,7 +285,7 @@ impl<'s, S: Store> Transaction<'s, S> {
             key,
             MutationKind::Set {
                 value: value.into(),
-                expire_in: None,
+                expiry: None,
             },
         );
     }
@@ -295,7 +296,7 @@ impl<'s, S: Store> Transaction<'s, S> {
             key,
             MutationKind::Set {
                 value: value.into(),
-                expire_in: Some(expire_in),
+                expiry: Some(Expiry::In(expire_in)),
             },
         );
     }
@@ -442,4 +443,10 @@ fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// Whether `m` writes the key it names: a versionstamped set names its key's prefix, and its
+/// key is known only once it commits, so a transaction's own reads cannot see it.
+fn writes_own_key(m: &Mutation) -> bool {
+    !matches!(m.kind, MutationKind::SetSuffixVersionstampedKey { .. })
 }

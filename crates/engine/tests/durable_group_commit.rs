@@ -92,3 +92,23 @@ fn concurrent_committers_are_all_durable() {
     );
     assert_eq!(dump(&db).len(), 401);
 }
+
+#[test]
+fn stats_count_the_log_syncs_that_made_commits_durable() {
+    assert_eq!(
+        Database::in_memory().stats().log_syncs,
+        0,
+        "no log in memory"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    let before = db.stats().log_syncs;
+    for i in 0..3u64 {
+        db.set(&key!["k", i], i).unwrap();
+    }
+    assert_eq!(
+        db.stats().log_syncs - before,
+        3,
+        "one sync per sequential Sync-mode commit"
+    );
+}

@@ -214,3 +214,33 @@ fn borrowed_latest_reads_agree_with_copied_ones_for_live_expired_deleted_and_abs
     let too_long = vec![0u8; KEY_SIZE_MAX_READ + 1];
     assert!(db.read_latest_raw(&too_long, |_| ()).is_err());
 }
+
+#[test]
+fn an_absolute_deadline_expires_the_value_at_that_unix_millisecond() {
+    use tuplekv_engine::{Expiry, MutationKind, codec::encode_key};
+    let db = Database::in_memory();
+    let now_ms = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let set_at = |k: &tuplekv_engine::Key, deadline: u64| {
+        db.atomic()
+            .mutate_raw(
+                &encode_key(k),
+                MutationKind::Set {
+                    value: Value::from(b"v"),
+                    expiry: Some(Expiry::At(deadline)),
+                },
+            )
+            .commit()
+            .unwrap()
+    };
+    assert!(set_at(&key!["at", "past"], now_ms - 1).is_committed());
+    assert!(set_at(&key!["at", "future"], now_ms + 3_600_000).is_committed());
+    assert_eq!(db.get(&key!["at", "past"]).unwrap(), None, "already past");
+    let future = db.get(&key!["at", "future"]).unwrap().expect("not yet");
+    assert_eq!(future.expires_at, Some(now_ms + 3_600_000), "kept exactly");
+}

@@ -551,7 +551,7 @@ where
                 &p.key,
                 MutationKind::Set {
                     value: entry_value(p.entry),
-                    expire_in: None,
+                    expiry: None,
                 },
             );
         }
@@ -560,7 +560,7 @@ where
                 record_key,
                 MutationKind::Set {
                     value: Value::from(bytes),
-                    expire_in: None,
+                    expiry: None,
                 },
             ),
             None => tx.mutate_raw(record_key, MutationKind::Delete),
@@ -1437,7 +1437,7 @@ fn set_mutation(key: KeyBytes, value: Value) -> Mutation {
         key,
         kind: MutationKind::Set {
             value,
-            expire_in: None,
+            expiry: None,
         },
     }
 }

@@ -354,7 +354,7 @@ where
                     &p.key,
                     MutationKind::Set {
                         value: crate::entry::entry_value(p.entry),
-                        expire_in: None,
+                        expiry: None,
                     },
                 );
                 written += 1;
@@ -649,7 +649,7 @@ where
                                 key,
                                 MutationKind::Set {
                                     value: crate::entry::entry_value(entry),
-                                    expire_in: None,
+                                    expiry: None,
                                 },
                             );
                         }

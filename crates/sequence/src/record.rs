@@ -7,7 +7,9 @@ use tuplekv_codec::{Key, encode_key};
 use tuplekv_engine::limits::{
     CHECKS_MAX, MUTATIONS_MAX, TOTAL_KEY_SIZE_MAX, TOTAL_MUTATION_SIZE_MAX,
 };
-use tuplekv_engine::{AtomicWrite, Check, KeyBytes, Mutation, MutationKind, Value, Versionstamp};
+use tuplekv_engine::{
+    AtomicWrite, Check, Expiry, KeyBytes, Mutation, MutationKind, Value, Versionstamp,
+};
 
 /// Checks and mutations to commit together with a number, built like an atomic operation.
 ///
@@ -55,7 +57,7 @@ impl Record {
             key,
             MutationKind::Set {
                 value: value.into(),
-                expire_in: None,
+                expiry: None,
             },
         )
     }
@@ -71,7 +73,7 @@ impl Record {
             &encode_key(key),
             MutationKind::Set {
                 value: value.into(),
-                expire_in: Some(expire_in),
+                expiry: Some(Expiry::In(expire_in)),
             },
         )
     }
@@ -125,12 +127,7 @@ impl Budget {
         }
         for m in &write.mutations {
             next.size += m.key.len();
-            let value = match &m.kind {
-                MutationKind::Set { value, .. } => Some(value.size()),
-                MutationKind::Sum(_) | MutationKind::Min(_) | MutationKind::Max(_) => Some(8),
-                MutationKind::Delete => None,
-            };
-            if let Some(v) = value {
+            if let Some(v) = m.kind.value_size() {
                 next.size += m.key.len() + v;
                 next.key_size += m.key.len();
             }

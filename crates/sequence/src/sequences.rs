@@ -106,7 +106,7 @@ impl<S: Store + Clone> Sequences<S> {
                 key: KeyBytes::from(key.as_slice()),
                 kind: MutationKind::Set {
                     value: Value::from(def.encode()),
-                    expire_in: None,
+                    expiry: None,
                 },
             }],
             ..AtomicWrite::default()
@@ -248,7 +248,7 @@ impl<S: Store> Core<S> {
                 key,
                 kind: MutationKind::Set {
                     value: Value::U64(next),
-                    expire_in: None,
+                    expiry: None,
                 },
             },
         )
@@ -277,7 +277,7 @@ impl<S: Store> Core<S> {
             key,
             kind: MutationKind::Set {
                 value: Value::from(self.def.format.format(number).into_bytes()),
-                expire_in: None,
+                expiry: None,
             },
         });
         Ok(write.checks.len() - 1)

@@ -11,8 +11,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tuplekv_codec::{Key, Selector, encode_key, key};
 use tuplekv_engine::{
-    AtomicWrite, Check, Database, Entry, ListCursor, ListOptions, Mutation, MutationKind, ReadView,
-    Snapshot, Store, Value, Versionstamp,
+    AtomicWrite, Check, Database, Entry, Expiry, ListCursor, ListOptions, Mutation, MutationKind,
+    ReadView, Snapshot, Store, Value, Versionstamp,
 };
 
 use crate::reference::Reference;
@@ -351,11 +351,11 @@ pub fn run_ops(ops: &[Op]) -> Result<(), String> {
                             kind: match spec {
                                 MutSpec::SetBytes(b) => MutationKind::Set {
                                     value: Value::from(vec![*b]),
-                                    expire_in: None,
+                                    expiry: None,
                                 },
                                 MutSpec::SetU64(n) => MutationKind::Set {
                                     value: Value::U64(*n),
-                                    expire_in: None,
+                                    expiry: None,
                                 },
                                 MutSpec::Delete => MutationKind::Delete,
                                 MutSpec::Sum(n) => MutationKind::Sum(*n),
@@ -363,11 +363,11 @@ pub fn run_ops(ops: &[Op]) -> Result<(), String> {
                                 MutSpec::Max(n) => MutationKind::Max(*n),
                                 MutSpec::SetExpired(b) => MutationKind::Set {
                                     value: Value::from(vec![*b]),
-                                    expire_in: Some(Duration::ZERO),
+                                    expiry: Some(Expiry::In(Duration::ZERO)),
                                 },
                                 MutSpec::SetExpiresLater(b) => MutationKind::Set {
                                     value: Value::from(vec![*b]),
-                                    expire_in: Some(Duration::from_secs(3600)),
+                                    expiry: Some(Expiry::In(Duration::from_secs(3600))),
                                 },
                             },
                         })
@@ -450,7 +450,7 @@ pub fn run_ops(ops: &[Op]) -> Result<(), String> {
                             key: encode_key(&w).into(),
                             kind: MutationKind::Set {
                                 value: Value::U64(n),
-                                expire_in: None,
+                                expiry: None,
                             },
                         }],
                     })

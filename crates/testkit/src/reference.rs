@@ -12,7 +12,8 @@
 use std::collections::BTreeMap;
 
 use tuplekv_engine::{
-    AtomicWrite, CommitResult, Conflict, Error, FailedCheck, MutationKind, Value, Versionstamp,
+    AtomicWrite, CommitResult, Conflict, Error, Expiry, FailedCheck, MutationKind, Value,
+    Versionstamp, versionstamped_key,
 };
 
 /// The model's state: every live key with its value and the version that wrote it.
@@ -86,8 +87,16 @@ impl Reference {
         }
         let version = self.version + 1;
         let mut next = self.entries.clone();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         for (index, m) in write.mutations.iter().enumerate() {
-            let key = m.key.to_vec();
+            let key = match &m.kind {
+                MutationKind::SetSuffixVersionstampedKey { .. } => {
+                    versionstamped_key(&m.key, Versionstamp::from_version(version)).to_vec()
+                }
+                _ => m.key.to_vec(),
+            };
             let current = next.get(&key).map(|(v, _)| v.clone());
             let u64_op = |op: &'static str, n: u64, f: fn(u64, u64) -> u64| match &current {
                 None => Ok(n),
@@ -99,10 +108,12 @@ impl Reference {
                 }),
             };
             let new = match &m.kind {
-                MutationKind::Set {
-                    expire_in: Some(d), ..
-                } if d.is_zero() => None,
-                MutationKind::Set { value, .. } => Some(value.clone()),
+                MutationKind::Set { expiry, value }
+                | MutationKind::SetSuffixVersionstampedKey { expiry, value } => match expiry {
+                    Some(Expiry::In(d)) if d.is_zero() => None,
+                    Some(Expiry::At(deadline)) if *deadline <= now => None,
+                    _ => Some(value.clone()),
+                },
                 MutationKind::Delete => None,
                 MutationKind::Sum(n) => Some(Value::U64(u64_op("sum", *n, u64::wrapping_add)?)),
                 MutationKind::Min(n) => Some(Value::U64(u64_op("min", *n, u64::min)?)),

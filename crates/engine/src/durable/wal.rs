@@ -137,6 +137,8 @@ pub(crate) struct Wal {
     /// can report a success that no longer covers the dropped data.
     sync_lock: Mutex<()>,
     segment: Mutex<Segment>,
+    /// Successful syncs of segment data so far (see `Stats::log_syncs`).
+    syncs: std::sync::atomic::AtomicU64,
     /// Calls of `start_segment` so far, so a test can order a failing sync before one.
     #[cfg(test)]
     pub(crate) rotations_started: std::sync::atomic::AtomicUsize,
@@ -158,6 +160,7 @@ impl Wal {
             checkpoint_after: checkpoint_after.max(1),
             sync_lock: Mutex::new(()),
             segment: Mutex::new(segment),
+            syncs: std::sync::atomic::AtomicU64::new(0),
             #[cfg(test)]
             rotations_started: std::sync::atomic::AtomicUsize::new(0),
         }
@@ -211,12 +214,24 @@ impl Wal {
         seg.len += n;
         if sync {
             seg.synced = seg.len;
+            self.count_sync();
         }
         if reserve {
             seg.reserved = reserved;
         }
         seg.since_checkpoint += n;
         Ok(seg.since_checkpoint >= self.checkpoint_after)
+    }
+
+    /// Counts a successful sync of appended commits.
+    fn count_sync(&self) {
+        self.syncs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Successful syncs of appended commits so far.
+    pub(crate) fn syncs(&self) -> u64 {
+        self.syncs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Makes everything written durable: syncs the segment if anything written is not yet
@@ -242,6 +257,7 @@ impl Wal {
         match result {
             Ok(()) => {
                 seg.synced = seg.synced.max(target);
+                self.count_sync();
                 Ok(())
             }
             Err(e) => {
