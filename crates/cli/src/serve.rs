@@ -73,7 +73,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
     drop(runtime);
     let store = Arc::into_inner(store).ok_or("the store is still in use after shutdown")?;
     if args.path.is_some() {
-        store.sync().map_err(|e| format!("syncing the store failed: {e}"))?;
+        store
+            .sync()
+            .map_err(|e| format!("syncing the store failed: {e}"))?;
     }
     store
         .close()

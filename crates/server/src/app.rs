@@ -167,16 +167,18 @@ async fn metadata<S: Store + 'static>(
                     .map(str::to_owned)
             })
             .ok_or_else(|| {
-                ApiError::bad_request("Protocol version 1 needs a Host header to build the endpoint URL.")
+                ApiError::bad_request(
+                    "Protocol version 1 needs a Host header to build the endpoint URL.",
+                )
             })?;
         format!("http://{host}{ENDPOINT_PATH}")
     } else {
         ENDPOINT_PATH.to_owned()
     };
-    let lifetime = chrono::Duration::from_std(METADATA_TOKEN_LIFETIME)
-        .map_err(|_| ApiError::internal())?;
-    let expires_at = (chrono::Utc::now() + lifetime)
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let lifetime =
+        chrono::Duration::from_std(METADATA_TOKEN_LIFETIME).map_err(|_| ApiError::internal())?;
+    let expires_at =
+        (chrono::Utc::now() + lifetime).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let reply = MetadataResponse {
         version,
         database_id: DATABASE_ID,
@@ -234,11 +236,7 @@ async fn data_path_guard<S: Store + 'static>(
 
 /// A protobuf response.
 pub(crate) fn protobuf(message: &impl Message) -> Response {
-    (
-        [(header::CONTENT_TYPE, PROTOBUF)],
-        message.encode_to_vec(),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, PROTOBUF)], message.encode_to_vec()).into_response()
 }
 
 /// `POST /v2/snapshot_read`: every range from one snapshot, in request order.

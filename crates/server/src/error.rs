@@ -34,7 +34,8 @@ pub(crate) mod text {
     pub(crate) const KEY_TOO_LONG: &str = "A key exceeds the key size limit.";
     pub(crate) const VALUE_TOO_LONG: &str = "A value exceeds the value size limit.";
     pub(crate) const READ_RANGE_TOO_LARGE: &str = "The total number of entries requested across read ranges in the read request is too large.";
-    pub(crate) const ATOMIC_WRITE_TOO_LARGE: &str = "The total size of the atomic write is too large.";
+    pub(crate) const ATOMIC_WRITE_TOO_LARGE: &str =
+        "The total size of the atomic write is too large.";
     pub(crate) const TOO_MANY_READ_RANGES: &str =
         "Too many read ranges requested in one read request.";
     pub(crate) const TOO_MANY_WATCHED_KEYS: &str =

@@ -10,7 +10,8 @@ use bytes::Bytes;
 use denokv_proto::datapath as pb;
 use prost::Message;
 use tuplekv_engine::{
-    AtomicWrite, ByteRange, Check, Entry, KeyBytes, Mutation, MutationKind, Value, Versionstamp,
+    AtomicWrite, ByteRange, Check, Entry, Expiry, KeyBytes, Mutation, MutationKind, Value,
+    Versionstamp,
 };
 
 use crate::error::{ApiError, text};
@@ -144,7 +145,8 @@ fn mutation_size(m: &Mutation) -> usize {
     let key = m.key.len();
     match &m.kind {
         MutationKind::Delete => key,
-        MutationKind::Set { value, .. } => 2 * key + value.size(),
+        MutationKind::Set { value, .. }
+        | MutationKind::SetSuffixVersionstampedKey { value, .. } => 2 * key + value.size(),
         _ => 2 * key + 8,
     }
 }
@@ -203,7 +205,7 @@ fn decode_mutation(m: pb::Mutation) -> Result<Mutation, ApiError> {
         Ok(pb::MutationType::MMin) => MutationKind::Min(u64_operand(value, "min")?),
         Ok(pb::MutationType::MMax) => MutationKind::Max(u64_operand(value, "max")?),
         Ok(pb::MutationType::MSetSuffixVersionstampedKey) => {
-            versionstamped_kind(value.ok_or_else(invalid)?, expire_at)?
+            versionstamped_kind(value.ok_or_else(invalid)?, expire_at)
         }
         Ok(pb::MutationType::MUnspecified) | Err(_) => return Err(invalid()),
     };
@@ -225,17 +227,17 @@ fn u64_operand(value: Option<Value>, op: &str) -> Result<u64, ApiError> {
 }
 
 fn set_kind(value: Value, expire_at: Option<u64>) -> MutationKind {
-    let now = now_ms();
     MutationKind::Set {
         value,
-        expire_in: expire_at.map(|at| std::time::Duration::from_millis(at.saturating_sub(now))),
+        expiry: expire_at.map(Expiry::At),
     }
 }
 
-fn versionstamped_kind(_value: Value, _expire_at: Option<u64>) -> Result<MutationKind, ApiError> {
-    Err(ApiError::bad_request(
-        "Versionstamped keys are not supported by this server yet.",
-    ))
+fn versionstamped_kind(value: Value, expire_at: Option<u64>) -> MutationKind {
+    MutationKind::SetSuffixVersionstampedKey {
+        value,
+        expiry: expire_at.map(Expiry::At),
+    }
 }
 
 fn sum_bounded(
@@ -247,12 +249,6 @@ fn sum_bounded(
     Err(ApiError::bad_request(
         "Failed to perform 'sum' mutation on a non-U64 operand",
     ))
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Decodes a `KvValue`: its encoding and payload.
@@ -400,10 +396,7 @@ mod tests {
         let w = decode_atomic_write(&write_of(vec![m])).expect("valid");
         assert!(matches!(
             w.mutations[0].kind,
-            MutationKind::Set {
-                expire_in: None,
-                ..
-            }
+            MutationKind::Set { expiry: None, .. }
         ));
     }
 

@@ -1,0 +1,361 @@
+//! Shared by the server's tests: a server on a free loopback port that the test stops, and a
+//! raw hyper client speaking HTTP/1.1 or h2c with prior knowledge.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use denokv_proto::datapath as pb;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::{http1, http2};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use prost::Message;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tuplekv_engine::{Database, Store};
+use tuplekv_server::{ServeOptions, ServerConfig, ServerStats, router, serve_with};
+
+pub const TOKEN: &str = "test-token-0123456789";
+pub const NIL_ID: &str = "00000000-0000-0000-0000-000000000000";
+
+/// A running server; [`TestServer::stop`] shuts it down gracefully.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub stats: Arc<ServerStats>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestServer {
+    /// An in-memory store behind the default configuration.
+    pub async fn start() -> TestServer {
+        Self::start_with(
+            Arc::new(Database::in_memory()),
+            ServerConfig::new(TOKEN),
+            |o| o,
+        )
+        .await
+    }
+
+    /// `store` behind `config`, with transport options adjusted by `opts`.
+    pub async fn start_with<S: Store + 'static>(
+        store: Arc<S>,
+        config: ServerConfig,
+        opts: impl FnOnce(ServeOptions) -> ServeOptions,
+    ) -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stats = Arc::clone(config.stats());
+        let options = opts(config.serve_options());
+        let (tx, rx) = oneshot::channel::<()>();
+        let app = router(store, config);
+        let task = tokio::spawn(serve_with(listener, app, options, async move {
+            let _ = rx.await;
+        }));
+        TestServer {
+            addr,
+            stats,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Shuts the server down and waits for it to return.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("serve task").expect("serve result");
+        }
+    }
+
+    /// An h2c client on a new connection.
+    pub async fn h2(&self) -> Client {
+        Client::h2(self.addr).await
+    }
+
+    /// An HTTP/1.1 client on a new connection.
+    pub async fn h1(&self) -> Client {
+        Client::h1(self.addr).await
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+enum Sender {
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+/// One connection.
+pub struct Client {
+    sender: Sender,
+    pub addr: SocketAddr,
+}
+
+/// A response with its whole body.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: hyper::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("json body")
+    }
+
+    /// Asserts the status and the exact body text.
+    pub fn assert_error(&self, status: u16, text: &str) {
+        assert_eq!(
+            (self.status.as_u16(), self.text().as_str()),
+            (status, text),
+            "unexpected reply"
+        );
+    }
+
+    pub fn decode<M: Message + Default>(&self) -> M {
+        assert_eq!(self.status, StatusCode::OK, "body: {}", self.text());
+        M::decode(self.body.clone()).expect("protobuf reply")
+    }
+}
+
+impl Client {
+    pub async fn h2(addr: SocketAddr) -> Client {
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("h2 handshake");
+        tokio::spawn(conn);
+        Client {
+            sender: Sender::H2(sender),
+            addr,
+        }
+    }
+
+    pub async fn h1(addr: SocketAddr) -> Client {
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let (sender, conn) = http1::handshake(TokioIo::new(tcp))
+            .await
+            .expect("h1 handshake");
+        tokio::spawn(conn);
+        Client {
+            sender: Sender::H1(sender),
+            addr,
+        }
+    }
+
+    /// Sends `req`, returning the response head with a streaming body.
+    pub async fn send(
+        &mut self,
+        req: Request<Full<Bytes>>,
+    ) -> hyper::Result<Response<hyper::body::Incoming>> {
+        match &mut self.sender {
+            Sender::H1(s) => {
+                s.ready().await?;
+                s.send_request(req).await
+            }
+            Sender::H2(s) => {
+                s.ready().await?;
+                s.send_request(req).await
+            }
+        }
+    }
+
+    /// Sends `req` and reads the whole reply.
+    pub async fn call(&mut self, req: Request<Full<Bytes>>) -> Reply {
+        let res = self.send(req).await.expect("response");
+        let (parts, body) = res.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    /// `POST /` with a JSON body and a bearer token.
+    pub async fn metadata(&mut self, token: &str, body: &str) -> Reply {
+        let req = Request::post(format!("http://{}/", self.addr))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .expect("request");
+        self.call(req).await
+    }
+
+    /// A data path request with the headers Deno's client sends (no content type).
+    pub async fn data(&mut self, method: &str, body: Vec<u8>) -> Reply {
+        let req = data_request(self.addr, method, body).body_bytes();
+        self.call(req).await
+    }
+
+    pub async fn read(&mut self, read: pb::SnapshotRead) -> Reply {
+        self.data("snapshot_read", read.encode_to_vec()).await
+    }
+
+    pub async fn write(&mut self, write: pb::AtomicWrite) -> Reply {
+        self.data("atomic_write", write.encode_to_vec()).await
+    }
+
+    /// Commits `write`, expecting a 200 reply.
+    pub async fn commit(&mut self, write: pb::AtomicWrite) -> pb::AtomicWriteOutput {
+        self.write(write).await.decode()
+    }
+
+    /// The entry at `key`, read as `get` does (one range `[key, key ++ 00)`, limit 1).
+    pub async fn get(&mut self, key: &[u8]) -> Option<pb::KvEntry> {
+        let out: pb::SnapshotReadOutput = self.read(read_of(vec![get_range(key)])).await.decode();
+        out.ranges
+            .into_iter()
+            .next()
+            .expect("one range")
+            .values
+            .into_iter()
+            .next()
+    }
+}
+
+/// A data path request builder with Deno's headers set.
+pub struct DataRequest {
+    builder: hyper::http::request::Builder,
+    body: Vec<u8>,
+}
+
+pub fn data_request(addr: SocketAddr, method: &str, body: Vec<u8>) -> DataRequest {
+    DataRequest {
+        builder: Request::post(format!("http://{addr}/v2/{method}"))
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .header("x-denokv-version", "3")
+            .header("x-denokv-database-id", NIL_ID)
+            .header("user-agent", "tuplekv-test"),
+        body,
+    }
+}
+
+impl DataRequest {
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        let headers = self.builder.headers_mut().expect("headers");
+        headers.insert(
+            hyper::header::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+            value.parse().expect("value"),
+        );
+        self
+    }
+
+    pub fn without(mut self, name: &str) -> Self {
+        self.builder.headers_mut().expect("headers").remove(name);
+        self
+    }
+
+    pub fn body_bytes(self) -> Request<Full<Bytes>> {
+        self.builder
+            .body(Full::new(Bytes::from(self.body)))
+            .expect("request")
+    }
+}
+
+/// The encoded tuple key `[s]` for a string `s` (no 0x00 inside).
+pub fn key(s: &str) -> Vec<u8> {
+    tuplekv_engine::codec::encode_key(&tuplekv_engine::key![s])
+}
+
+/// The encoded tuple key `[a, b]`.
+pub fn key2(a: &str, b: &str) -> Vec<u8> {
+    tuplekv_engine::codec::encode_key(&tuplekv_engine::key![a, b])
+}
+
+pub fn get_range(key: &[u8]) -> pb::ReadRange {
+    let mut end = key.to_vec();
+    end.push(0);
+    pb::ReadRange {
+        start: key.to_vec(),
+        end,
+        limit: 1,
+        reverse: false,
+    }
+}
+
+pub fn prefix_range(prefix: &[u8], limit: i32, reverse: bool) -> pb::ReadRange {
+    let mut start = prefix.to_vec();
+    start.push(0);
+    let mut end = prefix.to_vec();
+    end.push(0xff);
+    pb::ReadRange {
+        start,
+        end,
+        limit,
+        reverse,
+    }
+}
+
+pub fn read_of(ranges: Vec<pb::ReadRange>) -> pb::SnapshotRead {
+    pb::SnapshotRead { ranges }
+}
+
+pub fn bytes_value(data: &[u8]) -> pb::KvValue {
+    pb::KvValue {
+        data: data.to_vec(),
+        encoding: pb::ValueEncoding::VeBytes.into(),
+    }
+}
+
+pub fn v8_value(data: &[u8]) -> pb::KvValue {
+    pb::KvValue {
+        data: data.to_vec(),
+        encoding: pb::ValueEncoding::VeV8.into(),
+    }
+}
+
+pub fn u64_value(n: u64) -> pb::KvValue {
+    pb::KvValue {
+        data: n.to_le_bytes().to_vec(),
+        encoding: pb::ValueEncoding::VeLe64.into(),
+    }
+}
+
+pub fn mutation(key: &[u8], kind: pb::MutationType, value: Option<pb::KvValue>) -> pb::Mutation {
+    pb::Mutation {
+        key: key.to_vec(),
+        value,
+        mutation_type: kind.into(),
+        ..Default::default()
+    }
+}
+
+pub fn set(key: &[u8], value: pb::KvValue) -> pb::Mutation {
+    mutation(key, pb::MutationType::MSet, Some(value))
+}
+
+pub fn check(key: &[u8], versionstamp: Option<&[u8]>) -> pb::Check {
+    pb::Check {
+        key: key.to_vec(),
+        versionstamp: versionstamp.map(<[u8]>::to_vec).unwrap_or_default(),
+    }
+}
+
+pub fn write_of(checks: Vec<pb::Check>, mutations: Vec<pb::Mutation>) -> pb::AtomicWrite {
+    pb::AtomicWrite {
+        checks,
+        mutations,
+        enqueues: Vec::new(),
+    }
+}
+
+pub const AW_SUCCESS: i32 = pb::AtomicWriteStatus::AwSuccess as i32;
+pub const AW_CHECK_FAILURE: i32 = pb::AtomicWriteStatus::AwCheckFailure as i32;
