@@ -1,0 +1,194 @@
+//! The transport: HTTP/1.1 and h2c on one port, many connections at once, graceful shutdown
+//! that finishes requests in flight, and durable commits from concurrent requests sharing
+//! log syncs.
+
+mod common;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::*;
+use denokv_proto::datapath as pb;
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+use prost::Message;
+use tuplekv_engine::{Database, Durability, Options};
+use tuplekv_server::ServerConfig;
+
+#[tokio::test]
+async fn http1_and_h2c_clients_share_one_port_and_one_store() {
+    let server = TestServer::start().await;
+    let mut h1 = server.h1().await;
+    let mut h2 = server.h2().await;
+    assert_eq!(
+        h1.commit(write_of(
+            vec![],
+            vec![set(&key("from-h1"), bytes_value(b"1"))]
+        ))
+        .await
+        .status,
+        AW_SUCCESS
+    );
+    assert_eq!(
+        h2.commit(write_of(
+            vec![],
+            vec![set(&key("from-h2"), bytes_value(b"2"))]
+        ))
+        .await
+        .status,
+        AW_SUCCESS
+    );
+    assert_eq!(
+        h2.get(&key("from-h1")).await.expect("h1's write").value,
+        b"1"
+    );
+    assert_eq!(
+        h1.get(&key("from-h2")).await.expect("h2's write").value,
+        b"2"
+    );
+    assert_eq!(server.stats.atomic_write_requests(), 2);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn many_connections_at_once_are_all_served() {
+    const CLIENTS: usize = 200;
+    let server = TestServer::start().await;
+    let addr = server.addr;
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            tokio::spawn(async move {
+                let mut c = if i % 2 == 0 {
+                    Client::h2(addr).await
+                } else {
+                    Client::h1(addr).await
+                };
+                let k = key2("conn", &i.to_string());
+                let out = c
+                    .commit(write_of(
+                        vec![check(&k, None)],
+                        vec![set(&k, u64_value(i as u64))],
+                    ))
+                    .await;
+                assert_eq!(out.status, AW_SUCCESS);
+                assert_eq!(
+                    c.get(&k).await.expect("own write").value,
+                    (i as u64).to_le_bytes()
+                );
+                c
+            })
+        })
+        .collect();
+    let mut clients = Vec::new();
+    for t in tasks {
+        clients.push(t.await.expect("client task"));
+    }
+    assert_eq!(server.stats.open_connections(), CLIENTS);
+    assert_eq!(server.stats.connections_accepted(), CLIENTS as u64);
+    let out: pb::SnapshotReadOutput = clients[0]
+        .read(read_of(vec![prefix_range(&key("conn"), 1000, false)]))
+        .await
+        .decode();
+    assert_eq!(out.ranges[0].values.len(), CLIENTS);
+    drop(clients);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_a_request_in_flight_and_then_returns() {
+    let server = TestServer::start().await;
+    let addr = server.addr;
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("handshake");
+    tokio::spawn(conn);
+    // A write whose body is still arriving when shutdown begins.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(1);
+    let body = StreamBody::new(Box::pin(futures_util::stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|f| (f, rx)) },
+    )));
+    let req = data_request(addr, "atomic_write", vec![])
+        .body_bytes()
+        .map(|_| body);
+    sender.ready().await.expect("ready");
+    let in_flight = tokio::spawn(sender.send_request(req));
+    // Wait until the server has the request (its counter moves when the handler starts).
+    while server.stats.atomic_write_requests() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let stats = Arc::clone(&server.stats);
+    let stopping = tokio::spawn(server.stop());
+    let write = write_of(vec![], vec![set(&key("late"), bytes_value(b"v"))]).encode_to_vec();
+    tx.send(Ok(Frame::data(Bytes::from(write))))
+        .await
+        .expect("send body");
+    drop(tx);
+    let reply = in_flight
+        .await
+        .expect("join")
+        .expect("the request in flight is answered");
+    assert_eq!(reply.status(), 200);
+    stopping.await.expect("serve returned");
+    assert_eq!(stats.open_connections(), 0);
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no longer accepting"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_durable_writes_over_the_network_share_log_syncs() {
+    const WRITERS: usize = 64;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = Options {
+        durability: Durability::Sync,
+        ..Options::default()
+    };
+    let db = Arc::new(Database::open(dir.path(), options).expect("open"));
+    let server = TestServer::start_with(Arc::clone(&db), ServerConfig::new(TOKEN), |o| o).await;
+    let before = db.stats().log_syncs;
+    // One h2 connection, 64 concurrent streams: what Deno's client does under load.
+    let tcp = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("handshake");
+    tokio::spawn(conn);
+    let barrier = Arc::new(tokio::sync::Barrier::new(WRITERS));
+    let tasks: Vec<_> = (0..WRITERS)
+        .map(|i| {
+            let mut sender = sender.clone();
+            let barrier = Arc::clone(&barrier);
+            let addr = server.addr;
+            tokio::spawn(async move {
+                let k = key2("durable", &i.to_string());
+                let body = write_of(vec![], vec![set(&k, u64_value(i as u64))]).encode_to_vec();
+                let req = data_request(addr, "atomic_write", body).body_bytes();
+                barrier.wait().await;
+                sender.ready().await.expect("ready");
+                let res = sender.send_request(req).await.expect("reply");
+                assert_eq!(res.status(), 200);
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("writer");
+    }
+    let syncs = db.stats().log_syncs - before;
+    assert!(syncs >= 1, "durable commits were synced");
+    assert!(
+        syncs < WRITERS as u64,
+        "{WRITERS} concurrent writes took {syncs} syncs: no sharing"
+    );
+    println!("{WRITERS} concurrent durable writes took {syncs} log syncs");
+    server.stop().await;
+}
