@@ -42,5 +42,8 @@ pub const WATCH_STREAMS_MAX: usize = 1024;
 /// How often an idle watch stream gets a keep-alive (a zero-length frame). The first one is
 /// sent as soon as the stream opens.
 pub const WATCH_PING_INTERVAL: Duration = Duration::from_secs(5);
+/// How long graceful shutdown waits for requests in flight (and for HTTP/2 clients to
+/// acknowledge the GOAWAY) before it closes the connections that are left.
+pub const SHUTDOWN_GRACE_MAX: Duration = Duration::from_secs(10);
 /// How long a metadata token stays valid (`expiresAt` = now + this).
 pub const METADATA_TOKEN_LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);

@@ -16,7 +16,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tower_service::Service;
 
-use crate::limits::{CONNECTIONS_MAX, H2_STREAMS_PER_CONNECTION_MAX, HEADER_BLOCK_SIZE_MAX};
+use crate::limits::{
+    CONNECTIONS_MAX, H2_STREAMS_PER_CONNECTION_MAX, HEADER_BLOCK_SIZE_MAX, SHUTDOWN_GRACE_MAX,
+};
 use crate::stats::ServerStats;
 
 /// How long the accept loop pauses after `accept` fails (out of file descriptors, say), so it
@@ -35,6 +37,8 @@ pub struct ServeOptions {
     /// Where connection counts go; share the router's ([`crate::ServerConfig::stats`]) to
     /// see everything in one place and have request counts logged at shutdown.
     pub stats: Arc<ServerStats>,
+    /// How long shutdown waits for requests in flight before closing what is left.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServeOptions {
@@ -44,6 +48,7 @@ impl Default for ServeOptions {
             h2_streams_per_connection_max: H2_STREAMS_PER_CONNECTION_MAX,
             header_block_size_max: HEADER_BLOCK_SIZE_MAX,
             stats: Arc::default(),
+            shutdown_grace: SHUTDOWN_GRACE_MAX,
         }
     }
 }
@@ -62,8 +67,8 @@ impl ShutdownSignal {
 }
 
 /// Serves `router` on `listener` with the default [`ServeOptions`] until `shutdown`
-/// resolves, then stops accepting, ends watch streams, lets in-flight requests finish, and
-/// returns.
+/// resolves, then stops accepting, ends watch streams, lets in-flight requests finish (for
+/// at most [`SHUTDOWN_GRACE_MAX`]), and returns.
 ///
 /// # Errors
 /// None today; the `Result` leaves room for listener failures that cannot be retried.
@@ -143,7 +148,16 @@ pub async fn serve_with(
     drop(listener);
     tracing::info!("shutting down: no new connections; finishing requests in flight");
     let _ = closing_tx.send(true);
-    graceful.shutdown().await;
+    if tokio::time::timeout(options.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = stats.open_connections(),
+            grace = ?options.shutdown_grace,
+            "connections still open after the shutdown grace period: closing them"
+        );
+    }
     tracing::info!(stats = %stats, "server stopped");
     Ok(())
 }

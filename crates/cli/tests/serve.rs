@@ -1,0 +1,214 @@
+//! `tuplekv serve` as a process: it refuses to start without a good token, says where it
+//! listens and what it serves, exits 0 on SIGTERM, and a durable server killed with SIGKILL
+//! during acknowledged writes from several clients has every acknowledged write after a
+//! restart.
+
+#[path = "../../server/tests/common/mod.rs"]
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::*;
+use denokv_proto::datapath as pb;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tuplekv");
+
+/// A running `tuplekv serve` child, killed when dropped.
+struct ServeProcess {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl ServeProcess {
+    fn start(args: &[&str]) -> ServeProcess {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .args(["--addr", "127.0.0.1:0"])
+            .args(args)
+            .env("TUPLEKV_ACCESS_TOKEN", TOKEN)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tuplekv serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the listening line");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .expect("an address");
+        ServeProcess { child, addr }
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+    }
+
+    /// Kills the process with SIGKILL and reaps it.
+    fn sigkill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reap");
+    }
+
+    /// Waits for the exit without blocking the async runtime (the test's client connections
+    /// must go on answering the server's shutdown).
+    async fn exit(self) -> (bool, String) {
+        tokio::task::spawn_blocking(move || self.wait())
+            .await
+            .expect("wait task")
+    }
+
+    /// Waits for the exit; returns whether it succeeded and what it wrote to stderr.
+    fn wait(mut self) -> (bool, String) {
+        let status = self.child.wait().expect("wait");
+        let mut stderr = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+        }
+        (status.success(), stderr)
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_serve(args: &[&str], token: Option<&str>) -> std::process::Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve").args(["--addr", "127.0.0.1:0"]).args(args);
+    cmd.env_remove("TUPLEKV_ACCESS_TOKEN");
+    if let Some(t) = token {
+        cmd.env("TUPLEKV_ACCESS_TOKEN", t);
+    }
+    cmd.output().expect("run tuplekv serve")
+}
+
+#[test]
+fn serve_refuses_to_start_without_a_token_or_with_a_short_one() {
+    let none = run_serve(&[], None);
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("access token is required"));
+    let short = run_serve(&[], Some("elevenchars"));
+    assert!(!short.status.success());
+    assert!(String::from_utf8_lossy(&short.stderr).contains("at least 12"));
+    let flag = run_serve(&["--access-token", "short"], None);
+    assert!(!flag.status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_serve_says_data_dies_and_exits_zero_on_sigterm_and_sigint() {
+    for signal in ["TERM", "INT"] {
+        let server = ServeProcess::start(&[]);
+        let mut c = Client::h2(server.addr).await;
+        assert_eq!(
+            c.metadata(TOKEN, r#"{"supportedVersions":[2,3]}"#)
+                .await
+                .status,
+            200
+        );
+        drop(c);
+        server.signal(signal);
+        let (ok, stderr) = server.exit().await;
+        assert!(ok, "SIG{signal}: exit status not 0; stderr:\n{stderr}");
+        assert!(
+            stderr.contains("in memory: data dies with the process"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("metadata=1"),
+            "request counts at shutdown: {stderr}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_serve_keeps_every_acknowledged_write_across_sigkill() {
+    const CLIENTS: usize = 6;
+    const KILL_AFTER: usize = 300;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_str().expect("utf-8 path");
+    let server = ServeProcess::start(&["--path", path, "--durability", "sync"]);
+    let addr = server.addr;
+    let acked = Arc::new(AtomicUsize::new(0));
+    let writers: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let acked = Arc::clone(&acked);
+            tokio::spawn(async move {
+                // Each client writes its own keys in order and records what was acknowledged.
+                let mut c = if client % 2 == 0 {
+                    Client::h2(addr).await
+                } else {
+                    Client::h1(addr).await
+                };
+                let mut done = Vec::new();
+                for n in 0u64.. {
+                    let k = key2(&format!("c{client}"), &format!("{n:08}"));
+                    let write = write_of(vec![check(&k, None)], vec![set(&k, u64_value(n))]);
+                    let req =
+                        data_request(addr, "atomic_write", prost::Message::encode_to_vec(&write))
+                            .body_bytes();
+                    let Ok(res) = c.send(req).await else { break };
+                    if res.status() != 200 {
+                        break;
+                    }
+                    let Ok(body) = http_body_util::BodyExt::collect(res.into_body()).await else {
+                        break;
+                    };
+                    let out: pb::AtomicWriteOutput =
+                        prost::Message::decode(body.to_bytes()).expect("AtomicWriteOutput");
+                    assert_eq!(out.status, AW_SUCCESS);
+                    done.push(k);
+                    acked.fetch_add(1, Ordering::Relaxed);
+                }
+                done
+            })
+        })
+        .collect();
+    while acked.load(Ordering::Relaxed) < KILL_AFTER {
+        tokio::task::yield_now().await;
+    }
+    // SIGKILL while the writers are still going.
+    tokio::task::spawn_blocking(move || server.sigkill())
+        .await
+        .expect("kill");
+    let mut acknowledged = Vec::new();
+    for w in writers {
+        acknowledged.extend(w.await.expect("writer"));
+    }
+    assert!(acknowledged.len() >= KILL_AFTER);
+    check_all_present(Path::new(path), &acknowledged).await;
+}
+
+async fn check_all_present(dir: &Path, keys: &[Vec<u8>]) {
+    let server = ServeProcess::start(&["--path", dir.to_str().expect("path")]);
+    let mut c = Client::h2(server.addr).await;
+    for chunk in keys.chunks(10) {
+        let out: pb::SnapshotReadOutput = c
+            .read(read_of(chunk.iter().map(|k| get_range(k)).collect()))
+            .await
+            .decode();
+        for (k, r) in chunk.iter().zip(&out.ranges) {
+            assert_eq!(r.values.len(), 1, "acknowledged write of {k:?} lost");
+        }
+    }
+    drop(c);
+    server.signal("TERM");
+    let (ok, stderr) = server.exit().await;
+    assert!(ok, "{stderr}");
+}
