@@ -68,6 +68,12 @@ pub enum Error {
         /// The number of keys.
         count: usize,
     },
+    /// More than [`WATCH_KEYS_MAX`] keys in one watch.
+    #[error("Too many keys (max {WATCH_KEYS_MAX}): got {count}")]
+    TooManyWatchedKeys {
+        /// The number of keys.
+        count: usize,
+    },
     /// A list batch larger than [`LIST_BATCH_SIZE_MAX`].
     #[error("Too many entries (max {LIST_BATCH_SIZE_MAX}): got {count}")]
     TooManyEntries {

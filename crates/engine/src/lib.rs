@@ -104,6 +104,7 @@ mod store;
 mod transaction;
 mod value;
 mod version;
+mod watch;
 
 /// The key map the engine runs on: its own skiplist, or with the test-only feature
 /// `reference-keymap` crossbeam's `SkipMap` behind the same interface.
@@ -128,6 +129,7 @@ pub use store::{Entry, ReadView, Store};
 pub use transaction::{Transaction, TransactionOptions};
 pub use tuplekv_codec::{ByteRange, Key, KeyPart, Selector, key};
 pub use value::{InvalidVersionstamp, Value, Versionstamp};
+pub use watch::{KeyWatch, Watch, WatchUpdate};
 
 /// The key codec, re-exported.
 pub use tuplekv_codec as codec;

@@ -207,15 +207,24 @@ impl Inner {
         if let Some(log) = &self.log {
             return log.commit(self, write, &mut slots);
         }
+        // Watched keys are noted before the write consumes the operation; with nobody
+        // watching this is one load.
+        let watched: SmallVec<[KeyBytes; 2]> = if self.watchers.active() {
+            write.mutations.iter().map(|m| m.key.clone()).collect()
+        } else {
+            SmallVec::new()
+        };
         let mut last = self.commit.lock();
         let result = self.apply_write(write, &mut slots, &mut last, None);
-        if let Ok(r) = &result
-            && r.is_committed()
-        {
+        let committed = matches!(&result, Ok(r) if r.is_committed());
+        if committed {
             self.publish(*last);
             self.prune_written(&mut slots);
         }
         drop(last);
+        if committed && !watched.is_empty() {
+            self.watchers.notify(&watched);
+        }
         self.reclaimer.wake_if_pending();
         result
     }
