@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use tuplekv_codec::{Key, encode_key};
 
 use crate::error::Error;
@@ -76,6 +78,19 @@ pub enum MutationKind {
     Delete,
     /// Add to a `U64`, wrapping at 2^64; an absent key becomes the operand.
     Sum(u64),
+    /// Add to a JavaScript number or bigint (Deno's sum of V8 values), or to a `U64`, with
+    /// optional bounds: see [`sum_numbers`](crate::sum_numbers) for the rules. What KV
+    /// Connect's `M_SUM` carries when its operand is not a plain `U64`.
+    SumBounded {
+        /// A `U64`, or a V8-serialised number or bigint.
+        operand: Value,
+        /// The smallest allowed result, V8-serialised like the operand (absent or empty: none).
+        min: Option<Bytes>,
+        /// The largest allowed result (absent or empty: none).
+        max: Option<Bytes>,
+        /// Clamp a result outside the bounds rather than fail the commit.
+        clamp: bool,
+    },
     /// Keep the smaller `U64`; an absent key becomes the operand.
     Min(u64),
     /// Keep the larger `U64`; an absent key becomes the operand.
@@ -90,6 +105,7 @@ impl MutationKind {
             MutationKind::Set { value, .. }
             | MutationKind::SetSuffixVersionstampedKey { value, .. } => Some(value.size()),
             MutationKind::Sum(_) | MutationKind::Min(_) | MutationKind::Max(_) => Some(8),
+            MutationKind::SumBounded { operand, .. } => Some(operand.size()),
             MutationKind::Delete => None,
         }
     }

@@ -10,6 +10,7 @@ use tuplekv_codec::{DecodeError, SelectorError};
 
 use crate::key_bytes::KeyBytes;
 use crate::limits::*;
+use crate::sum::SumError;
 
 /// Why an operation failed. A failed operation never changes the store.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -106,6 +107,10 @@ pub enum Error {
         /// The mutation's encoded key (its `Debug` shows the decoded tuple).
         key: KeyBytes,
     },
+    /// A [`MutationKind::SumBounded`](crate::MutationKind::SumBounded) could not be applied;
+    /// the message is Deno's own.
+    #[error(transparent)]
+    Sum(#[from] SumError),
     /// An invalid selector or cursor.
     #[error(transparent)]
     Selector(#[from] SelectorError),

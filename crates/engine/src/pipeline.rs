@@ -24,6 +24,7 @@ use crate::limits::*;
 use crate::limits::{check_read_key, check_write_key};
 use crate::map::Slot;
 use crate::snapshot::Retention;
+use crate::sum::sum_numbers;
 use crate::value::{Value, Versionstamp};
 use crate::version::{Chain, Version, chain_of, now_ms};
 
@@ -179,6 +180,15 @@ fn apply(
         MutationKind::Delete => Ok(None),
         MutationKind::Sum(n) => u64_op("sum", n, u64::wrapping_add),
         MutationKind::Min(n) => u64_op("min", n, u64::min),
+        MutationKind::SumBounded {
+            operand,
+            min,
+            max,
+            clamp,
+        } => Ok(Some((
+            sum_numbers(&operand, min.as_ref(), max.as_ref(), clamp, current)?,
+            None,
+        ))),
         MutationKind::Max(n) => u64_op("max", n, u64::max),
     }
 }

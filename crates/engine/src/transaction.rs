@@ -165,6 +165,18 @@ impl<'s, S: Store> Transaction<'s, S> {
             let next = match &m.kind {
                 MutationKind::Set { value, .. }
                 | MutationKind::SetSuffixVersionstampedKey { value, .. } => Some(value.clone()),
+                MutationKind::SumBounded {
+                    operand,
+                    min,
+                    max,
+                    clamp,
+                } => Some(crate::sum::sum_numbers(
+                    operand,
+                    min.as_ref(),
+                    max.as_ref(),
+                    *clamp,
+                    value,
+                )?),
                 MutationKind::Delete => None,
                 MutationKind::Sum(n) | MutationKind::Min(n) | MutationKind::Max(n) => {
                     let op = match &m.kind {
