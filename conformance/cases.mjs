@@ -56,6 +56,23 @@ async function listed(iter) {
   return out;
 }
 
+/**
+ * A cursor with the run's prefix taken out: Deno's cursors hold only the key after the prefix,
+ * @deno/kv's are base64 of `{"lastYieldedKeyBytes": "<hex of the whole key>"}`.
+ */
+function showCursor(t, cursor) {
+  try {
+    const inner = JSON.parse(atob(cursor));
+    if (typeof inner?.lastYieldedKeyBytes === "string") {
+      const prefixHex = Array.from(new TextEncoder().encode(t.prefix), (b) => b.toString(16).padStart(2, "0")).join("");
+      return { $nodeCursor: inner.lastYieldedKeyBytes.split(prefixHex).join("<$P>") };
+    }
+  } catch {
+    // not @deno/kv's format
+  }
+  return cursor;
+}
+
 /** Error message pattern for a read past the read key size. */
 const READ_KEY_ERR = /Key too large for read|key size limit/;
 /** Error message pattern for a write past the write key size. */
@@ -88,9 +105,16 @@ export function sampleValues(KvU64) {
     emptybytes: new Uint8Array(0),
     u64: new KvU64(18446744073709551615n),
     u64zero: new KvU64(0n),
-    deep: { list: [new Map([["d", new Date(0)]]), new Set([new Uint8Array([9])])] },
+    deep: { list: [new Map([["d", new Date(0)]]), new Set([[1n, { e: "é" }]])] },
+    nestedbytes: { inner: new Uint8Array([9, 8, 7]) },
   };
 }
+
+/**
+ * Sample values that Deno cannot read when Node wrote them: Node's `v8.serialize` writes a
+ * typed array inside a V8 value as a Node host object, which Deno does not decode.
+ */
+export const NODE_TO_DENO_UNREADABLE = ["nestedbytes"];
 
 /** The case list: `{ name, only?, run(t) -> observed, check(o, t) }`. */
 export const cases = [
@@ -155,10 +179,14 @@ export const cases = [
       return entries.map(([k]) => k);
     },
     check(o, t) {
-      t.expect.eq(o, [
+      const expected = [
         new Uint8Array([]), new Uint8Array([1]), "", "a\u0000", "b",
         -1n, 1n, 2n ** 64n, -0, 0, 1, 3.14, false, true,
-      ], "list order by type");
+      ];
+      // @deno/kv encodes the key part -0 like 0 (Deno keeps them apart), so its set of [-0]
+      // is overwritten by the set of [0].
+      if (t.client === "node") expected.splice(8, 1);
+      t.expect.eq(o, expected, "list order by type");
     },
   },
 
@@ -397,7 +425,7 @@ export const cases = [
       return await attempt(() => t.kv.atomic().mutate({ type: "sum", key: t.k("u"), value: 1 }).commit());
     },
     check(o, t) {
-      t.expect.error(o, /Cannot sum KvU64 with Number|non-U64 operand/);
+      t.expect.error(o, /Cannot sum KvU64 with Number|non-U64 operand|not valid V8 values/);
     },
   },
 
@@ -516,7 +544,8 @@ export const cases = [
     name: "watch.10-keys",
     async run(t) {
       const keys = Array.from({ length: READ_RANGES_MAX }, (_, i) => t.k(i));
-      const reader = t.kv.watch(keys).getReader();
+      // raw: @deno/kv's deduplicating stream emits nothing while every key is missing.
+      const reader = t.kv.watch(keys, { raw: true }).getReader();
       const r = await attempt(() => withTimeout(reader.read(), WAIT_MS, "watch of 10 keys"));
       await attempt(() => withTimeout(reader.cancel(), WAIT_MS, "cancel"));
       return "ok" in r ? { ok: r.ok.value.length } : r;
@@ -530,7 +559,8 @@ export const cases = [
     async run(t) {
       const keys = Array.from({ length: READ_RANGES_MAX + 1 }, (_, i) => t.k(i));
       return await attempt(async () => {
-        const reader = t.kv.watch(keys).getReader();
+        // raw: @deno/kv's deduplicating stream loses the error in an unhandled rejection.
+        const reader = t.kv.watch(keys, { raw: true }).getReader();
         const r = await withTimeout(reader.read(), WAIT_MS, "watch of 11 keys");
         await reader.cancel();
         return r.done ? "done" : r.value.length;
@@ -671,11 +701,8 @@ export const cases = [
     name: "limits.list-batch-1001",
     run: async (t) => await attempt(async () => (await listed(t.kv.list({ prefix: t.k() }, { batchSize: READ_ENTRIES_MAX + 1 }))).length),
     check(o, t) {
-      if (t.client === "node") {
-        // @deno/kv clamps every batch to 500 entries, so the server never sees 1001.
-        return t.expect.eq(o, { ok: 0 });
-      }
-      t.expect.error(o, /Too many entries/);
+      // @deno/kv refuses a batchSize over 1000 itself.
+      t.expect.error(o, t.client === "node" ? /Bad 'batchSize'/ : /Too many entries/);
     },
   },
   {
@@ -695,17 +722,34 @@ export const cases = [
         get: await attempt(() => t.kv.get([])),
         check: await attempt(() => t.kv.atomic().check({ key: [], versionstamp: null }).commit()),
         listOne: await attempt(async () => {
+          // [Uint8Array(0)] is the first key of the whole keyspace, and a bytes value is one
+          // both clients can read, whoever wrote the rest of the store.
+          await t.kv.set([new Uint8Array(0)], new Uint8Array([1]));
           const out = [];
-          for await (const e of t.kv.list({ prefix: [] }, { limit: 1 })) out.push(e.key.length > 0);
+          for await (const e of t.kv.list({ prefix: [] }, { limit: 1 })) out.push([e.key, e.value]);
           return out;
         }),
       };
     },
     check(o, t) {
       t.expect.error(o.set, /[Kk]ey cannot be empty/, "set([])");
-      t.expect.eq(o.get, { ok: { key: [], value: null, versionstamp: null } }, "get([])");
-      t.expect.error(o.check, /[Kk]ey cannot be empty/, "check([])");
-      t.expect.eq(o.listOne, { ok: [true] }, "list prefix [] sees the store");
+      if (t.client === "node") {
+        // @deno/kv refuses the empty key in get too; Deno reads it as missing.
+        t.expect.error(o.get, /Key cannot be empty/, "get([])");
+      } else {
+        t.expect.eq(o.get, { ok: { key: [], value: null, versionstamp: null } }, "get([])");
+      }
+      if (t.client === "deno") {
+        t.expect.error(o.check, /[Kk]ey cannot be empty/, "check([])");
+      } else {
+        // @deno/kv sends the check; denokv treats it as a check on a missing key. Either that
+        // or a clear error is right for a server.
+        t.expect.oneOf(
+          () => t.expect.eq(o.check.ok?.ok, true),
+          () => t.expect.error(o.check, /[Kk]ey cannot be empty|empty/),
+        );
+      }
+      t.expect.eq(o.listOne, { ok: [[[new Uint8Array(0)], new Uint8Array([1])]] }, "list prefix [] from the first key");
     },
   },
 
@@ -746,9 +790,15 @@ function listCases() {
     },
     check(o, t) {
       if (expected instanceof RegExp) return t.expect.error(o, expected);
-      t.expect.eq(o, { ok: expected });
+      t.expect.eq(o, { ok: clientQuirk(t, selector(t), options, expected) });
     },
   });
+  // @deno/kv lists a reverse {prefix} range from the prefix key itself (it skips the prefix
+  // key only when it comes first), so without a limit the prefix key is yielded last.
+  const clientQuirk = (t, selector, options, expected) =>
+    t.client === "node" && options.reverse && selector.prefix && !options.limit
+      ? expected + t.name
+      : expected;
   return [
     listCase("prefix", (t) => ({ prefix: t.k() }), {}, "abcdefghij"),
     listCase("start-end", (t) => ({ start: t.k("c"), end: t.k("f") }), {}, "cde"),
@@ -771,11 +821,11 @@ function listCases() {
         const cursor = it.cursor;
         const rest = t.kv.list({ prefix: t.k() }, { cursor, batchSize: 4 });
         const second = keysOf(await listed(rest));
-        return { first, cursor, second, exhausted: rest.cursor };
+        return { first, cursor: showCursor(t, cursor), second, exhausted: showCursor(t, rest.cursor) };
       },
       check(o, t) {
         t.expect.eq([o.first, o.second], ["abc", "defghij"]);
-        t.expect.that(typeof o.cursor === "string" && o.cursor.length > 0, "cursor after a limit is non-empty");
+        t.expect.that(o.cursor !== "", "cursor after a limit is non-empty");
         if (t.client === "deno") {
           t.expect.eq(o.cursor, "AmMA", "Deno's cursor after [P, name, 'c']");
           t.expect.eq(o.exhausted, "", "cursor after exhaustion");
@@ -790,10 +840,11 @@ function listCases() {
         const first = keysOf(await listed(it));
         const cursor = it.cursor;
         const second = keysOf(await listed(t.kv.list({ prefix: t.k() }, { cursor, reverse: true })));
-        return { first, cursor, second };
+        return { first, cursor: showCursor(t, cursor), second };
       },
       check(o, t) {
-        t.expect.eq([o.first, o.second], ["jihg", "fedcba"]);
+        const second = t.client === "node" ? `fedcba${t.name}` : "fedcba";
+        t.expect.eq([o.first, o.second], ["jihg", second]);
         if (t.client === "deno") t.expect.eq(o.cursor, "AmcA", "Deno's cursor after [P, name, 'g']");
       },
     },
@@ -806,7 +857,7 @@ function listCases() {
         const first = keysOf(await listed(it));
         const cursor = it.cursor;
         const second = keysOf(await listed(t.kv.list(sel, { cursor })));
-        return { first, cursor, second };
+        return { first, cursor: showCursor(t, cursor), second };
       },
       check(o, t) {
         t.expect.eq([o.first, o.second], ["bc", "defgh"]);

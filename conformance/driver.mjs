@@ -1,7 +1,7 @@
 // The part of the drivers both clients share: reading the environment, the three modes
 // (cases, cross-write, cross-read) and the exit status.
 
-import { runCases, sampleValues } from "./cases.mjs";
+import { NODE_TO_DENO_UNREADABLE, runCases, sampleValues } from "./cases.mjs";
 import { attempt, Canon, freshPrefix } from "./lib.mjs";
 
 /**
@@ -81,7 +81,10 @@ async function crossRead(client, kv, prefix) {
     const observed = canon.json(r);
     client.print(`cross.${name}: ${observed}`);
     const expected = canon.json({ ok: value });
-    if (observed !== expected) {
+    const known = client.name === "deno" && NODE_TO_DENO_UNREADABLE.includes(name);
+    if (observed !== expected && known) {
+      client.warn(`note cross.${name}: known not to cross from Node to Deno: ${observed}`);
+    } else if (observed !== expected) {
       client.warn(`${strict ? "FAIL" : "note"} cross.${name}: expected ${expected}, observed ${observed}`);
       failures.push(name);
     }

@@ -14,6 +14,10 @@ const entry = createRequire(new URL("package.json", base)).resolve("@deno/kv");
 // The CommonJS entry resolves through `require`; import the ESM build next to it instead.
 const { openKv, KvU64 } = await import(pathToFileURL(entry.replace(/\/script\/npm\.js$/, "/esm/npm.js")).href);
 
+// @deno/kv can reject promises nobody awaits (a watch request the server refuses); report them
+// instead of letting Node exit in the middle of the run.
+process.on("unhandledRejection", (e) => console.error(`note: unhandled rejection in @deno/kv: ${e?.message ?? e}`));
+
 const code = await drive({
   name: "node",
   env: (key) => process.env[key],
