@@ -1,13 +1,16 @@
 //! Project automation, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
 //!
 //! Commands: `ci` (formatting, lints, tests, docs, Miri), `miri` (the engine's `unsafe` code
-//! under Miri), `fuzz` (cargo-fuzz targets on stable Rust), `bench` (criterion groups) and
-//! `soak` (long property, crash, sanitizer and loom runs). `cargo xtask --help` lists their
+//! under Miri), `fuzz` (cargo-fuzz targets on stable Rust), `bench` (criterion groups),
+//! `soak` (long property, crash, sanitizer and loom runs) and `conformance` (the KV Connect
+//! scripts with the real Deno and Node clients). `cargo xtask --help` lists their
 //! options. Only std and anyhow are used; arguments are parsed by hand in [`parse`].
 
 mod bench;
 mod ci;
+mod clients;
 mod cmd;
+mod conformance;
 mod fuzz;
 mod handoff;
 mod miri;
@@ -45,6 +48,9 @@ COMMANDS:
     soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
                                   long runs: many property cases, crash and stress rounds,
                                   the engine under AddressSanitizer and ThreadSanitizer, loom
+    conformance [--against tuplekv|denokv|both] [--keep-output DIR]
+                                  KV Connect conformance scripts with the real Deno and Node
+                                  clients against tuplekv serve and/or denokv
     help [COMMAND]                print this help, or a command's
 
 Run `cargo xtask <COMMAND> --help` for details.";
@@ -163,6 +169,8 @@ enum Task {
     Bench(BenchArgs),
     /// `cargo xtask soak`.
     Soak(SoakArgs),
+    /// `cargo xtask conformance`.
+    Conformance(conformance::ConformanceArgs),
 }
 
 /// A command line that does not parse; the message says why.
@@ -191,6 +199,11 @@ fn parse(args: &[String]) -> Result<Task, UsageError> {
         "fuzz" => parse_fuzz(rest),
         "bench" => parse_bench(rest),
         "soak" => parse_soak(rest),
+        "conformance" => match conformance::parse(rest) {
+            Ok(Some(args)) => Ok(Task::Conformance(args)),
+            Ok(None) => Ok(Task::Help(conformance::HELP)),
+            Err(message) => usage(message),
+        },
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -203,6 +216,7 @@ fn help_for(topic: &str) -> Result<&'static str, UsageError> {
         "fuzz" => Ok(FUZZ_HELP),
         "bench" => Ok(BENCH_HELP),
         "soak" => Ok(SOAK_HELP),
+        "conformance" => Ok(conformance::HELP),
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -349,6 +363,7 @@ fn main() -> ExitCode {
         Task::Fuzz(args) => fuzz::run(args),
         Task::Bench(args) => bench::run(args),
         Task::Soak(args) => soak::run(args),
+        Task::Conformance(args) => conformance::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
