@@ -117,7 +117,7 @@ mod map {
 }
 
 pub use atomic::{
-    Atomic, AtomicWrite, Check, CommitResult, Conflict, Expiry, FailedCheck, Mutation,
+    Atomic, AtomicWrite, BoundedSum, Check, CommitResult, Conflict, Expiry, FailedCheck, Mutation,
     MutationKind, RangeCheck, versionstamped_key,
 };
 pub use db::{CHECKPOINT_AFTER_BYTES_DEFAULT, Database, Options, Stats};

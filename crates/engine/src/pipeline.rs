@@ -180,13 +180,14 @@ fn apply(
         MutationKind::Delete => Ok(None),
         MutationKind::Sum(n) => u64_op("sum", n, u64::wrapping_add),
         MutationKind::Min(n) => u64_op("min", n, u64::min),
-        MutationKind::SumBounded {
-            operand,
-            min,
-            max,
-            clamp,
-        } => Ok(Some((
-            sum_numbers(&operand, min.as_ref(), max.as_ref(), clamp, current)?,
+        MutationKind::SumBounded(sum) => Ok(Some((
+            sum_numbers(
+                &sum.operand,
+                sum.min.as_ref(),
+                sum.max.as_ref(),
+                sum.clamp,
+                current,
+            )?,
             None,
         ))),
         MutationKind::Max(n) => u64_op("max", n, u64::max),

@@ -165,16 +165,11 @@ impl<'s, S: Store> Transaction<'s, S> {
             let next = match &m.kind {
                 MutationKind::Set { value, .. }
                 | MutationKind::SetSuffixVersionstampedKey { value, .. } => Some(value.clone()),
-                MutationKind::SumBounded {
-                    operand,
-                    min,
-                    max,
-                    clamp,
-                } => Some(crate::sum::sum_numbers(
-                    operand,
-                    min.as_ref(),
-                    max.as_ref(),
-                    *clamp,
+                MutationKind::SumBounded(sum) => Some(crate::sum::sum_numbers(
+                    &sum.operand,
+                    sum.min.as_ref(),
+                    sum.max.as_ref(),
+                    sum.clamp,
                     value,
                 )?),
                 MutationKind::Delete => None,
