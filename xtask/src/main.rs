@@ -37,7 +37,8 @@ USAGE:
 COMMANDS:
     ci [--skip-tests] [--skip-miri]
                                   fmt --check, clippy -D warnings, tests, docs with -D warnings,
-                                  the model test on the reference key map, the unsafe code's
+                                  the model test on the reference key map, the real Deno and
+                                  Node clients against `tuplekv serve`, the unsafe code's
                                   tests under AddressSanitizer and miri
     miri                          the engine's unsafe code under Miri (or, where Miri cannot
                                   be installed, under AddressSanitizer)
@@ -65,6 +66,7 @@ Runs, from the workspace root, stopping at the first failure:
     cargo test --workspace                      (left out with --skip-tests)
     RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps
     cargo test -p tuplekv-engine --features reference-keymap --test model
+    cargo xtask conformance --against tuplekv   (the real Deno and Node clients)
     RUSTC_BOOTSTRAP=1 RUSTFLAGS=-Zsanitizer=address ... cargo test -p tuplekv-engine \\
         --target x86_64-unknown-linux-gnu --lib -- keymap::tests:: chain_cell::tests::
     cargo xtask miri                            (left out with --skip-miri; where Miri
