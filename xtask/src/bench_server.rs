@@ -118,6 +118,8 @@ impl Server {
 /// The binaries a run needs.
 struct Binaries {
     tuplekv: PathBuf,
+    /// Set when `tuplekv` came from `SERVER_BIN_ENV` rather than this workspace's release build.
+    tuplekv_note: Option<String>,
     load: PathBuf,
     deno: PathBuf,
     denokv: PathBuf,
@@ -154,13 +156,20 @@ fn release_bin(name: &str) -> PathBuf {
 
 /// Builds what is not given and installs the clients.
 fn binaries() -> Result<Binaries> {
-    let tuplekv = match std::env::var_os(SERVER_BIN_ENV) {
+    let (tuplekv, tuplekv_note) = match std::env::var_os(SERVER_BIN_ENV) {
         Some(path) => {
-            eprintln!(
-                "xtask: using {SERVER_BIN_ENV}={}",
-                Path::new(&path).display()
+            let path = PathBuf::from(path);
+            let note = format!(
+                "tuplekv was `{}` ({SERVER_BIN_ENV}), not this workspace's release build{}.",
+                path.display(),
+                if path.components().any(|c| c.as_os_str() == "debug") {
+                    ": a debug build, so its numbers say nothing about speed"
+                } else {
+                    ""
+                }
             );
-            PathBuf::from(path)
+            eprintln!("xtask: {note}");
+            (path, Some(note))
         }
         None => {
             cmd::run(cmd::cargo().args([
@@ -171,12 +180,13 @@ fn binaries() -> Result<Binaries> {
                 "--bin",
                 CLI_BIN,
             ]))?;
-            release_bin(CLI_BIN)
+            (release_bin(CLI_BIN), None)
         }
     };
     cmd::run(cmd::cargo().args(["build", "--release", "-p", LOAD_PACKAGE, "--bin", LOAD_BIN]))?;
     Ok(Binaries {
         tuplekv,
+        tuplekv_note,
         load: release_bin(LOAD_BIN),
         deno: clients::deno()?,
         denokv: clients::denokv()?,
@@ -622,7 +632,12 @@ fn load_points(results: &BTreeMap<Server, Measured>) -> Vec<(String, u64)> {
 }
 
 /// The markdown report: the side-by-side table, where the time goes, and notes.
-fn render(results: &BTreeMap<Server, Measured>, command: &str, started: SystemTime) -> String {
+fn render(
+    results: &BTreeMap<Server, Measured>,
+    command: &str,
+    started: SystemTime,
+    extra_notes: &[String],
+) -> String {
     let mut out = String::from("# KV Connect servers, side by side\n\n");
     let _ = writeln!(
         out,
@@ -652,7 +667,7 @@ fn render(results: &BTreeMap<Server, Measured>, command: &str, started: SystemTi
         );
     }
     out.push_str(&where_time_goes(results));
-    out.push_str(&notes(results));
+    out.push_str(&notes(results, extra_notes));
     out
 }
 
@@ -705,6 +720,22 @@ fn where_time_goes(results: &BTreeMap<Server, Measured>) -> String {
             .map(|p| p.ops_per_sec)
     };
     out.push('\n');
+    for server in Server::ALL {
+        let point = results.get(&server).and_then(|m| {
+            m.load
+                .iter()
+                .find(|p| p.op == "write" && p.concurrency == GOAL_LOAD_CONCURRENCY)
+        });
+        if let Some(cpu) = point.and_then(|p| Some(p.server_cpu_us_per_op? * p.ops_per_sec / 1e6)) {
+            let _ = writeln!(
+                out,
+                "- Writes, {GOAL_LOAD_CONCURRENCY} concurrent: {} kept {cpu:.2} cores busy \
+                 (CPU per op x ops/s; the machine has {} shared with the clients).",
+                server.label(),
+                std::thread::available_parallelism().map_or(0, |n| n.get()),
+            );
+        }
+    }
     for c in [1, GOAL_LOAD_CONCURRENCY] {
         if let (Some(durable), Some(memory)) = (
             rate_of(Server::TuplekvDurable, "write", c),
@@ -723,8 +754,11 @@ fn where_time_goes(results: &BTreeMap<Server, Measured>) -> String {
 }
 
 /// Sync counts, failures and caveats.
-fn notes(results: &BTreeMap<Server, Measured>) -> String {
+fn notes(results: &BTreeMap<Server, Measured>, extra_notes: &[String]) -> String {
     let mut out = String::from("\n## Notes\n\n");
+    for note in extra_notes {
+        let _ = writeln!(out, "- {note}");
+    }
     match results
         .get(&Server::TuplekvDurable)
         .and_then(|m| m.syncs_per_write)
@@ -777,7 +811,8 @@ pub(crate) fn run(quick: bool) -> Result<()> {
     } else {
         "cargo xtask bench server"
     };
-    let report = render(&results, command, started);
+    let extra_notes: Vec<String> = bins.tuplekv_note.iter().cloned().collect();
+    let report = render(&results, command, started, &extra_notes);
     println!("{report}");
     let dir = bench::target_dir().join("bench-reports");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -849,7 +884,12 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let report = render(&results, "cargo xtask bench server", SystemTime::now());
+        let report = render(
+            &results,
+            "cargo xtask bench server",
+            SystemTime::now(),
+            &["a note".to_owned()],
+        );
         assert!(
             report.contains(
                 "| Deno: sequential set | 1.00 k | 2.50 k | 2.5x | 9.00 k | ≥ 2x: **met** |"

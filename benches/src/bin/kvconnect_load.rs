@@ -551,7 +551,8 @@ async fn worker(
     end: Instant,
 ) -> WorkerResult {
     let mut result = WorkerResult::default();
-    let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ ((index as u64 + 1) * 0x2545_f491_4f6c_dd1d);
+    let mut rng =
+        0x9e37_79b9_7f4a_7c15_u64 ^ (index as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
     loop {
         let started = Instant::now();
         if started >= end {
