@@ -135,6 +135,7 @@ struct LoadPoint {
     p99_us: u64,
     errors: u64,
     server_cpu_us_per_op: Option<f64>,
+    client_cpu_us_per_op: Option<f64>,
 }
 
 /// What one server measured.
@@ -464,6 +465,7 @@ fn parse_load(output: &str) -> Result<Vec<LoadPoint>> {
             p99_us: number("p99_us")?,
             errors: number("errors")?,
             server_cpu_us_per_op: v["server_cpu_us_per_op"].as_f64(),
+            client_cpu_us_per_op: v["client_cpu_us_per_op"].as_f64(),
         });
     }
     Ok(points)
@@ -721,19 +723,27 @@ fn where_time_goes(results: &BTreeMap<Server, Measured>) -> String {
     };
     out.push('\n');
     for server in Server::ALL {
-        let point = results.get(&server).and_then(|m| {
-            m.load
-                .iter()
-                .find(|p| p.op == "write" && p.concurrency == GOAL_LOAD_CONCURRENCY)
-        });
-        if let Some(cpu) = point.and_then(|p| Some(p.server_cpu_us_per_op? * p.ops_per_sec / 1e6)) {
-            let _ = writeln!(
-                out,
-                "- Writes, {GOAL_LOAD_CONCURRENCY} concurrent: {} kept {cpu:.2} cores busy \
-                 (CPU per op x ops/s; the machine has {} shared with the clients).",
-                server.label(),
-                std::thread::available_parallelism().map_or(0, |n| n.get()),
-            );
+        for op in ["get", "write"] {
+            let point = results.get(&server).and_then(|m| {
+                m.load
+                    .iter()
+                    .find(|p| p.op == op && p.concurrency == GOAL_LOAD_CONCURRENCY)
+            });
+            let cores = |cpu: Option<f64>, p: &LoadPoint| cpu.map(|c| c * p.ops_per_sec / 1e6);
+            if let Some(p) = point
+                && let (Some(srv), Some(cli)) = (
+                    cores(p.server_cpu_us_per_op, p),
+                    cores(p.client_cpu_us_per_op, p),
+                )
+            {
+                let _ = writeln!(
+                    out,
+                    "- {op}, {GOAL_LOAD_CONCURRENCY} concurrent, {}: the server kept {srv:.2} \
+                     cores busy, the load generator {cli:.2} (CPU per op x ops/s, of {} cores).",
+                    server.label(),
+                    std::thread::available_parallelism().map_or(0, |n| n.get()),
+                );
+            }
         }
     }
     for c in [1, GOAL_LOAD_CONCURRENCY] {
@@ -745,7 +755,7 @@ fn where_time_goes(results: &BTreeMap<Server, Measured>) -> String {
             let _ = writeln!(
                 out,
                 "- Writes, {c} concurrent: tuplekv durable runs at {:.0}% of its in-memory \
-                 rate; the difference is the wait for fsync.",
+                 rate: the rest is the durable path (log writes and waiting for fsync).",
                 100.0 * durable / memory
             );
         }
@@ -870,6 +880,7 @@ mod tests {
                 p99_us: 2,
                 errors: 0,
                 server_cpu_us_per_op: Some(3.0),
+                client_cpu_us_per_op: Some(1.0),
             }],
             ..Measured::default()
         }
