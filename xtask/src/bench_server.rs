@@ -797,11 +797,20 @@ fn notes(results: &BTreeMap<Server, Measured>, extra_notes: &[String]) -> String
     out
 }
 
+/// The one-minute load average from `/proc/loadavg`, or `?`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
 /// Runs `cargo xtask bench server` (with `--quick`: a smoke run).
 pub(crate) fn run(quick: bool) -> Result<()> {
     let started = SystemTime::now();
     let durations = if quick { QUICK } else { FULL };
     let bins = binaries()?;
+    let load_before = load_average();
     let mut results = BTreeMap::new();
     for server in Server::ALL {
         let measured = match measure(server, &bins, durations) {
@@ -821,7 +830,12 @@ pub(crate) fn run(quick: bool) -> Result<()> {
     } else {
         "cargo xtask bench server"
     };
-    let extra_notes: Vec<String> = bins.tuplekv_note.iter().cloned().collect();
+    let mut extra_notes: Vec<String> = bins.tuplekv_note.iter().cloned().collect();
+    extra_notes.push(format!(
+        "Load average (1 min) of the machine: {load_before} before the servers ran, {} after; \
+         above the core count, other work competed with this run.",
+        load_average()
+    ));
     let report = render(&results, command, started, &extra_notes);
     println!("{report}");
     let dir = bench::target_dir().join("bench-reports");
