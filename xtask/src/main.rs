@@ -7,6 +7,7 @@
 //! options. Only std and anyhow are used; arguments are parsed by hand in [`parse`].
 
 mod bench;
+mod bench_server;
 mod ci;
 mod clients;
 mod cmd;
@@ -45,7 +46,8 @@ COMMANDS:
     fuzz <TARGET> [--seconds N]   run one cargo-fuzz target for N seconds (default 30)
     fuzz --all [--seconds N]      run every fuzz target, N seconds each
     fuzz --list                   print the fuzz targets
-    bench [--quick] [GROUP...]    run criterion bench groups (default: all of them)
+    bench [--quick] [GROUP...]    run criterion bench groups (default: all of them);
+                                  the group `server` compares KV Connect servers
     soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
                                   long runs: many property cases, crash and stress rounds,
                                   the engine under AddressSanitizer and ThreadSanitizer, loom
@@ -126,6 +128,15 @@ the Redis peer when one is installed (else that peer is reported as skipped). Th
 target/bench-report/report.md (one table per benchmark: ours, each peer, the ratio; the machine
 and the date) and target/bench-report/ratios.svg (a bar chart of the ratios), from the results
 of this run only.
+
+The group `server` (never run by default) is not a criterion group: it builds `tuplekv` and
+the load generator `kvconnect_load` in release mode, installs Deno 2.9.6 and denokv 0.14.0
+into $TUPLEKV_TOOLS_DIR (default target/tools) when missing, and runs the Deno client bench
+(bench/server/deno_bench.ts) and the load generator against denokv, `tuplekv serve
+--durability sync` and `tuplekv serve` in memory, one at a time on loopback. It prints a
+side-by-side table with the goals of issue 22 marked met or not, and writes it to
+target/bench-reports/server.md (about 4 minutes; `--quick` is a smoke run of under a minute).
+TUPLEKV_BENCH_SERVER_BIN=<path> uses that `tuplekv` binary instead of building one.
 
 OPTIONS:
     --quick    criterion's `--quick` with short warm-up/measurement (a smoke run of ~2 minutes)";
