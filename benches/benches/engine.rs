@@ -582,6 +582,44 @@ fn get_under_write(c: &mut Criterion, w: &World) {
 }
 
 /// The `BenchmarkId` of `name` in `round`, for groups with no thread count.
+/// What watches cost a commit: one overwrite with no watch open (`tuplekv`, the baseline),
+/// with a watch open on another key (every commit then notes its keys and looks them up),
+/// and with a watch on the written key whose watcher never reads (a slow watcher: each commit
+/// marks it dirty and wakes nobody). The claim is that the first costs nothing
+/// measurable against the engine before watches (checked by instruction counts in
+/// docs/performance.md) and that no watcher can slow a commit down.
+fn watch_overhead(c: &mut Criterion, w: &World) {
+    let written = encode_key(&key!["watch_bench", "written"]);
+    let mut g = c.benchmark_group("engine/watch_commit");
+    g.throughput(Throughput::Elements(1));
+    let commit = |i: u64| {
+        let res = w.ours.atomic().set_raw(&written, i).commit();
+        assert!(matches!(res, Ok(r) if r.is_committed()));
+    };
+    for round in ROUNDS {
+        g.bench_function(id_of_round("tuplekv", round), |b| {
+            b.iter_custom(|n| parallel(1, n, |_, i| commit(i)))
+        });
+        let elsewhere = w
+            .ours
+            .watch(&[key!["watch_bench", "other"]])
+            .expect("watch");
+        g.bench_function(id_of_round("tuplekv_watch_elsewhere", round), |b| {
+            b.iter_custom(|n| parallel(1, n, |_, i| commit(i)))
+        });
+        drop(elsewhere);
+        let idle = w
+            .ours
+            .watch(&[key!["watch_bench", "written"]])
+            .expect("watch");
+        g.bench_function(id_of_round("tuplekv_watched_slow_watcher", round), |b| {
+            b.iter_custom(|n| parallel(1, n, |_, i| commit(i)))
+        });
+        drop(idle);
+    }
+    g.finish();
+}
+
 fn id_of_round(name: &str, round: u32) -> BenchmarkId {
     BenchmarkId::new(name, format!("round {round}"))
 }
@@ -592,6 +630,7 @@ fn engine(c: &mut Criterion) {
     list(c, &w);
     sum(c, &w);
     get_under_write(c, &w);
+    watch_overhead(c, &w);
     commit(c, &w, Map::Steady);
     // Last: it grows the maps by millions of keys, and the reads above should all meet the
     // 100k-key workload, not maps of speed-dependent size.

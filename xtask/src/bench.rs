@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{cmd, handoff, perf_doc, report};
+use crate::{bench_server, cmd, handoff, perf_doc, report};
 
 /// The package holding the benches.
 const PACKAGE: &str = "tuplekv-benches";
@@ -96,7 +96,7 @@ fn run_group(group: &str, quick: bool, env: &[(String, String)]) -> Result<Durat
 }
 
 /// The cargo target directory (honours `CARGO_TARGET_DIR`).
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .map_or_else(
@@ -160,6 +160,22 @@ impl Drop for Redis {
 /// Runs the requested bench groups in order, stopping at the first failure, then writes the
 /// report of what this run measured.
 pub(crate) fn run(args: &BenchArgs) -> Result<()> {
+    // `server` is not a criterion group: it compares KV Connect servers (bench_server.rs).
+    if args.groups.iter().any(|g| g == bench_server::GROUP) {
+        let rest: Vec<String> = args
+            .groups
+            .iter()
+            .filter(|g| *g != bench_server::GROUP)
+            .cloned()
+            .collect();
+        if !rest.is_empty() {
+            run(&BenchArgs {
+                quick: args.quick,
+                groups: rest,
+            })?;
+        }
+        return bench_server::run(args.quick);
+    }
     let groups = plan(args)?;
     let started_at = SystemTime::now();
     let out_dir = target_dir().join("bench-report");

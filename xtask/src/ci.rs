@@ -94,6 +94,12 @@ fn steps(args: &CiArgs) -> Vec<Step> {
     ]);
     steps.push(Step::command("ref-map", ref_map));
 
+    // The real clients (Deno from npm, Node's @deno/kv) against `tuplekv serve`: installs
+    // them when missing, a minute or two the first time.
+    let mut conformance = cmd::cargo();
+    conformance.args(["xtask", "conformance", "--against", "tuplekv"]);
+    steps.push(Step::command("clients", conformance));
+
     // The unsafe modules' unit tests, full size, under AddressSanitizer (a minute with its
     // build), then scaled down under Miri: real threads on real hardware, then every access
     // checked against the aliasing and data-race rules.
@@ -171,7 +177,9 @@ mod tests {
     fn runs_fmt_clippy_test_doc_ref_map_asan_miri_in_order() {
         assert_eq!(
             names(&CiArgs::default()),
-            ["fmt", "clippy", "test", "doc", "ref-map", "asan", "miri"]
+            [
+                "fmt", "clippy", "test", "doc", "ref-map", "clients", "asan", "miri"
+            ]
         );
         let skipping = CiArgs {
             skip_tests: true,
@@ -179,7 +187,7 @@ mod tests {
         };
         assert_eq!(
             names(&skipping),
-            ["fmt", "clippy", "doc", "ref-map", "asan"]
+            ["fmt", "clippy", "doc", "ref-map", "clients", "asan"]
         );
     }
 

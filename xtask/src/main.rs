@@ -1,13 +1,17 @@
 //! Project automation, run as `cargo xtask <command>` (an alias in `.cargo/config.toml`).
 //!
 //! Commands: `ci` (formatting, lints, tests, docs, Miri), `miri` (the engine's `unsafe` code
-//! under Miri), `fuzz` (cargo-fuzz targets on stable Rust), `bench` (criterion groups) and
-//! `soak` (long property, crash, sanitizer and loom runs). `cargo xtask --help` lists their
+//! under Miri), `fuzz` (cargo-fuzz targets on stable Rust), `bench` (criterion groups),
+//! `soak` (long property, crash, sanitizer and loom runs) and `conformance` (the KV Connect
+//! scripts with the real Deno and Node clients). `cargo xtask --help` lists their
 //! options. Only std and anyhow are used; arguments are parsed by hand in [`parse`].
 
 mod bench;
+mod bench_server;
 mod ci;
+mod clients;
 mod cmd;
+mod conformance;
 mod fuzz;
 mod handoff;
 mod miri;
@@ -34,17 +38,22 @@ USAGE:
 COMMANDS:
     ci [--skip-tests] [--skip-miri]
                                   fmt --check, clippy -D warnings, tests, docs with -D warnings,
-                                  the model test on the reference key map, the unsafe code's
+                                  the model test on the reference key map, the real Deno and
+                                  Node clients against `tuplekv serve`, the unsafe code's
                                   tests under AddressSanitizer and miri
     miri                          the engine's unsafe code under Miri (or, where Miri cannot
                                   be installed, under AddressSanitizer)
     fuzz <TARGET> [--seconds N]   run one cargo-fuzz target for N seconds (default 30)
     fuzz --all [--seconds N]      run every fuzz target, N seconds each
     fuzz --list                   print the fuzz targets
-    bench [--quick] [GROUP...]    run criterion bench groups (default: all of them)
+    bench [--quick] [GROUP...]    run criterion bench groups (default: all of them);
+                                  the group `server` compares KV Connect servers
     soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
                                   long runs: many property cases, crash and stress rounds,
                                   the engine under AddressSanitizer and ThreadSanitizer, loom
+    conformance [--against tuplekv|denokv|both] [--keep-output DIR]
+                                  KV Connect conformance scripts with the real Deno and Node
+                                  clients against tuplekv serve and/or denokv
     help [COMMAND]                print this help, or a command's
 
 Run `cargo xtask <COMMAND> --help` for details.";
@@ -59,6 +68,7 @@ Runs, from the workspace root, stopping at the first failure:
     cargo test --workspace                      (left out with --skip-tests)
     RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps
     cargo test -p tuplekv-engine --features reference-keymap --test model
+    cargo xtask conformance --against tuplekv   (the real Deno and Node clients)
     RUSTC_BOOTSTRAP=1 RUSTFLAGS=-Zsanitizer=address ... cargo test -p tuplekv-engine \\
         --target x86_64-unknown-linux-gnu --lib -- keymap::tests:: chain_cell::tests::
     cargo xtask miri                            (left out with --skip-miri; where Miri
@@ -119,6 +129,15 @@ target/bench-report/report.md (one table per benchmark: ours, each peer, the rat
 and the date) and target/bench-report/ratios.svg (a bar chart of the ratios), from the results
 of this run only.
 
+The group `server` (never run by default) is not a criterion group: it builds `tuplekv` and
+the load generator `kvconnect_load` in release mode, installs Deno 2.9.6 and denokv 0.14.0
+into $TUPLEKV_TOOLS_DIR (default target/tools) when missing, and runs the Deno client bench
+(bench/server/deno_bench.ts) and the load generator against denokv, `tuplekv serve
+--durability sync` and `tuplekv serve` in memory, one at a time on loopback. It prints a
+side-by-side table with the goals of issue 22 marked met or not, and writes it to
+target/bench-reports/server.md (about 4 minutes; `--quick` is a smoke run of under a minute).
+TUPLEKV_BENCH_SERVER_BIN=<path> uses that `tuplekv` binary instead of building one.
+
 OPTIONS:
     --quick    criterion's `--quick` with short warm-up/measurement (a smoke run of ~2 minutes)";
 
@@ -163,6 +182,8 @@ enum Task {
     Bench(BenchArgs),
     /// `cargo xtask soak`.
     Soak(SoakArgs),
+    /// `cargo xtask conformance`.
+    Conformance(conformance::ConformanceArgs),
 }
 
 /// A command line that does not parse; the message says why.
@@ -191,6 +212,11 @@ fn parse(args: &[String]) -> Result<Task, UsageError> {
         "fuzz" => parse_fuzz(rest),
         "bench" => parse_bench(rest),
         "soak" => parse_soak(rest),
+        "conformance" => match conformance::parse(rest) {
+            Ok(Some(args)) => Ok(Task::Conformance(args)),
+            Ok(None) => Ok(Task::Help(conformance::HELP)),
+            Err(message) => usage(message),
+        },
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -203,6 +229,7 @@ fn help_for(topic: &str) -> Result<&'static str, UsageError> {
         "fuzz" => Ok(FUZZ_HELP),
         "bench" => Ok(BENCH_HELP),
         "soak" => Ok(SOAK_HELP),
+        "conformance" => Ok(conformance::HELP),
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -349,6 +376,7 @@ fn main() -> ExitCode {
         Task::Fuzz(args) => fuzz::run(args),
         Task::Bench(args) => bench::run(args),
         Task::Soak(args) => soak::run(args),
+        Task::Conformance(args) => conformance::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use tuplekv_codec::{Key, encode_key};
 
 use crate::error::Error;
@@ -51,6 +53,19 @@ pub enum Expiry {
     At(u64),
 }
 
+/// The operand and bounds of a [`MutationKind::SumBounded`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundedSum {
+    /// A `U64`, or a V8-serialised number or bigint.
+    pub operand: Value,
+    /// The smallest allowed result, V8-serialised like the operand (absent or empty: none).
+    pub min: Option<Bytes>,
+    /// The largest allowed result (absent or empty: none).
+    pub max: Option<Bytes>,
+    /// Clamp a result outside the bounds rather than fail the commit.
+    pub clamp: bool,
+}
+
 /// What a mutation does to its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MutationKind {
@@ -76,6 +91,11 @@ pub enum MutationKind {
     Delete,
     /// Add to a `U64`, wrapping at 2^64; an absent key becomes the operand.
     Sum(u64),
+    /// Add to a JavaScript number or bigint (Deno's sum of V8 values), or to a `U64`, with
+    /// optional bounds: see [`sum_numbers`](crate::sum_numbers) for the rules. What KV
+    /// Connect's `M_SUM` carries when its operand is not a plain `U64`. Boxed: it is rare,
+    /// and every mutation is as large as the largest kind.
+    SumBounded(Box<BoundedSum>),
     /// Keep the smaller `U64`; an absent key becomes the operand.
     Min(u64),
     /// Keep the larger `U64`; an absent key becomes the operand.
@@ -90,6 +110,7 @@ impl MutationKind {
             MutationKind::Set { value, .. }
             | MutationKind::SetSuffixVersionstampedKey { value, .. } => Some(value.size()),
             MutationKind::Sum(_) | MutationKind::Min(_) | MutationKind::Max(_) => Some(8),
+            MutationKind::SumBounded(sum) => Some(sum.operand.size()),
             MutationKind::Delete => None,
         }
     }

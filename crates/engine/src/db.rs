@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_epoch as epoch;
 use parking_lot::Mutex;
-use tuplekv_codec::{ByteRange, Key, Selector};
+use tuplekv_codec::{ByteRange, Key, Selector, encode_key};
 
 use crate::atomic::{Atomic, AtomicWrite, CommitResult};
 use crate::chain_cell::{ChainCell, Retired};
@@ -59,6 +59,7 @@ use crate::transaction::{Transaction, TransactionOptions, run_transaction};
 use crate::value::{Value, Versionstamp};
 use crate::version::{Chain, Version};
 use crate::version::{entry_at, entry_of, version_at};
+use crate::watch::{Watch, Watchers};
 
 /// Options for a new database.
 #[derive(Debug, Clone)]
@@ -117,6 +118,8 @@ pub(crate) struct Inner {
     pub(crate) log: Option<Arc<GroupCommit>>,
     /// Version lists replaced by writers, freed by writers once no reader can hold them.
     pub(crate) retired: Retired,
+    /// The open watches, woken by the commits (and expiries) of their keys.
+    pub(crate) watchers: Watchers,
 }
 
 /// An in-memory, ordered, transactional key-value store with Deno KV's data model.
@@ -142,6 +145,18 @@ pub struct Database {
     pub(crate) inner: Arc<Inner>,
     /// What recovery found, for a durable database.
     report: Option<Arc<RecoveryReport>>,
+    /// Shared by the handles (not by snapshots or watches): when the last handle goes, the
+    /// database's watches end.
+    handles: Arc<Handles>,
+}
+
+/// Dropped with the last [`Database`] handle: ends the watches.
+struct Handles(Arc<Inner>);
+
+impl Drop for Handles {
+    fn drop(&mut self) {
+        self.0.watchers.close();
+    }
 }
 
 impl std::fmt::Debug for Database {
@@ -170,11 +185,13 @@ impl Database {
             reclaimer: Reclaimer::default(),
             log: None,
             retired: Retired::default(),
+            watchers: Watchers::default(),
         });
         if options.background_reclaim {
             Reclaimer::spawn(&inner);
         }
         Database {
+            handles: Arc::new(Handles(Arc::clone(&inner))),
             inner,
             open: None,
             report: None,
@@ -235,6 +252,7 @@ impl Database {
             reclaimer: Reclaimer::default(),
             log: Some(Arc::clone(&group)),
             retired: Retired::default(),
+            watchers: Watchers::default(),
         });
         for (deadline, key) in expiring {
             inner.reclaimer.schedule_expiry(deadline, key);
@@ -244,6 +262,7 @@ impl Database {
         }
         let open = OpenDir::start(&group, recovered.lock, &inner);
         Ok(Database {
+            handles: Arc::new(Handles(Arc::clone(&inner))),
             inner,
             open: Some(Arc::new(open)),
             report: Some(Arc::new(recovered.report)),
@@ -291,11 +310,18 @@ impl Database {
     /// # Errors
     /// [`Error::Io`] if the final sync fails.
     pub fn close(self) -> Result<(), Error> {
-        let Database { inner, open, .. } = self;
+        let Database {
+            inner,
+            open,
+            handles,
+            ..
+        } = self;
         let closed = match open.and_then(Arc::into_inner) {
             Some(open) => open.close(),
             None => Ok(()),
         };
+        // Watches end once the store is closed, with every write they could report made.
+        drop(handles);
         drop(inner);
         closed
     }
@@ -372,6 +398,21 @@ impl Database {
     /// Starts an atomic operation (checks + mutations, all or nothing).
     pub fn atomic(&self) -> Atomic<'_, Database> {
         Atomic::new(self)
+    }
+
+    /// Watches up to [`WATCH_KEYS_MAX`](crate::limits::WATCH_KEYS_MAX) keys: the [`Watch`]
+    /// yields their entries now, then a new state whenever one of them changes (by a commit,
+    /// or by reaching its expiry), until the last handle of the database is closed. A slow
+    /// watcher gets the latest state, never a backlog, and never slows a commit.
+    ///
+    /// # Errors
+    /// [`Error::TooManyWatchedKeys`], or a key over the write limit.
+    pub fn watch(&self, keys: &[Key]) -> Result<Watch, Error> {
+        let keys = keys
+            .iter()
+            .map(|k| KeyBytes::from(encode_key(k).as_slice()))
+            .collect();
+        Watch::new(&self.inner, keys)
     }
 
     /// A read-only view pinned at the current version: every read through it sees the same
@@ -613,6 +654,11 @@ impl ReadView for Database {
 
 impl Store for Database {
     type Snapshot = Snapshot;
+    type Watch = Watch;
+
+    fn watch_raw(&self, keys: Vec<KeyBytes>) -> Result<Watch, Error> {
+        Watch::new(&self.inner, keys)
+    }
 
     fn snapshot(&self) -> Snapshot {
         Snapshot::register(&self.inner)

@@ -10,6 +10,7 @@ use tuplekv_codec::{DecodeError, SelectorError};
 
 use crate::key_bytes::KeyBytes;
 use crate::limits::*;
+use crate::sum::SumError;
 
 /// Why an operation failed. A failed operation never changes the store.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -68,6 +69,12 @@ pub enum Error {
         /// The number of keys.
         count: usize,
     },
+    /// More than [`WATCH_KEYS_MAX`] keys in one watch.
+    #[error("Too many keys (max {WATCH_KEYS_MAX}): got {count}")]
+    TooManyWatchedKeys {
+        /// The number of keys.
+        count: usize,
+    },
     /// A list batch larger than [`LIST_BATCH_SIZE_MAX`].
     #[error("Too many entries (max {LIST_BATCH_SIZE_MAX}): got {count}")]
     TooManyEntries {
@@ -100,6 +107,10 @@ pub enum Error {
         /// The mutation's encoded key (its `Debug` shows the decoded tuple).
         key: KeyBytes,
     },
+    /// A [`MutationKind::SumBounded`](crate::MutationKind::SumBounded) could not be applied;
+    /// the message is Deno's own.
+    #[error(transparent)]
+    Sum(#[from] SumError),
     /// An invalid selector or cursor.
     #[error(transparent)]
     Selector(#[from] SelectorError),

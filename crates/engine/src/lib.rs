@@ -101,9 +101,11 @@ mod reclaim;
 mod reference_keymap;
 mod snapshot;
 mod store;
+mod sum;
 mod transaction;
 mod value;
 mod version;
+mod watch;
 
 /// The key map the engine runs on: its own skiplist, or with the test-only feature
 /// `reference-keymap` crossbeam's `SkipMap` behind the same interface.
@@ -115,7 +117,7 @@ mod map {
 }
 
 pub use atomic::{
-    Atomic, AtomicWrite, Check, CommitResult, Conflict, Expiry, FailedCheck, Mutation,
+    Atomic, AtomicWrite, BoundedSum, Check, CommitResult, Conflict, Expiry, FailedCheck, Mutation,
     MutationKind, RangeCheck, versionstamped_key,
 };
 pub use db::{CHECKPOINT_AFTER_BYTES_DEFAULT, Database, Options, Stats};
@@ -125,9 +127,11 @@ pub use key_bytes::KeyBytes;
 pub use list::{ListCursor, ListIter, ListOptions};
 pub use snapshot::Snapshot;
 pub use store::{Entry, ReadView, Store};
+pub use sum::{SumError, sum_numbers};
 pub use transaction::{Transaction, TransactionOptions};
 pub use tuplekv_codec::{ByteRange, Key, KeyPart, Selector, key};
 pub use value::{InvalidVersionstamp, Value, Versionstamp};
+pub use watch::{KeyWatch, Watch, WatchUpdate};
 
 /// The key codec, re-exported.
 pub use tuplekv_codec as codec;

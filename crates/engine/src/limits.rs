@@ -21,6 +21,8 @@ pub const TOTAL_MUTATION_SIZE_MAX: usize = 819_200;
 pub const TOTAL_KEY_SIZE_MAX: usize = 81_920;
 /// Most keys in one `get_many`.
 pub const GET_MANY_KEYS_MAX: usize = 10;
+/// Most keys one watch may watch.
+pub const WATCH_KEYS_MAX: usize = 10;
 /// Most entries one list batch may read.
 pub const LIST_BATCH_SIZE_MAX: usize = 1000;
 /// The list batch size when none is given: the limit, capped at this.

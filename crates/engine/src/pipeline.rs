@@ -24,6 +24,7 @@ use crate::limits::*;
 use crate::limits::{check_read_key, check_write_key};
 use crate::map::Slot;
 use crate::snapshot::Retention;
+use crate::sum::sum_numbers;
 use crate::value::{Value, Versionstamp};
 use crate::version::{Chain, Version, chain_of, now_ms};
 
@@ -179,6 +180,16 @@ fn apply(
         MutationKind::Delete => Ok(None),
         MutationKind::Sum(n) => u64_op("sum", n, u64::wrapping_add),
         MutationKind::Min(n) => u64_op("min", n, u64::min),
+        MutationKind::SumBounded(sum) => Ok(Some((
+            sum_numbers(
+                &sum.operand,
+                sum.min.as_ref(),
+                sum.max.as_ref(),
+                sum.clamp,
+                current,
+            )?,
+            None,
+        ))),
         MutationKind::Max(n) => u64_op("max", n, u64::max),
     }
 }
@@ -207,15 +218,24 @@ impl Inner {
         if let Some(log) = &self.log {
             return log.commit(self, write, &mut slots);
         }
+        // Watched keys are noted before the write consumes the operation; with nobody
+        // watching this is one load.
+        let watched: SmallVec<[KeyBytes; 2]> = if self.watchers.active() {
+            write.mutations.iter().map(|m| m.key.clone()).collect()
+        } else {
+            SmallVec::new()
+        };
         let mut last = self.commit.lock();
         let result = self.apply_write(write, &mut slots, &mut last, None);
-        if let Ok(r) = &result
-            && r.is_committed()
-        {
+        let committed = matches!(&result, Ok(r) if r.is_committed());
+        if committed {
             self.publish(*last);
             self.prune_written(&mut slots);
         }
         drop(last);
+        if committed && !watched.is_empty() {
+            self.watchers.notify(&watched);
+        }
         self.reclaimer.wake_if_pending();
         result
     }

@@ -310,6 +310,7 @@ impl Inner {
             // wakes at least every IDLE_WAKE), and meanwhile prune what was queued.
             shared.sweep.store(true, Ordering::Release);
         }
+        let queued = keys.len();
         {
             let mut state = shared.state.lock();
             while let Some(Reverse((deadline, _))) = state.expiry.peek() {
@@ -323,6 +324,10 @@ impl Inner {
                     keys.push(key);
                 }
             }
+        }
+        // A value reaching its deadline is a change its watches report.
+        if let Some(expired) = keys.get(queued..) {
+            self.watchers.notify(expired);
         }
         let mut leftover = Vec::new();
         // Past QUEUE_MAX leftover keys (a long snapshot pins much of the map), stop collecting

@@ -14,6 +14,7 @@ use crate::limits::{GET_MANY_KEYS_MAX, KEY_SIZE_MAX_READ};
 use crate::list::{ListIter, ListOptions};
 use crate::transaction::{Transaction, TransactionOptions, run_transaction};
 use crate::value::{Value, Versionstamp};
+use crate::watch::KeyWatch;
 
 /// A key with its value and the versionstamp of the commit that wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +72,16 @@ pub trait Store: Send + Sync {
 
     /// A view of the latest committed state that stays the same however many commits follow.
     fn snapshot(&self) -> Self::Snapshot;
+
+    /// What [`Store::watch_raw`] returns.
+    type Watch: KeyWatch;
+
+    /// Watches up to [`WATCH_KEYS_MAX`](crate::limits::WATCH_KEYS_MAX) encoded keys: the
+    /// watch yields their entries now, then whenever one of them changes (see [`Watch`](crate::Watch)).
+    ///
+    /// # Errors
+    /// [`Error::TooManyWatchedKeys`], or a key over the write limit.
+    fn watch_raw(&self, keys: Vec<KeyBytes>) -> Result<Self::Watch, Error>;
 
     /// The stamp a snapshot reads at.
     fn snapshot_versionstamp(snapshot: &Self::Snapshot) -> Versionstamp;

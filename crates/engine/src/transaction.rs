@@ -165,6 +165,13 @@ impl<'s, S: Store> Transaction<'s, S> {
             let next = match &m.kind {
                 MutationKind::Set { value, .. }
                 | MutationKind::SetSuffixVersionstampedKey { value, .. } => Some(value.clone()),
+                MutationKind::SumBounded(sum) => Some(crate::sum::sum_numbers(
+                    &sum.operand,
+                    sum.min.as_ref(),
+                    sum.max.as_ref(),
+                    sum.clamp,
+                    value,
+                )?),
                 MutationKind::Delete => None,
                 MutationKind::Sum(n) | MutationKind::Min(n) | MutationKind::Max(n) => {
                     let op = match &m.kind {

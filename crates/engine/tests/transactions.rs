@@ -355,6 +355,14 @@ struct Recording {
 
 impl tuplekv_engine::Store for Recording {
     type Snapshot = tuplekv_engine::Snapshot;
+    type Watch = tuplekv_engine::Watch;
+
+    fn watch_raw(
+        &self,
+        keys: Vec<tuplekv_engine::KeyBytes>,
+    ) -> Result<Self::Watch, tuplekv_engine::Error> {
+        self.db.watch_raw(keys)
+    }
 
     fn snapshot(&self) -> Self::Snapshot {
         self.db.snapshot()

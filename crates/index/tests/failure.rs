@@ -43,6 +43,14 @@ struct Faulty {
 
 impl Store for Faulty {
     type Snapshot = Snapshot;
+    type Watch = tuplekv_engine::Watch;
+
+    fn watch_raw(
+        &self,
+        keys: Vec<tuplekv_engine::KeyBytes>,
+    ) -> Result<Self::Watch, tuplekv_engine::Error> {
+        self.db.watch_raw(keys)
+    }
 
     fn snapshot(&self) -> Snapshot {
         self.db.snapshot()

@@ -45,7 +45,10 @@ const ENDPOINT_PATH: &str = "/v2";
 const DATABASE_ID: &str = "00000000-0000-0000-0000-000000000000";
 const PROTOBUF: &str = "application/x-protobuf";
 
-pub(crate) fn build<S: Store + 'static>(store: Arc<S>, config: ServerConfig) -> Router {
+pub(crate) fn build<S: Store + 'static>(store: Arc<S>, config: ServerConfig) -> Router
+where
+    S::Watch: 'static,
+{
     let state: Shared<S> = Arc::new(AppState { store, config });
     let data_path = Router::new()
         .route("/snapshot_read", post(snapshot_read::<S>))

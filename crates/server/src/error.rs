@@ -52,7 +52,8 @@ pub(crate) mod text {
     pub(crate) const MINIMUM_PROTOCOL_VERSION: &str =
         "The server requires at least protocol version 2. Use Deno 1.38.0 or newer.";
     pub(crate) const NO_MATCHING_PROTOCOL_VERSION: &str = "The server could not negotiate a protocol version. The server requires protocol version 2 or 3.";
-    pub(crate) const TRY_AGAIN: &str = "The server is temporarially unavailable, try again later.";
+    pub(crate) const TOO_MANY_WATCH_STREAMS: &str =
+        "Too many watch streams are open on this server; try again later.";
     /// Ours: KV Connect clients never send enqueues, so denokv has no text for refusing them.
     pub(crate) const ENQUEUE_UNSUPPORTED: &str =
         "Enqueues are not supported by this server (KV Connect clients do not send them).";
@@ -95,7 +96,8 @@ impl ApiError {
     }
 
     /// The error a commit or read of the engine maps to: limit violations and type errors
-    /// are the client's (400, with denokv's text where it has one); I/O failures are ours.
+    /// are the client's (400, with denokv's text where it has one); anything else (I/O
+    /// failures, say) is ours: 500 `An internal server error occurred.`, as denokv answers.
     pub fn from_engine(e: &Error) -> Self {
         match e {
             Error::KeyTooLargeForWrite { .. } | Error::KeyTooLargeForRead { .. } => {
@@ -115,11 +117,11 @@ impl ApiError {
             Error::NotU64 { op, .. } => Self::bad_request(format!(
                 "Failed to perform '{op}' mutation on a non-U64 value in the database"
             )),
+            // The engine's texts for these are denokv's (`SumError`'s `Display`).
+            Error::Sum(sum) => Self::bad_request(sum.to_string()),
+            Error::TooManyWatchedKeys { .. } => Self::bad_request(text::TOO_MANY_WATCHED_KEYS),
             Error::EmptyKey => Self::bad_request("key cannot be empty"),
             Error::ExpireInTooLarge { .. } => Self::bad_request(text::INVALID_MUTATION_EXPIRE_AT),
-            Error::Io(_) | Error::VersionsExhausted { .. } => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, text::TRY_AGAIN)
-            }
             _ => Self::internal(),
         }
     }

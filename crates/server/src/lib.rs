@@ -108,6 +108,9 @@ impl ServerConfig {
 /// The KV Connect endpoints over `store`: `POST /` (metadata exchange), and
 /// `POST /v2/snapshot_read`, `/v2/atomic_write` and `/v2/watch`. Any other path gets 404
 /// `Resource not found.`.
-pub fn router<S: Store + 'static>(store: Arc<S>, config: ServerConfig) -> Router {
+pub fn router<S: Store + 'static>(store: Arc<S>, config: ServerConfig) -> Router
+where
+    S::Watch: 'static,
+{
     app::build(store, config)
 }

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use denokv_proto::datapath as pb;
 use prost::Message;
 use tuplekv_engine::{
-    AtomicWrite, ByteRange, Check, Entry, Expiry, KeyBytes, Mutation, MutationKind, Value,
-    Versionstamp,
+    AtomicWrite, BoundedSum, ByteRange, Check, Entry, Expiry, KeyBytes, Mutation, MutationKind,
+    Value, Versionstamp,
 };
 
 use crate::error::{ApiError, text};
@@ -143,11 +143,9 @@ pub fn decode_atomic_write(body: &[u8]) -> Result<AtomicWrite, ApiError> {
 /// What a mutation counts for in [`TOTAL_MUTATION_SIZE_MAX`], as the engine counts it.
 fn mutation_size(m: &Mutation) -> usize {
     let key = m.key.len();
-    match &m.kind {
-        MutationKind::Delete => key,
-        MutationKind::Set { value, .. }
-        | MutationKind::SetSuffixVersionstampedKey { value, .. } => 2 * key + value.size(),
-        _ => 2 * key + 8,
+    match m.kind.value_size() {
+        Some(value) => key.saturating_mul(2).saturating_add(value),
+        None => key,
     }
 }
 
@@ -199,7 +197,7 @@ fn decode_mutation(m: pb::Mutation) -> Result<Mutation, ApiError> {
             let plain = m.sum_min.is_empty() && m.sum_max.is_empty() && !m.sum_clamp;
             match value {
                 Value::U64(n) if plain => MutationKind::Sum(n),
-                operand => sum_bounded(operand, m.sum_min, m.sum_max, m.sum_clamp)?,
+                operand => sum_bounded(operand, m.sum_min, m.sum_max, m.sum_clamp),
             }
         }
         Ok(pb::MutationType::MMin) => MutationKind::Min(u64_operand(value, "min")?),
@@ -240,15 +238,16 @@ fn versionstamped_kind(value: Value, expire_at: Option<u64>) -> MutationKind {
     }
 }
 
-fn sum_bounded(
-    _operand: Value,
-    _min: Vec<u8>,
-    _max: Vec<u8>,
-    _clamp: bool,
-) -> Result<MutationKind, ApiError> {
-    Err(ApiError::bad_request(
-        "Failed to perform 'sum' mutation on a non-U64 operand",
-    ))
+/// An `M_SUM` that is not a plain LE64 operand: a V8 number or bigint, or bounds, or
+/// clamping. The engine checks the operand and bounds when it applies it.
+fn sum_bounded(operand: Value, min: Vec<u8>, max: Vec<u8>, clamp: bool) -> MutationKind {
+    let bound = |b: Vec<u8>| (!b.is_empty()).then(|| Bytes::from(b));
+    MutationKind::SumBounded(Box::new(BoundedSum {
+        operand,
+        min: bound(min),
+        max: bound(max),
+        clamp,
+    }))
 }
 
 /// Decodes a `KvValue`: its encoding and payload.

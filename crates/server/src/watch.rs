@@ -1,23 +1,142 @@
-//! `POST /v2/watch`: a stream of length-prefixed `WatchOutput` frames (KV Connect v3).
+//! `POST /v2/watch` (KV Connect v3): a response that never ends on its own, made of frames
+//! `u32 little-endian length ++ WatchOutput`. A zero-length frame is a keep-alive, sent as
+//! soon as the stream opens and then every [`WATCH_PING_INTERVAL`](crate::limits::WATCH_PING_INTERVAL);
+//! the first data frame is the current state of every key (`changed = true`, no entry for a
+//! missing key), and each later one follows a change of a watched key.
+//!
+//! The stream owns the engine's watch and a slot of the server's watch-stream count, so a
+//! client that goes away (its stream or connection closes, and hyper drops the body) frees
+//! both. It ends when the store closes or the server shuts down.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 
 use axum::body::Body;
-use axum::extract::State;
-use axum::response::Response;
-use tuplekv_engine::Store;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use denokv_proto::datapath as pb;
+use prost::Message;
+use tokio::time::{Interval, MissedTickBehavior};
+use tuplekv_engine::{KeyWatch, Store, WatchUpdate};
 
-use crate::app::{Shared, read_body};
-use crate::error::ApiError;
-use crate::protocol::decode_watch;
-use crate::stats::Endpoint;
+use crate::app::{Shared, engine_error, read_body};
+use crate::error::{ApiError, text};
+use crate::protocol::{decode_watch, encode_entry};
+use crate::serve::ShutdownSignal;
+use crate::stats::{Endpoint, OpenGuard};
+
+/// The keep-alive frame: a zero length.
+const PING_FRAME: [u8; 4] = [0; 4];
+
+/// Everything an open watch stream holds; dropping it frees the watch and the slot.
+struct Open<W> {
+    /// Whether the first ping (sent before anything else, so a client sees the stream is
+    /// alive before the first read) went out.
+    pinged: bool,
+    watch: W,
+    ping: Interval,
+    closing: Pin<Box<dyn Future<Output = ()> + Send>>,
+    _slot: OpenGuard,
+}
 
 pub(crate) async fn watch<S: Store + 'static>(
     State(state): State<Shared<S>>,
-    body: Body,
-) -> Result<Response, ApiError> {
+    req: Request,
+) -> Result<Response, ApiError>
+where
+    S::Watch: 'static,
+{
     state.stats().request(Endpoint::Watch);
-    let _keys = decode_watch(&read_body(body).await?)?;
-    Err(ApiError::new(
-        axum::http::StatusCode::NOT_IMPLEMENTED,
-        "watch: waiting for the engine's watch API",
-    ))
+    let signal = req.extensions().get::<ShutdownSignal>().cloned();
+    let keys = decode_watch(&read_body(req.into_body()).await?)?;
+    let Some(slot) = state
+        .stats()
+        .try_open_watch(state.config.watch_streams_max())
+    else {
+        tracing::warn!(
+            max = state.config.watch_streams_max(),
+            "too many open watch streams"
+        );
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            text::TOO_MANY_WATCH_STREAMS,
+        ));
+    };
+    let watch = state.store.watch_raw(keys).map_err(|e| engine_error(&e))?;
+    let period = state.config.watch_ping_interval();
+    // The first ping goes out at once (see `next_frame`); the interval gives the later ones.
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let closing: Pin<Box<dyn Future<Output = ()> + Send>> = match signal {
+        Some(signal) => Box::pin(signal.wait()),
+        None => Box::pin(std::future::pending()),
+    };
+    let open = Open {
+        pinged: false,
+        watch,
+        ping,
+        closing,
+        _slot: slot,
+    };
+    let frames = futures_util::stream::unfold(open, |mut open| async move {
+        let frame = next_frame(&mut open).await?;
+        Some((Ok::<_, Infallible>(frame), open))
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Body::from_stream(frames),
+    )
+        .into_response())
+}
+
+/// The next frame to send: a ping when one is due, else the next state with a change;
+/// `None` when the stream should end.
+async fn next_frame<W: KeyWatch>(open: &mut Open<W>) -> Option<Bytes> {
+    if !open.pinged {
+        open.pinged = true;
+        return Some(Bytes::from_static(&PING_FRAME));
+    }
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut open.closing => return None,
+            _ = open.ping.tick() => return Some(Bytes::from_static(&PING_FRAME)),
+            update = open.watch.next() => {
+                let update = update?;
+                if update.changed.iter().any(|&c| c) {
+                    return Some(encode_frame(&update));
+                }
+            }
+        }
+    }
+}
+
+/// One length-prefixed `WatchOutput` frame.
+fn encode_frame(update: &WatchUpdate) -> Bytes {
+    let keys = update
+        .entries
+        .iter()
+        .zip(&update.changed)
+        .map(|(entry, &changed)| pb::WatchKeyOutput {
+            changed,
+            entry_if_changed: if changed {
+                entry.as_ref().map(encode_entry)
+            } else {
+                None
+            },
+        })
+        .collect();
+    let message = pb::WatchOutput {
+        status: pb::SnapshotReadStatus::SrSuccess.into(),
+        keys,
+    };
+    let len = message.encoded_len();
+    let mut frame = Vec::with_capacity(4 + len);
+    // A frame is far below 4 GiB: at most 10 entries of a 2 KiB key and a 64 KiB value.
+    frame.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
+    message.encode_raw(&mut frame);
+    Bytes::from(frame)
 }

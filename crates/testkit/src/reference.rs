@@ -117,6 +117,13 @@ impl Reference {
                 MutationKind::Delete => None,
                 MutationKind::Sum(n) => Some(Value::U64(u64_op("sum", *n, u64::wrapping_add)?)),
                 MutationKind::Min(n) => Some(Value::U64(u64_op("min", *n, u64::min)?)),
+                MutationKind::SumBounded(sum) => Some(tuplekv_engine::sum_numbers(
+                    &sum.operand,
+                    sum.min.as_ref(),
+                    sum.max.as_ref(),
+                    sum.clamp,
+                    current.as_ref(),
+                )?),
                 MutationKind::Max(n) => Some(Value::U64(u64_op("max", *n, u64::max)?)),
             };
             match new {

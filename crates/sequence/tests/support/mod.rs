@@ -73,6 +73,14 @@ impl Faulty {
 
 impl Store for Faulty {
     type Snapshot = <Database as Store>::Snapshot;
+    type Watch = tuplekv_engine::Watch;
+
+    fn watch_raw(
+        &self,
+        keys: Vec<tuplekv_engine::KeyBytes>,
+    ) -> Result<Self::Watch, tuplekv_engine::Error> {
+        self.db.watch_raw(keys)
+    }
 
     fn snapshot(&self) -> Self::Snapshot {
         self.db.snapshot()

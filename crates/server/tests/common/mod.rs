@@ -45,7 +45,10 @@ impl TestServer {
         store: Arc<S>,
         config: ServerConfig,
         opts: impl FnOnce(ServeOptions) -> ServeOptions,
-    ) -> TestServer {
+    ) -> TestServer
+    where
+        S::Watch: 'static,
+    {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let stats = Arc::clone(config.stats());

@@ -1,0 +1,615 @@
+//! `cargo xtask conformance`: the KV Connect conformance scripts in `conformance/`, run with the
+//! real Deno and Node clients against `tuplekv serve`, against denokv, or against both with
+//! their case lines compared.
+//!
+//! Each run starts the server on a free loopback port with a generated token, runs the Deno
+//! script, the Node script, then the cross-client value checks (Node writes and Deno reads,
+//! which must match; Deno writes and Node reads, which Node 20 cannot decode and is only
+//! recorded), and stops the server. The differences between the two servers that are there on
+//! purpose are listed in `conformance/expected-differences.txt`.
+
+use std::collections::BTreeMap;
+use std::collections::hash_map::RandomState;
+use std::fmt::Write as _;
+use std::fs;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{clients, cmd};
+
+/// Help for `cargo xtask conformance`.
+pub(crate) const HELP: &str = "\
+cargo xtask conformance [--against tuplekv|denokv|both] [--keep-output DIR] [--tuplekv-bin PATH]
+
+Runs the KV Connect conformance scripts of conformance/ with the real clients: Deno 2.9.6
+(`deno run -A --unstable-kv conformance/deno.ts`) and Node's @deno/kv 0.14.0
+(`node conformance/node.mjs`), installed when missing into $TUPLEKV_TOOLS_DIR (default
+target/tools). For each server: starts it on a free 127.0.0.1 port with a generated access
+token, runs the Deno script, the Node script, the cross-client values (Node writes, Deno reads;
+then Deno writes and Node reads, recorded only: Node 20 cannot read Deno 2.9's V8 values),
+and stops it. Any failing script fails the command.
+
+OPTIONS:
+    --against S        tuplekv (default): `tuplekv serve`, built with `cargo build -p tuplekv-cli`
+                       denokv: denokv 0.14.0 (`cargo install`ed into the tool cache the
+                       first time, which takes minutes)
+                       both: both servers, then their case lines compared; a difference fails
+                       unless conformance/expected-differences.txt lists the case
+    --keep-output DIR  write each script's output to DIR/<server>-<script>.txt
+    --tuplekv-bin P    use this tuplekv binary instead of building tuplekv-cli";
+
+/// How long a server may take to start listening.
+const SERVER_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a stopped server may take to exit before it is killed.
+const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The line `tuplekv serve` prints once it listens, before the address.
+const LISTENING_PREFIX: &str = "listening on ";
+/// The file listing the cases where tuplekv differs from denokv on purpose.
+const EXPECTED_DIFFERENCES: &str = "conformance/expected-differences.txt";
+
+/// Which server(s) a run is against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Against {
+    /// `tuplekv serve`.
+    #[default]
+    Tuplekv,
+    /// denokv.
+    Denokv,
+    /// Both, then compared.
+    Both,
+}
+
+/// Options of `cargo xtask conformance`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct ConformanceArgs {
+    /// The server(s) under test.
+    pub(crate) against: Against,
+    /// Where to keep each script's output.
+    pub(crate) keep_output: Option<PathBuf>,
+    /// A prebuilt tuplekv binary.
+    pub(crate) tuplekv_bin: Option<PathBuf>,
+}
+
+/// Parses the options of `conformance`: `Ok(None)` asks for help.
+pub(crate) fn parse(args: &[String]) -> Result<Option<ConformanceArgs>, String> {
+    let mut out = ConformanceArgs::default();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |name: &str| {
+            inline
+                .clone()
+                .or_else(|| args.next().cloned())
+                .ok_or_else(|| format!("`{name}` needs a value"))
+        };
+        match flag {
+            "-h" | "--help" => return Ok(None),
+            "--against" => {
+                out.against = match value("--against")?.as_str() {
+                    "tuplekv" => Against::Tuplekv,
+                    "denokv" => Against::Denokv,
+                    "both" => Against::Both,
+                    other => {
+                        return Err(format!(
+                            "`--against` takes tuplekv, denokv or both, not `{other}`"
+                        ));
+                    }
+                }
+            }
+            "--keep-output" => out.keep_output = Some(PathBuf::from(value("--keep-output")?)),
+            "--tuplekv-bin" => out.tuplekv_bin = Some(PathBuf::from(value("--tuplekv-bin")?)),
+            other => return Err(format!("`conformance` does not take `{other}`")),
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The server implementations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Server {
+    Tuplekv,
+    Denokv,
+}
+
+impl Server {
+    /// The name the scripts get in `CONFORMANCE_SERVER` and the output files carry.
+    fn name(self) -> &'static str {
+        match self {
+            Server::Tuplekv => "tuplekv",
+            Server::Denokv => "denokv",
+        }
+    }
+}
+
+/// The scripts of one run, in order: (output name, client, mode, strict).
+const SCRIPTS: [(&str, Client, &str, bool); 5] = [
+    ("deno", Client::Deno, "cases", true),
+    ("node", Client::Node, "cases", true),
+    ("cross-node-write", Client::Node, "cross-write", true),
+    ("cross-deno-read", Client::Deno, "cross-read", true),
+    ("cross-deno-write", Client::Deno, "cross-write", true),
+];
+/// The last script: Node reading Deno's values, recorded but never strict.
+const NODE_READS_DENO: (&str, Client, &str, bool) =
+    ("cross-node-read", Client::Node, "cross-read", false);
+
+/// A KV Connect client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    Deno,
+    Node,
+}
+
+/// The installed clients.
+struct Clients {
+    deno: PathBuf,
+    node_kv_dir: PathBuf,
+}
+
+/// Runs `cargo xtask conformance`.
+pub(crate) fn run(args: &ConformanceArgs) -> Result<()> {
+    let clients = Clients {
+        deno: clients::deno()?,
+        node_kv_dir: clients::node_kv_dir()?,
+    };
+    let servers: &[Server] = match args.against {
+        Against::Tuplekv => &[Server::Tuplekv],
+        Against::Denokv => &[Server::Denokv],
+        Against::Both => &[Server::Denokv, Server::Tuplekv],
+    };
+    let mut outputs = BTreeMap::new();
+    let mut failures = Vec::new();
+    for &server in servers {
+        let binary = match server {
+            Server::Tuplekv => tuplekv_binary(args.tuplekv_bin.as_deref())?,
+            Server::Denokv => clients::denokv()?,
+        };
+        let run = run_against(server, &binary, &clients)?;
+        for (script, out) in &run.outputs {
+            if let Some(dir) = &args.keep_output {
+                fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                let path = dir.join(format!("{}-{script}.txt", server.name()));
+                fs::write(&path, out).with_context(|| format!("writing {}", path.display()))?;
+            }
+        }
+        failures.extend(
+            run.failures
+                .iter()
+                .map(|f| format!("{}: {f}", server.name())),
+        );
+        outputs.insert(server.name(), run.outputs);
+    }
+    if args.against == Against::Both {
+        let expected = read_expected_differences()?;
+        let unexpected = compare(&outputs["denokv"], &outputs["tuplekv"], &expected);
+        failures.extend(unexpected);
+    }
+    if !failures.is_empty() {
+        bail!("conformance failed:\n  {}", failures.join("\n  "));
+    }
+    eprintln!("xtask: conformance passed");
+    Ok(())
+}
+
+/// What one server's run produced.
+struct Run {
+    /// Output (stdout) of each script, by output name.
+    outputs: BTreeMap<&'static str, String>,
+    /// The scripts that failed, with their exit status.
+    failures: Vec<String>,
+}
+
+/// Starts `server`, runs every script against it and stops it.
+fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> {
+    let token = generate_token();
+    let scratch = scratch_dir(server)?;
+    let mut running = start_server(server, binary, &token, &scratch)?;
+    let url = format!("http://{}", running.addr);
+    eprintln!("xtask: {} listening at {url}", server.name());
+    let cross_prefix = format!("cross-{}", generate_token());
+    let mut run = Run {
+        outputs: BTreeMap::new(),
+        failures: Vec::new(),
+    };
+    let result = (|| -> Result<()> {
+        for (name, client, mode, strict) in SCRIPTS.into_iter().chain([NODE_READS_DENO]) {
+            let mut command = script_command(client, clients);
+            command
+                .env("CONFORMANCE_URL", &url)
+                .env("CONFORMANCE_TOKEN", &token)
+                .env("CONFORMANCE_SERVER", server.name())
+                .env("CONFORMANCE_MODE", mode)
+                .env("CONFORMANCE_CROSS_PREFIX", &cross_prefix)
+                .env("CONFORMANCE_CROSS_STRICT", if strict { "1" } else { "0" });
+            let (ok, stdout) = run_script(&mut command, server, name)?;
+            if !ok {
+                run.failures.push(format!("{name} script failed"));
+            }
+            run.outputs.insert(name, stdout);
+        }
+        Ok(())
+    })();
+    let stopped = running.stop();
+    let _ = fs::remove_dir_all(&scratch);
+    result?;
+    stopped?;
+    Ok(run)
+}
+
+/// The command that runs a client's script.
+fn script_command(client: Client, clients: &Clients) -> Command {
+    let dir = cmd::workspace_root().join("conformance");
+    match client {
+        Client::Deno => {
+            let mut c = Command::new(&clients.deno);
+            c.args(["run", "-A", "--unstable-kv", "--no-lock", "deno.ts"])
+                .env("NO_COLOR", "1");
+            c.current_dir(dir);
+            c
+        }
+        Client::Node => {
+            let mut c = Command::new("node");
+            c.arg("node.mjs")
+                .env("NODE_KV_DIR", &clients.node_kv_dir)
+                .current_dir(dir);
+            c
+        }
+    }
+}
+
+/// Runs one script with stderr shown and stdout both shown and captured; returns whether it
+/// passed and its stdout.
+fn run_script(command: &mut Command, server: Server, name: &str) -> Result<(bool, String)> {
+    eprintln!(
+        "xtask: [{}] {name}: $ {}",
+        server.name(),
+        cmd::display(command)
+    );
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("could not start `{}`", cmd::display(command)))?;
+    let mut stdout = String::new();
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines() {
+            let line = line.context("reading the script's output")?;
+            println!("[{}/{name}] {line}", server.name());
+            stdout.push_str(&line);
+            stdout.push('\n');
+        }
+    }
+    let status = child.wait().context("waiting for the script")?;
+    if !status.success() {
+        eprintln!("xtask: [{}] {name} FAILED ({status})", server.name());
+    }
+    Ok((status.success(), stdout))
+}
+
+/// A running server, stopped (and killed if need be) on [`Running::stop`] or drop.
+struct Running {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Running {
+    /// Asks the server to stop with SIGTERM and waits; kills it after [`SERVER_STOP_TIMEOUT`].
+    fn stop(&mut self) -> Result<()> {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + SERVER_STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if self.child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("xtask: the server did not stop within {SERVER_STOP_TIMEOUT:?}; killing it");
+        self.child.kill().context("killing the server")?;
+        self.child.wait().context("waiting for the killed server")?;
+        Ok(())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Starts `server` on a free loopback port and waits until it listens.
+fn start_server(server: Server, binary: &Path, token: &str, scratch: &Path) -> Result<Running> {
+    match server {
+        Server::Tuplekv => {
+            let mut command = Command::new(binary);
+            command.args(["serve", "--addr", "127.0.0.1:0", "--access-token", token]);
+            start_tuplekv(command)
+        }
+        Server::Denokv => {
+            let port = free_port()?;
+            let mut command = Command::new(binary);
+            command
+                .arg("--sqlite-path")
+                .arg(scratch.join("db.sqlite"))
+                .args(["serve", "--access-token", token, "--addr"])
+                .arg(format!("127.0.0.1:{port}"));
+            eprintln!("$ {}", cmd::display(&command));
+            let child = command
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .with_context(|| format!("could not start {}", binary.display()))?;
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            let mut running = Running { child, addr };
+            wait_until_listening(&mut running)?;
+            Ok(running)
+        }
+    }
+}
+
+/// Starts `tuplekv serve` and reads its `listening on ADDR` line.
+fn start_tuplekv(mut command: Command) -> Result<Running> {
+    eprintln!("$ {}", cmd::display(&command));
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("could not start tuplekv")?;
+    let stdout = child.stdout.take().context("tuplekv's stdout")?;
+    let (tx, rx) = mpsc::channel();
+    // The reader thread keeps draining stdout after the address line so the server never
+    // blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            match line.trim().strip_prefix(LISTENING_PREFIX) {
+                Some(addr) if !sent => {
+                    let _ = tx.send(addr.trim().to_owned());
+                    sent = true;
+                }
+                _ => eprintln!("[tuplekv] {line}"),
+            }
+        }
+    });
+    let mut running = Running {
+        child,
+        addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+    };
+    let addr = match rx.recv_timeout(SERVER_START_TIMEOUT) {
+        Ok(addr) => addr,
+        Err(_) => {
+            let status = running.child.try_wait()?;
+            bail!(
+                "tuplekv printed no `{LISTENING_PREFIX}ADDR` line within {SERVER_START_TIMEOUT:?} \
+                 (exit status: {status:?})"
+            );
+        }
+    };
+    running.addr = addr
+        .parse()
+        .with_context(|| format!("tuplekv printed an address that does not parse: {addr}"))?;
+    Ok(running)
+}
+
+/// Waits until a TCP connection to the server succeeds, failing when it exits first.
+fn wait_until_listening(running: &mut Running) -> Result<()> {
+    let deadline = Instant::now() + SERVER_START_TIMEOUT;
+    loop {
+        if let Some(status) = running.child.try_wait()? {
+            bail!("the server exited before listening ({status})");
+        }
+        if TcpStream::connect_timeout(&running.addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the server did not listen on {} within {SERVER_START_TIMEOUT:?}",
+                running.addr
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A loopback port that was free a moment ago (denokv cannot be told to pick one).
+fn free_port() -> Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// 32 hex characters from the process's random hasher keys, the time and the pid.
+fn generate_token() -> String {
+    let mut token = String::new();
+    for round in 0..2u64 {
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u64(round);
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default(),
+        );
+        hasher.write_u32(std::process::id());
+        let _ = write!(token, "{:016x}", hasher.finish());
+    }
+    token
+}
+
+/// A fresh scratch directory for one server run (denokv's database lives there).
+fn scratch_dir(server: Server) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "tuplekv-conformance-{}-{}-{}",
+        server.name(),
+        std::process::id(),
+        &generate_token()[..8]
+    ));
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The tuplekv binary: `explicit`, or `tuplekv` from `cargo build -p tuplekv-cli`.
+fn tuplekv_binary(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(path) = explicit {
+        if !path.is_file() {
+            bail!("--tuplekv-bin {} is not a file", path.display());
+        }
+        return Ok(path.to_path_buf());
+    }
+    cmd::run(cmd::cargo().args(["build", "-p", "tuplekv-cli", "--bin", "tuplekv"]))?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cmd::workspace_root().join("target"));
+    let target = if target.is_relative() {
+        cmd::workspace_root().join(target)
+    } else {
+        target
+    };
+    let binary = target.join("debug").join("tuplekv");
+    if !binary.is_file() {
+        bail!("cargo built no {}", binary.display());
+    }
+    Ok(binary)
+}
+
+/// The case names of `expected-differences.txt` with their reasons.
+fn read_expected_differences() -> Result<BTreeMap<String, String>> {
+    let path = cmd::workspace_root().join(EXPECTED_DIFFERENCES);
+    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(parse_expected_differences(&text))
+}
+
+/// Parses `name  reason` lines; `#` starts a comment line, blank lines are skipped.
+fn parse_expected_differences(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| match l.split_once(char::is_whitespace) {
+            Some((name, reason)) => (name.to_owned(), reason.trim().to_owned()),
+            None => (l.to_owned(), String::new()),
+        })
+        .collect()
+}
+
+/// The `case: json` lines of a script's output, by case name.
+fn case_lines(output: &str) -> BTreeMap<&str, &str> {
+    output.lines().filter_map(|l| l.split_once(": ")).collect()
+}
+
+/// Compares the case lines of the denokv run with the tuplekv run, printing every difference;
+/// returns the differences `expected` does not list.
+fn compare(
+    denokv: &BTreeMap<&'static str, String>,
+    tuplekv: &BTreeMap<&'static str, String>,
+    expected: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut unexpected = Vec::new();
+    let mut differed = std::collections::BTreeSet::new();
+    eprintln!("xtask: comparing denokv's and tuplekv's case lines");
+    for (script, theirs) in denokv {
+        let Some(ours) = tuplekv.get(script) else {
+            continue;
+        };
+        let (theirs, ours) = (case_lines(theirs), case_lines(ours));
+        let names: std::collections::BTreeSet<&str> =
+            theirs.keys().chain(ours.keys()).copied().collect();
+        for name in names {
+            let (a, b) = (theirs.get(name), ours.get(name));
+            if a == b {
+                continue;
+            }
+            differed.insert(name.to_owned());
+            let show = |v: Option<&&str>| v.map_or("(missing)".to_owned(), |s| (*s).to_owned());
+            match expected.get(name) {
+                Some(reason) => eprintln!(
+                    "  expected difference {script}/{name} ({reason}):\n    denokv:  {}\n    tuplekv: {}",
+                    show(a),
+                    show(b)
+                ),
+                None => {
+                    eprintln!(
+                        "  UNEXPECTED difference {script}/{name}:\n    denokv:  {}\n    tuplekv: {}",
+                        show(a),
+                        show(b)
+                    );
+                    unexpected.push(format!("{script}/{name} differs from denokv"));
+                }
+            }
+        }
+    }
+    for name in expected.keys().filter(|n| !differed.contains(*n)) {
+        eprintln!("  note: {EXPECTED_DIFFERENCES} lists {name}, which did not differ this run");
+    }
+    unexpected
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn parses_options() {
+        assert_eq!(parse(&args("")), Ok(Some(ConformanceArgs::default())));
+        assert_eq!(parse(&args("--help")), Ok(None));
+        assert_eq!(
+            parse(&args("--against both --keep-output out")),
+            Ok(Some(ConformanceArgs {
+                against: Against::Both,
+                keep_output: Some(PathBuf::from("out")),
+                tuplekv_bin: None,
+            }))
+        );
+        assert_eq!(
+            parse(&args("--against=denokv")).map(|a| a.map(|a| a.against)),
+            Ok(Some(Against::Denokv))
+        );
+        for bad in [
+            "--against",
+            "--against x",
+            "--keep-output",
+            "--fast",
+            "denokv",
+        ] {
+            assert!(parse(&args(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn compares_case_lines() {
+        let mk = |s: &str| BTreeMap::from([("deno", s.to_owned())]);
+        let denokv = mk("a: 1\nb: 2\nc: 3\n");
+        let tuplekv = mk("a: 1\nb: 9\nc: 4\n");
+        let expected = parse_expected_differences("# comment\nb  exact expiry\n\n");
+        assert_eq!(expected["b"], "exact expiry");
+        assert_eq!(
+            compare(&denokv, &tuplekv, &expected),
+            vec!["deno/c differs from denokv".to_owned()]
+        );
+    }
+
+    #[test]
+    fn tokens_are_long_and_differ() {
+        let (a, b) = (generate_token(), generate_token());
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+    }
+}
