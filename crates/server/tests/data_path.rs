@@ -394,3 +394,59 @@ async fn bad_values_and_kinds_are_400_not_500() {
         .assert_error(400, "key cannot be empty");
     server.stop().await;
 }
+
+/// A V8-serialised double (`FF 0F`, tag `N`, 8 bytes little-endian).
+fn v8_number(x: f64) -> Vec<u8> {
+    let mut v = vec![0xff, 0x0f, b'N'];
+    v.extend_from_slice(&x.to_le_bytes());
+    v
+}
+
+#[tokio::test]
+async fn sum_with_a_v8_operand_uses_the_engines_bounded_sum_and_its_texts() {
+    let server = TestServer::start().await;
+    let mut c = server.h2().await;
+    c.commit(write_of(vec![], vec![set(&key("u"), u64_value(5))]))
+        .await;
+    c.write(write_of(
+        vec![],
+        vec![mutation(
+            &key("u"),
+            pb::MutationType::MSum,
+            Some(v8_value(&v8_number(1.0))),
+        )],
+    ))
+    .await
+    .assert_error(400, "Cannot sum KvU64 with Number");
+    // Number + Number, clamped to the max.
+    c.commit(write_of(
+        vec![],
+        vec![set(&key("f"), v8_value(&v8_number(1.5)))],
+    ))
+    .await;
+    let mut sum = mutation(
+        &key("f"),
+        pb::MutationType::MSum,
+        Some(v8_value(&v8_number(2.0))),
+    );
+    sum.sum_max = v8_number(3.0);
+    sum.sum_clamp = true;
+    assert_eq!(
+        c.commit(write_of(vec![], vec![sum.clone()])).await.status,
+        AW_SUCCESS
+    );
+    let f = c.get(&key("f")).await.expect("f");
+    assert_eq!(f.encoding, pb::ValueEncoding::VeV8 as i32);
+    assert_eq!(f.value, v8_number(3.0));
+    // Without clamp, out of range is an error and nothing changes.
+    sum.sum_clamp = false;
+    c.write(write_of(vec![], vec![sum])).await.assert_error(
+        400,
+        "The result of a Sum operation would exceed its range limit",
+    );
+    // LE64 operand with bounds is not allowed.
+    let mut bounded = mutation(&key("u"), pb::MutationType::MSum, Some(u64_value(1)));
+    bounded.sum_max = 10u64.to_le_bytes().to_vec();
+    assert_eq!(c.write(write_of(vec![], vec![bounded])).await.status, 400);
+    server.stop().await;
+}
