@@ -1,8 +1,8 @@
 //! `POST /v2/watch` (KV Connect v3): a response that never ends on its own, made of frames
 //! `u32 little-endian length ++ WatchOutput`. A zero-length frame is a keep-alive, sent as
 //! soon as the stream opens and then every [`WATCH_PING_INTERVAL`](crate::limits::WATCH_PING_INTERVAL);
-//! the first data frame is the current state of every key (`changed = true`, no entry for a
-//! missing key), and each later one follows a change of a watched key.
+//! each data frame is the current state of every key (`changed = true`, no entry for a
+//! missing key): the first at once, each later one after a change of a watched key.
 //!
 //! The stream owns the engine's watch and a slot of the server's watch-stream count, so a
 //! client that goes away (its stream or connection closes, and hyper drops the body) frees
@@ -114,19 +114,19 @@ async fn next_frame<W: KeyWatch>(open: &mut Open<W>) -> Option<Bytes> {
     }
 }
 
-/// One length-prefixed `WatchOutput` frame.
+/// One length-prefixed `WatchOutput` frame, with every key's current entry.
+///
+/// Every key is sent as `changed = true`, as denokv does, even when only another key
+/// changed: Deno 2.9's client reads an unchanged marker as "no entry" (the conformance case
+/// `watch.initial-update-close` shows it), while both clients deduplicate unchanged entries
+/// themselves.
 fn encode_frame(update: &WatchUpdate) -> Bytes {
     let keys = update
         .entries
         .iter()
-        .zip(&update.changed)
-        .map(|(entry, &changed)| pb::WatchKeyOutput {
-            changed,
-            entry_if_changed: if changed {
-                entry.as_ref().map(encode_entry)
-            } else {
-                None
-            },
+        .map(|entry| pb::WatchKeyOutput {
+            changed: true,
+            entry_if_changed: entry.as_ref().map(encode_entry),
         })
         .collect();
     let message = pb::WatchOutput {

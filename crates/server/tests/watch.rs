@@ -117,8 +117,9 @@ async fn watch_sends_a_ping_then_the_current_state_then_each_change() {
     c.commit(write_of(vec![], vec![set(&key("b"), u64_value(5))]))
         .await;
     let update = w.next_data().await;
-    assert!(!update.keys[0].changed);
-    assert!(update.keys[1].changed);
+    // Every frame carries every key (Deno's client needs it): `a` is unchanged but present.
+    assert!(update.keys.iter().all(|k| k.changed));
+    assert_eq!(value_of(&update.keys[0]), Some(b"1".to_vec()));
     let b = update.keys[1].entry_if_changed.as_ref().expect("b's entry");
     assert_eq!(
         (b.key.clone(), b.value.clone()),
