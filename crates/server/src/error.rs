@@ -140,7 +140,7 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::error!(status = self.status.as_u16(), message = %self.message, "request failed");
         } else {
-            tracing::debug!(status = self.status.as_u16(), message = %self.message, "request refused");
+            tracing::info!(status = self.status.as_u16(), message = %self.message, "request refused");
         }
         (
             self.status,
