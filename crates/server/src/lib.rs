@@ -44,7 +44,9 @@ pub use serve::{ServeOptions, serve, serve_with};
 pub use stats::ServerStats;
 
 /// What a server needs besides its store.
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` output leaves the access token out.
+#[derive(Clone)]
 pub struct ServerConfig {
     access_token: String,
     watch_ping_interval: Duration,
@@ -102,6 +104,16 @@ impl ServerConfig {
 
     pub(crate) fn watch_streams_max(&self) -> usize {
         self.watch_streams_max
+    }
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("access_token", &"<redacted>")
+            .field("watch_ping_interval", &self.watch_ping_interval)
+            .field("watch_streams_max", &self.watch_streams_max)
+            .finish_non_exhaustive()
     }
 }
 

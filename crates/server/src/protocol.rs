@@ -168,6 +168,8 @@ fn decode_check(c: pb::Check) -> Result<Check, ApiError> {
     })
 }
 
+/// Mutation, watch and check keys use the write limit. denokv allows check keys one byte
+/// longer (the read limit), but no stored key is that long, and the engine refuses it.
 fn check_write_key(key: &[u8]) -> Result<(), ApiError> {
     if key.len() > WRITE_KEY_SIZE_MAX {
         return Err(ApiError::bad_request(text::KEY_TOO_LONG));

@@ -25,6 +25,9 @@ use crate::stats::ServerStats;
 /// does not spin.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 
+/// The smallest HTTP/1.1 read buffer hyper accepts (it panics below it).
+const H1_BUF_SIZE_MIN: usize = 8192;
+
 /// Transport limits of [`serve_with`].
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -80,6 +83,21 @@ pub async fn serve(
     serve_with(listener, router, ServeOptions::default(), shutdown).await
 }
 
+/// The per-connection protocol settings: both protocols, with the header and stream limits.
+fn connection_builder(options: &ServeOptions) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .max_buf_size(options.header_block_size_max.max(H1_BUF_SIZE_MIN));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(options.h2_streams_per_connection_max)
+        .max_header_list_size(u32::try_from(options.header_block_size_max).unwrap_or(u32::MAX));
+    builder
+}
+
 /// [`serve`] with explicit transport limits.
 ///
 /// # Errors
@@ -90,16 +108,7 @@ pub async fn serve_with(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .max_buf_size(options.header_block_size_max.max(8192));
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(options.h2_streams_per_connection_max)
-        .max_header_list_size(u32::try_from(options.header_block_size_max).unwrap_or(u32::MAX));
+    let builder = connection_builder(&options);
     let (closing_tx, closing_rx) = watch::channel(false);
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(options.connections_max));

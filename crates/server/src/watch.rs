@@ -5,8 +5,9 @@
 //! missing key): the first at once, each later one after a change of a watched key.
 //!
 //! The stream owns the engine's watch and a slot of the server's watch-stream count, so a
-//! client that goes away (its stream or connection closes, and hyper drops the body) frees
-//! both. It ends when the store closes or the server shuts down.
+//! client that goes away frees both once hyper drops the body: at once when an HTTP/2 stream
+//! is reset or a connection closes, and over HTTP/1.1 at the latest when the next ping
+//! cannot be sent. It ends when the store closes or the server shuts down.
 
 use std::convert::Infallible;
 use std::future::Future;
