@@ -150,3 +150,48 @@ impl IntoResponse for ApiError {
             .into_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tuplekv_engine::{IoError, KeyBytes};
+
+    use super::*;
+
+    fn mapped(e: Error) -> (u16, String) {
+        let api = ApiError::from_engine(&e);
+        (api.status().as_u16(), api.message().to_owned())
+    }
+
+    #[test]
+    fn engine_type_errors_map_to_400_with_denokvs_text() {
+        let not_u64 = Error::NotU64 {
+            op: "max",
+            index: 3,
+            key: KeyBytes::from(&b"\x02k\x00"[..]),
+        };
+        assert_eq!(
+            mapped(not_u64),
+            (
+                400,
+                "Failed to perform 'max' mutation on a non-U64 value in the database".to_owned()
+            )
+        );
+        assert_eq!(
+            mapped(Error::KeyTooLargeForWrite { size: 2049 }),
+            (400, text::KEY_TOO_LONG.to_owned())
+        );
+        assert_eq!(
+            mapped(Error::TotalKeySizeTooLarge { size: 90_000 }),
+            (400, text::ATOMIC_WRITE_TOO_LARGE.to_owned())
+        );
+    }
+
+    #[test]
+    fn engine_io_failures_are_the_servers_500() {
+        let io = Error::Io(IoError::new(
+            "syncing the log",
+            std::io::Error::other("disk gone"),
+        ));
+        assert_eq!(mapped(io), (500, text::INTERNAL.to_owned()));
+    }
+}
