@@ -24,6 +24,19 @@
 //! Semantics are the engine's: a write commits all of its mutations or none, a failed check
 //! is reported with the indexes of every failing check, and expiry is exact at read time.
 //! Error texts are denokv's where it has one, because clients show them to their users.
+//!
+//! # Where this server differs from denokv, on purpose
+//! - A write whose mutation fails writes nothing (denokv keeps the mutations before it), and
+//!   `failed_checks` is filled in (denokv leaves it empty).
+//! - Up to 100 checks per write, Deno's own limit (denokv: 10); sizes are counted as Deno
+//!   counts them (a value-carrying mutation's key twice).
+//! - An unknown value encoding is a 400 (denokv answers 500, which clients retry forever),
+//!   and an LE64 payload that is not 8 bytes is a 400 (denokv panics).
+//! - Protocol version 1 is served (with an absolute endpoint URL built from the request's
+//!   host, always `http://`); enqueues are refused with a 400 (KV Connect clients never send
+//!   them).
+//! - Reads never return an expired value (denokv shows it until its expiry pass, up to a
+//!   minute later); watches learn of an expiry from the engine's background reclaimer.
 
 mod app;
 mod error;
