@@ -27,7 +27,7 @@ pub(crate) struct ServeArgs {
     path: Option<PathBuf>,
     /// When a durable store acknowledges a commit: `sync` once it is on stable storage,
     /// `buffered` before (synced in the background every 100 ms).
-    #[arg(long, value_enum, default_value_t = DurabilityArg::Sync)]
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Sync, requires = "path")]
     durability: DurabilityArg,
     /// Address to listen on (`127.0.0.1:0` picks a free port; the bound address is printed).
     #[arg(long, default_value = ADDR_DEFAULT)]

@@ -111,6 +111,13 @@ fn serve_refuses_to_start_without_a_token_or_with_a_short_one() {
     assert!(!flag.status.success());
 }
 
+#[test]
+fn serve_refuses_a_durability_without_a_path() {
+    let out = run_serve(&["--durability", "buffered"], Some(TOKEN));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--path"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_serve_says_data_dies_and_exits_zero_on_sigterm_and_sigint() {
     for signal in ["TERM", "INT"] {
