@@ -237,6 +237,14 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
             }
             run.outputs.insert(name, stdout);
         }
+        if let Err(e) = run_readme_example(clients, &scratch, &running.addr.to_string(), &token) {
+            eprintln!(
+                "xtask: [{}] the README's Deno program FAILED: {e:#}",
+                server.name()
+            );
+            run.failures
+                .push(format!("the README's Deno program: {e:#}"));
+        }
         Ok(())
     })();
     let stopped = running.stop();
@@ -244,6 +252,47 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
     result?;
     stopped?;
     Ok(run)
+}
+
+/// The README's five-line Deno program (kept word for word in `conformance/`; a unit test
+/// checks the README shows exactly it).
+const README_EXAMPLE: &str = "conformance/readme_example.ts";
+/// What it prints against a fresh server.
+const README_EXAMPLE_EXPECTED: &str = "conformance/readme_example.expected";
+/// The address the README's program connects to, replaced by the test server's.
+const README_EXAMPLE_ADDR: &str = "127.0.0.1:4512";
+
+/// Runs the README's Deno program against the server at `addr` and compares what it prints.
+fn run_readme_example(clients: &Clients, scratch: &Path, addr: &str, token: &str) -> Result<()> {
+    let root = cmd::workspace_root();
+    let program = fs::read_to_string(root.join(README_EXAMPLE))?;
+    let expected = fs::read_to_string(root.join(README_EXAMPLE_EXPECTED))?;
+    let file = scratch.join("readme_example.ts");
+    fs::write(&file, program.replace(README_EXAMPLE_ADDR, addr))?;
+    let output = Command::new(&clients.deno)
+        .args([
+            "run",
+            "--unstable-kv",
+            "--allow-net",
+            "--allow-env",
+            "--no-lock",
+        ])
+        .arg(&file)
+        .env("NO_COLOR", "1")
+        .env("DENO_KV_ACCESS_TOKEN", token)
+        .stdin(Stdio::null())
+        .output()
+        .context("running the README's Deno program")?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() || stdout != expected {
+        bail!(
+            "exit {}, printed:\n{stdout}{}\nexpected:\n{expected}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    eprintln!("xtask: the README's Deno program printed what the README says");
+    Ok(())
 }
 
 /// The command that runs a client's script.
@@ -560,6 +609,18 @@ fn compare(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_readme_shows_the_deno_program_the_conformance_run_executes() {
+        let root = super::cmd::workspace_root();
+        let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+        let program = std::fs::read_to_string(root.join(super::README_EXAMPLE)).expect("program");
+        assert!(
+            readme.contains(&format!("```ts\n{program}```")),
+            "README.md must show {} word for word in a ```ts block",
+            super::README_EXAMPLE
+        );
+    }
+
     use super::*;
 
     fn args(line: &str) -> Vec<String> {
