@@ -31,7 +31,7 @@ pub use tuplekv_codec::{
 pub use tuplekv_engine as engine;
 pub use tuplekv_engine::{
     CommitResult, Conflict, Database, Entry, Error, FailedCheck, ListCursor, ListOptions, Options,
-    ReadView, Snapshot, Store, Transaction, Value, Versionstamp,
+    ReadView, Snapshot, Store, Transaction, Value, Versionstamp, Watch, WatchUpdate,
 };
 pub use tuplekv_index as index;
 pub use tuplekv_sequence as sequence;
