@@ -110,13 +110,10 @@ async fn serve_until_signal(
         .and_then(|()| stdout.flush())
         .map_err(|e| format!("cannot write to stdout: {e}"))?;
     drop(stdout);
-    // An in-memory store's commit never waits on I/O: run it on the request's task rather
-    // than hop to the blocking pool and back for every write.
-    let commit_mode = match &args.path {
-        None => CommitMode::Inline,
-        Some(_) => CommitMode::BlockingPool,
-    };
-    let config = ServerConfig::new(token).with_commit_mode(commit_mode);
+    // A `Database`'s asynchronous commit never blocks the caller (a durable one waits for its
+    // sync without holding a thread): await it on the request's task rather than hop to the
+    // blocking pool and back for every write.
+    let config = ServerConfig::new(token).with_commit_mode(CommitMode::Inline);
     let options = config.serve_options();
     let app = router(store, config);
     let shutdown = shutdown_signal().await?;

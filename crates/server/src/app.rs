@@ -269,7 +269,8 @@ async fn snapshot_read<S: Store + 'static>(
 
 /// `POST /v2/atomic_write`: one commit, run where [`ServerConfig::commit_mode`] says: by
 /// default off the runtime's worker threads (a durable commit waits for an fsync, which
-/// concurrent commits share through the engine's group commit).
+/// concurrent commits share through the engine's group commit), or awaited on the request's
+/// task through [`Store::commit_async`].
 async fn atomic_write<S: Store + 'static>(
     State(state): State<Shared<S>>,
     body: Body,
@@ -277,7 +278,7 @@ async fn atomic_write<S: Store + 'static>(
     state.stats().request(Endpoint::AtomicWrite);
     let write = decode_atomic_write(&read_body(body).await?)?;
     let result = match state.config.commit_mode() {
-        CommitMode::Inline => state.store.commit(write),
+        CommitMode::Inline => state.store.commit_async(write).await,
         CommitMode::BlockingPool => {
             let store = Arc::clone(&state.store);
             tokio::task::spawn_blocking(move || store.commit(write))

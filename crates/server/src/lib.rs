@@ -64,9 +64,11 @@ pub enum CommitMode {
     /// group commit's leader) never holds a runtime worker thread. Right for any store.
     #[default]
     BlockingPool,
-    /// On the request's own task: no thread hop per commit. Only for a store whose commit
-    /// never waits on I/O or on another commit's I/O (an in-memory `Database`); a commit that
-    /// blocks here stalls every request on the same worker thread.
+    /// Awaited on the request's own task through [`Store::commit_async`]: no thread hop per
+    /// commit. Only for a store whose `commit_async` never blocks the caller on I/O or on
+    /// another commit's I/O (`Database`, in memory or durable: its future waits for the
+    /// group commit without holding a thread); a commit that blocks here stalls every
+    /// request on the same worker thread.
     Inline,
 }
 
