@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use tuplekv_engine::{Database, Durability, Options};
-use tuplekv_server::{ServerConfig, router, serve_with};
+use tuplekv_server::{CommitMode, ServerConfig, router, serve_with};
 
 /// The shortest access token `serve` accepts (denokv's rule).
 pub(crate) const ACCESS_TOKEN_LEN_MIN: usize = 12;
@@ -110,7 +110,10 @@ async fn serve_until_signal(
         .and_then(|()| stdout.flush())
         .map_err(|e| format!("cannot write to stdout: {e}"))?;
     drop(stdout);
-    let config = ServerConfig::new(token);
+    // A `Database`'s asynchronous commit never blocks the caller (a durable one waits for its
+    // sync without holding a thread): await it on the request's task rather than hop to the
+    // blocking pool and back for every write.
+    let config = ServerConfig::new(token).with_commit_mode(CommitMode::Inline);
     let options = config.serve_options();
     let app = router(store, config);
     let shutdown = shutdown_signal().await?;

@@ -684,6 +684,16 @@ impl Store for Database {
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
         self.inner.commit(write)
     }
+
+    /// Applies `write` on the caller and returns a future that resolves once it is durable:
+    /// the group commit's leader (a committer thread, or the log's flusher thread) writes and
+    /// syncs its batch, so waiting for it holds no thread. In memory it commits at once.
+    fn commit_async(
+        &self,
+        write: AtomicWrite,
+    ) -> impl Future<Output = Result<CommitResult, Error>> + Send + 'static {
+        crate::group_commit::commit_async(&self.inner, write)
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,11 @@
 //! committer that arrived meanwhile. If the write or the sync fails, the batch and every
 //! commit applied after it are rolled back from memory and fail.
 //!
+//! An asynchronous commit ([`commit_async`], behind `Store::commit_async`) is applied and
+//! queued the same way on the caller, but never leads: its future is woken with the outcome,
+//! and when only such commits are queued the lead goes to the flusher thread, so concurrent
+//! async committers hold no thread while their batch is written and synced.
+//!
 //! A commit whose checks fail (or whose mutation is refused) against versions not yet
 //! published waits until they are published, then answers; if they are rolled back instead,
 //! it runs again. So an answer never rests on a commit that did not happen, and a loser that
@@ -16,14 +21,18 @@
 //!
 //! Also here, because they need both the store and the log: checkpoints (rotate the log at a
 //! batch boundary, pin a snapshot, write it, delete what it replaces) and the background
-//! thread (periodic syncs in [`Durability::Buffered`], checkpoints as the log grows).
+//! thread (periodic syncs in [`Durability::Buffered`], checkpoints as the log grows) and the
+//! flusher thread.
 //!
 //! Locks, outermost first: `checkpoint_lock`; the store's commit lock; `pending`; then the
 //! log's own (`durable/wal.rs`). `background` and each [`Waiter`]'s state are taken alone.
 
+use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -36,7 +45,7 @@ use crate::durable::wal::Wal;
 use crate::durable::{Durability, checkpoint};
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
-use crate::pipeline::{LogSink, Slots};
+use crate::pipeline::{LogSink, Slots, validate};
 use crate::snapshot::Snapshot;
 use crate::value::Versionstamp;
 use crate::version::{Version, now_ms, version_at};
@@ -46,17 +55,22 @@ type Slot = Arc<Waiter>;
 
 /// A committer waiting for durability: it sleeps on its own condition variable until its
 /// outcome arrives or it is handed the lead (to flush the next batch), so a flush wakes
-/// exactly the committers it carried, and one more to lead.
-#[derive(Default)]
+/// exactly the committers it carried, and one more to lead. An asynchronous committer
+/// ([`commit_async`]) never leads: it leaves a [`Waker`] instead of sleeping, and the lead
+/// goes to the flusher thread, whose own `Waiter` it is handed.
 struct Waiter {
     state: Mutex<WaiterState>,
     wake: Condvar,
+    /// Whether the lead may be handed to this waiter: a thread sleeps on it.
+    leads: bool,
 }
 
 #[derive(Default)]
 struct WaiterState {
     outcome: Option<Result<(), Error>>,
     lead: bool,
+    /// An asynchronous committer's task, woken with the outcome.
+    waker: Option<Waker>,
 }
 
 /// What wakes a [`Waiter`].
@@ -67,13 +81,38 @@ enum Woken {
     Lead,
 }
 
+impl Default for Waiter {
+    fn default() -> Self {
+        Waiter::new(true)
+    }
+}
+
 impl Waiter {
+    fn new(leads: bool) -> Waiter {
+        Waiter {
+            state: Mutex::new(WaiterState::default()),
+            wake: Condvar::new(),
+            leads,
+        }
+    }
+
     fn finish(&self, outcome: Result<(), Error>) {
-        self.state.lock().outcome = Some(outcome);
+        let waker = {
+            let mut state = self.state.lock();
+            state.outcome = Some(outcome);
+            state.waker.take()
+        };
         self.wake.notify_one();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 
     fn hand_lead(&self) {
+        debug_assert!(
+            self.leads,
+            "the lead was handed to an asynchronous committer"
+        );
         self.state.lock().lead = true;
         self.wake.notify_one();
     }
@@ -86,6 +125,33 @@ impl Waiter {
             }
             if std::mem::take(&mut state.lead) {
                 return Woken::Lead;
+            }
+            self.wake.wait(&mut state);
+        }
+    }
+
+    /// The outcome if it has arrived; otherwise `cx`'s waker is kept to be woken with it.
+    fn poll_outcome(&self, cx: &Context<'_>) -> Poll<Result<(), Error>> {
+        let mut state = self.state.lock();
+        match state.outcome.take() {
+            Some(outcome) => Poll::Ready(outcome),
+            None => {
+                state.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// For the flusher thread: waits until it is handed the lead (true) or told to stop
+    /// (false). A lead handed before the stop is taken first, so no batch is left behind.
+    fn wait_for_lead(&self) -> bool {
+        let mut state = self.state.lock();
+        loop {
+            if std::mem::take(&mut state.lead) {
+                return true;
+            }
+            if state.outcome.is_some() {
+                return false;
             }
             self.wake.wait(&mut state);
         }
@@ -105,12 +171,140 @@ struct Pending {
     /// Callers of [`GroupCommit::exclusively`] waiting for the lead: while there are any, a leader
     /// that finishes releases the lead instead of handing it on, so they are not starved.
     exclusive_wanted: usize,
+    /// Asynchronous committers settling (see [`GroupCommit::settle`]), woken at the end of
+    /// every flush as `flushed` wakes the threads.
+    settle_wakers: Vec<Waker>,
 }
 
 /// A batch taken from [`Pending`] by a flusher.
 struct Batch {
     sink: LogSink,
     waiters: Vec<(u64, Slot)>,
+}
+
+/// What [`GroupCommit::apply_and_queue`] did.
+struct Queued {
+    result: Result<CommitResult, Error>,
+    /// The commit counter it saw, and the rollback count then: what a retry settles against.
+    seen: u64,
+    rollbacks: u64,
+    /// A copy of the write, if its answer rests on versions not yet published.
+    retry: Option<AtomicWrite>,
+    /// Whether the committer now leads.
+    lead: bool,
+}
+
+/// Commits `write` to `inner` without waiting on the caller's thread for anything but the
+/// commit's short locks: the operation is applied and queued there, and the returned future
+/// resolves once the batch holding it is durable and published (or failed and rolled back).
+/// The log write and its sync run on whichever thread leads: a committer thread of
+/// [`GroupCommit::commit`] if one is queued, otherwise the flusher thread. A database in
+/// memory, or one whose flusher thread could not start, commits before returning.
+pub(crate) fn commit_async(inner: &Arc<Inner>, write: AtomicWrite) -> CommitFuture {
+    let log = match &inner.log {
+        Some(log) if log.flusher_running.load(Ordering::Acquire) => log,
+        _ => return CommitFuture(State::Done(Some(inner.commit(write)))),
+    };
+    if let Err(e) = validate(&write) {
+        return CommitFuture(State::Done(Some(Err(e))));
+    }
+    let mut slots = inner.prepare(&write);
+    let slot: Slot = Arc::new(Waiter::new(false));
+    let queued = log.apply_and_queue(inner, write, &mut slots, &slot);
+    drop(slots);
+    let inner = Arc::clone(inner);
+    CommitFuture(match (queued.result, queued.retry) {
+        (Ok(result), _) if result.is_committed() => State::Durable {
+            inner,
+            slot,
+            result: Some(result),
+        },
+        (result, Some(write)) => State::Settling {
+            inner,
+            write: Some(write),
+            seen: queued.seen,
+            rollbacks: queued.rollbacks,
+            result: Some(result),
+        },
+        (result, None) => State::Done(Some(result)),
+    })
+}
+
+/// The future [`commit_async`] returns. Dropping it does not cancel the commit: once
+/// applied, it is made durable (or rolled back) with its batch all the same.
+pub(crate) struct CommitFuture(State);
+
+enum State {
+    Done(Option<Result<CommitResult, Error>>),
+    /// Committed in memory, waiting for its batch to be durable.
+    Durable {
+        inner: Arc<Inner>,
+        slot: Slot,
+        result: Option<CommitResult>,
+    },
+    /// Answered against unpublished versions: waits until they are published (the answer
+    /// stands) or rolled back (the write runs again), as [`GroupCommit::commit`] does.
+    Settling {
+        inner: Arc<Inner>,
+        write: Option<AtomicWrite>,
+        seen: u64,
+        rollbacks: u64,
+        result: Option<Result<CommitResult, Error>>,
+    },
+}
+
+/// The answer of a future polled after it returned one.
+fn polled_again() -> Error {
+    Error::Io(crate::error::IoError::new(
+        "commit future",
+        std::io::Error::other("polled after it completed"),
+    ))
+}
+
+impl Future for CommitFuture {
+    type Output = Result<CommitResult, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let next = match &mut self.0 {
+                State::Done(result) => {
+                    return Poll::Ready(result.take().unwrap_or_else(|| Err(polled_again())));
+                }
+                State::Durable {
+                    inner,
+                    slot,
+                    result,
+                } => {
+                    let outcome = std::task::ready!(slot.poll_outcome(cx));
+                    inner.reclaimer.wake_if_pending();
+                    return Poll::Ready(match outcome {
+                        Ok(()) => result.take().ok_or_else(polled_again),
+                        Err(e) => Err(e),
+                    });
+                }
+                State::Settling {
+                    inner,
+                    write,
+                    seen,
+                    rollbacks,
+                    result,
+                } => {
+                    let Some(log) = &inner.log else {
+                        unreachable!("only a durable database settles")
+                    };
+                    if std::task::ready!(log.poll_settle(inner, *seen, *rollbacks, cx)) {
+                        return Poll::Ready(result.take().unwrap_or_else(|| Err(polled_again())));
+                    }
+                    // Rolled back: the answer rested on a commit that did not happen.
+                    match write.take() {
+                        Some(again) => commit_async(inner, again).0,
+                        None => State::Done(Some(Err(polled_again()))),
+                    }
+                }
+            };
+            self.0 = next;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -137,6 +331,11 @@ pub(crate) struct GroupCommit {
     background_wake: Condvar,
     /// One checkpoint at a time.
     pub(crate) checkpoint_lock: Mutex<()>,
+    /// The flusher thread's waiter: it is handed the lead when only asynchronous committers
+    /// are queued, and finished to stop the thread.
+    flusher: Waiter,
+    /// Whether the flusher thread runs; without it, [`commit_async`] commits synchronously.
+    flusher_running: AtomicBool,
 }
 
 /// Whether the outcome of `write` depends on what it finds: checks, and mutations that read
@@ -163,6 +362,8 @@ impl GroupCommit {
             background: Mutex::new(Background::default()),
             background_wake: Condvar::new(),
             checkpoint_lock: Mutex::new(()),
+            flusher: Waiter::new(true),
+            flusher_running: AtomicBool::new(false),
         }
     }
 
@@ -183,50 +384,73 @@ impl GroupCommit {
     ) -> Result<CommitResult, Error> {
         let slot: Slot = Arc::default();
         let mut write = Some(write);
-        let mut lead = false;
         loop {
             let Some(this) = write.take() else {
                 unreachable!("a write is put back before every retry")
             };
-            let (result, seen, rollbacks, retry) = {
-                let mut last = inner.commit.lock();
-                let seen = *last;
-                let rollbacks = self.rollbacks.load(Ordering::Acquire);
-                // Checked against unpublished versions: keep a copy to run again should they
-                // be rolled back. Without contention nothing is unpublished and nothing is
-                // copied, nor for blind writes, which cannot fail on what they find. Versions
-                // already rolled back are not in memory and never will be published: waiting
-                // for them would wait forever.
-                let settled = inner
-                    .visible_version()
-                    .max(self.rolled_back_to.load(Ordering::Acquire));
-                let retry = (seen > settled && depends_on_state(&this)).then(|| this.clone());
-                let mut pending = self.pending.lock();
-                let result = inner.apply_write(this, slots, &mut last, Some(&mut pending.sink));
-                if let Ok(r) = &result
-                    && r.is_committed()
-                {
-                    pending.waiters.push((*last, Arc::clone(&slot)));
-                    // Nobody leads: this committer does, unless an exclusive writer (a
-                    // checkpoint, an explicit sync) is waiting for the lead; it flushes this
-                    // batch itself and hands the lead on after.
-                    if !pending.flushing && pending.exclusive_wanted == 0 {
-                        pending.flushing = true;
-                        lead = true;
-                    }
-                }
-                (result, seen, rollbacks, retry)
-            };
-            if result.as_ref().is_ok_and(CommitResult::is_committed) {
-                self.await_durable(inner, &slot, lead)?;
+            let queued = self.apply_and_queue(inner, this, slots, &slot);
+            if queued.result.as_ref().is_ok_and(CommitResult::is_committed) {
+                self.await_durable(inner, &slot, queued.lead)?;
                 inner.reclaimer.wake_if_pending();
-                return result;
+                return queued.result;
             }
             // A conflict (or a refused mutation) wrote nothing.
-            match retry {
-                Some(again) if !self.settle(inner, seen, rollbacks) => write = Some(again),
-                _ => return result,
+            match queued.retry {
+                Some(again) if !self.settle(inner, queued.seen, queued.rollbacks) => {
+                    write = Some(again);
+                }
+                _ => return queued.result,
             }
+        }
+    }
+
+    /// The part of a commit under the commit lock: applies `this` to memory unpublished and,
+    /// if it committed, queues it with `slot` in the pending batch. If nobody leads, the
+    /// committer leads (`lead` in the answer) when `slot` can, otherwise the flusher thread
+    /// is handed the lead here.
+    fn apply_and_queue<'a>(
+        &self,
+        inner: &'a Inner,
+        this: AtomicWrite,
+        slots: &mut Slots<'a>,
+        slot: &Slot,
+    ) -> Queued {
+        let mut last = inner.commit.lock();
+        let seen = *last;
+        let rollbacks = self.rollbacks.load(Ordering::Acquire);
+        // Checked against unpublished versions: keep a copy to run again should they be
+        // rolled back. Without contention nothing is unpublished and nothing is copied, nor
+        // for blind writes, which cannot fail on what they find. Versions already rolled back
+        // are not in memory and never will be published: waiting for them would wait forever.
+        let settled = inner
+            .visible_version()
+            .max(self.rolled_back_to.load(Ordering::Acquire));
+        let retry = (seen > settled && depends_on_state(&this)).then(|| this.clone());
+        let mut pending = self.pending.lock();
+        let result = inner.apply_write(this, slots, &mut last, Some(&mut pending.sink));
+        let mut lead = false;
+        if let Ok(r) = &result
+            && r.is_committed()
+        {
+            pending.waiters.push((*last, Arc::clone(slot)));
+            // Nobody leads: this committer does (or, if it cannot, the flusher thread),
+            // unless an exclusive writer (a checkpoint, an explicit sync) is waiting for the
+            // lead; the leader flushes this batch and hands the lead on after.
+            if !pending.flushing && pending.exclusive_wanted == 0 {
+                pending.flushing = true;
+                if slot.leads {
+                    lead = true;
+                } else {
+                    self.flusher.hand_lead();
+                }
+            }
+        }
+        Queued {
+            result,
+            seen,
+            rollbacks,
+            retry,
+            lead,
         }
     }
 
@@ -278,11 +502,59 @@ impl GroupCommit {
     /// or an exclusive writer waits for it.
     fn pass_lead(&self) {
         let mut pending = self.pending.lock();
-        match pending.waiters.first() {
-            Some((_, next)) if pending.exclusive_wanted == 0 => next.hand_lead(),
-            _ => pending.flushing = false,
+        if pending.waiters.is_empty() || pending.exclusive_wanted > 0 {
+            pending.flushing = false;
+        } else {
+            // A committer thread that queued first leads; with only asynchronous committers
+            // queued, the flusher thread does.
+            match pending.waiters.iter().find(|(_, w)| w.leads) {
+                Some((_, next)) => next.hand_lead(),
+                None => self.flusher.hand_lead(),
+            }
         }
         self.flushed.notify_all();
+        for waker in pending.settle_wakers.drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// [`GroupCommit::settle`] for an asynchronous committer: `Ready` as `settle` would
+    /// return, or `Pending` with `cx`'s waker kept until the end of the next flush.
+    fn poll_settle(
+        &self,
+        inner: &Inner,
+        seen: u64,
+        rollbacks: u64,
+        cx: &Context<'_>,
+    ) -> Poll<bool> {
+        let mut pending = self.pending.lock();
+        if inner.visible_version() >= seen {
+            return Poll::Ready(true);
+        }
+        if self.rollbacks.load(Ordering::Acquire) != rollbacks {
+            return Poll::Ready(false);
+        }
+        pending.settle_wakers.push(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// The flusher thread: leads whenever it is handed the lead (only asynchronous
+    /// committers were queued), until [`OpenDir::close`] stops it.
+    fn run_flusher(&self, inner: &Weak<Inner>) {
+        while self.flusher.wait_for_lead() {
+            // A lead is handed only by a commit or a flush, which need the store alive.
+            let Some(inner) = inner.upgrade() else { return };
+            let batch = {
+                let mut pending = self.pending.lock();
+                Batch {
+                    sink: std::mem::take(&mut pending.sink),
+                    waiters: std::mem::take(&mut pending.waiters),
+                }
+            };
+            // The outcome reaches every committer of the batch through its slot.
+            let _ = self.flush(&inner, batch);
+            self.pass_lead();
+        }
     }
 
     /// Writes (and syncs) one batch, whose newest version is `newest`, then publishes it; on
@@ -453,6 +725,7 @@ fn live_at(inner: &Inner, version: u64) -> impl Iterator<Item = (KeyBytes, Versi
 pub(crate) struct OpenDir {
     group: Arc<GroupCommit>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    flusher: Mutex<Option<JoinHandle<()>>>,
     _lock: Box<dyn Send + Sync>,
 }
 
@@ -466,6 +739,7 @@ impl OpenDir {
         let open = OpenDir {
             group: Arc::clone(group),
             thread: Mutex::new(None),
+            flusher: Mutex::new(None),
             _lock: lock,
         };
         let runner = Arc::clone(group);
@@ -476,6 +750,19 @@ impl OpenDir {
         {
             Ok(handle) => *open.thread.lock() = Some(handle),
             Err(e) => log::error!("tuplekv: could not start the log thread: {e}"),
+        }
+        let runner = Arc::clone(group);
+        let weak = Arc::downgrade(inner);
+        match std::thread::Builder::new()
+            .name("tuplekv-flush".into())
+            .spawn(move || runner.run_flusher(&weak))
+        {
+            Ok(handle) => {
+                *open.flusher.lock() = Some(handle);
+                group.flusher_running.store(true, Ordering::Release);
+            }
+            // Asynchronous commits then commit synchronously.
+            Err(e) => log::error!("tuplekv: could not start the flusher thread: {e}"),
         }
         open
     }
@@ -488,6 +775,14 @@ impl OpenDir {
             self.group.background_wake.notify_all();
         }
         if let Some(thread) = self.thread.lock().take()
+            && thread.thread().id() != std::thread::current().id()
+        {
+            let _ = thread.join();
+        }
+        // No handle is left to commit, so no lead can reach the flusher after this.
+        self.group.flusher_running.store(false, Ordering::Release);
+        self.group.flusher.finish(Ok(()));
+        if let Some(thread) = self.flusher.lock().take()
             && thread.thread().id() != std::thread::current().id()
         {
             let _ = thread.join();

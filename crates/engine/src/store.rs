@@ -137,6 +137,34 @@ pub trait Store: Send + Sync {
     /// Limit violations and type errors; nothing is written then.
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error>;
 
+    /// [`Store::commit`] for async callers: the returned future resolves with what `commit`
+    /// would return. A store overrides it when it can wait for durability without holding a
+    /// thread; [`Database`](crate::Database) does, applying the write on the caller (short
+    /// locks only) and leaving the log write and its sync to the group commit. The default
+    /// commits on the caller's thread before returning, so a caller on an async runtime must
+    /// know its store's commit never blocks, or use [`Store::commit`] on a blocking thread.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, Store, key};
+    ///
+    /// let db = Database::in_memory();
+    /// let write = db.atomic().set(&key!["k"], 1u64).as_write().clone();
+    /// let future = db.commit_async(write);
+    /// # let _ = future;
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Store::commit`].
+    fn commit_async(
+        &self,
+        write: AtomicWrite,
+    ) -> impl Future<Output = Result<CommitResult, Error>> + Send + 'static
+    where
+        Self: Sized,
+    {
+        std::future::ready(self.commit(write))
+    }
+
     /// Starts an atomic operation.
     fn atomic(&self) -> Atomic<'_, Self>
     where

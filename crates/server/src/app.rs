@@ -19,11 +19,11 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use tuplekv_engine::{CommitResult, ReadView, Store};
 
-use crate::ServerConfig;
 use crate::error::{ApiError, text};
 use crate::limits::{METADATA_TOKEN_LIFETIME, REQUEST_BODY_MAX};
 use crate::protocol::{decode_atomic_write, decode_snapshot_read, encode_entry};
 use crate::stats::{Endpoint, ServerStats};
+use crate::{CommitMode, ServerConfig};
 
 /// What every handler shares.
 pub(crate) struct AppState<S> {
@@ -267,23 +267,29 @@ async fn snapshot_read<S: Store + 'static>(
     }))
 }
 
-/// `POST /v2/atomic_write`: one commit, run off the runtime's worker threads (a durable
-/// commit waits for an fsync, which concurrent commits share through the engine's group
-/// commit).
+/// `POST /v2/atomic_write`: one commit, run where [`ServerConfig::commit_mode`] says: by
+/// default off the runtime's worker threads (a durable commit waits for an fsync, which
+/// concurrent commits share through the engine's group commit), or awaited on the request's
+/// task through [`Store::commit_async`].
 async fn atomic_write<S: Store + 'static>(
     State(state): State<Shared<S>>,
     body: Body,
 ) -> Result<Response, ApiError> {
     state.stats().request(Endpoint::AtomicWrite);
     let write = decode_atomic_write(&read_body(body).await?)?;
-    let store = Arc::clone(&state.store);
-    let result = tokio::task::spawn_blocking(move || store.commit(write))
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "commit task failed");
-            ApiError::internal()
-        })?
-        .map_err(|e| engine_error(&e))?;
+    let result = match state.config.commit_mode() {
+        CommitMode::Inline => state.store.commit_async(write).await,
+        CommitMode::BlockingPool => {
+            let store = Arc::clone(&state.store);
+            tokio::task::spawn_blocking(move || store.commit(write))
+                .await
+                .map_err(|e| {
+                    tracing::error!(error = %e, "commit task failed");
+                    ApiError::internal()
+                })?
+        }
+    }
+    .map_err(|e| engine_error(&e))?;
     let out = match result {
         CommitResult::Committed { versionstamp } => pb::AtomicWriteOutput {
             status: pb::AtomicWriteStatus::AwSuccess.into(),

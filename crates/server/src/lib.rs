@@ -56,6 +56,22 @@ pub use error::ApiError;
 pub use serve::{ServeOptions, serve, serve_with};
 pub use stats::ServerStats;
 
+/// Where the server runs a store's commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CommitMode {
+    /// On tokio's blocking pool, so a commit that waits (for an `fdatasync`, or for the
+    /// group commit's leader) never holds a runtime worker thread. Right for any store.
+    #[default]
+    BlockingPool,
+    /// Awaited on the request's own task through [`Store::commit_async`]: no thread hop per
+    /// commit. Only for a store whose `commit_async` never blocks the caller on I/O or on
+    /// another commit's I/O (`Database`, in memory or durable: its future waits for the
+    /// group commit without holding a thread); a commit that blocks here stalls every
+    /// request on the same worker thread.
+    Inline,
+}
+
 /// What a server needs besides its store.
 ///
 /// Its `Debug` output leaves the access token out.
@@ -64,6 +80,7 @@ pub struct ServerConfig {
     access_token: String,
     watch_ping_interval: Duration,
     watch_streams_max: usize,
+    commit_mode: CommitMode,
     stats: Arc<ServerStats>,
 }
 
@@ -74,6 +91,7 @@ impl ServerConfig {
             access_token: access_token.into(),
             watch_ping_interval: limits::WATCH_PING_INTERVAL,
             watch_streams_max: limits::WATCH_STREAMS_MAX,
+            commit_mode: CommitMode::default(),
             stats: Arc::default(),
         }
     }
@@ -91,6 +109,26 @@ impl ServerConfig {
     pub fn with_watch_streams_max(mut self, max: usize) -> Self {
         self.watch_streams_max = max;
         self
+    }
+
+    /// Sets where commits run (default [`CommitMode::BlockingPool`]).
+    ///
+    /// ```
+    /// use tuplekv_server::{CommitMode, ServerConfig};
+    ///
+    /// // An in-memory store's commit never waits: run it on the request's task.
+    /// let config = ServerConfig::new("a-long-secret-token").with_commit_mode(CommitMode::Inline);
+    /// assert_eq!(config.commit_mode(), CommitMode::Inline);
+    /// ```
+    #[must_use]
+    pub fn with_commit_mode(mut self, mode: CommitMode) -> Self {
+        self.commit_mode = mode;
+        self
+    }
+
+    /// Where commits run.
+    pub fn commit_mode(&self) -> CommitMode {
+        self.commit_mode
     }
 
     /// The token clients must present.
@@ -126,6 +164,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("access_token", &"<redacted>")
             .field("watch_ping_interval", &self.watch_ping_interval)
             .field("watch_streams_max", &self.watch_streams_max)
+            .field("commit_mode", &self.commit_mode)
             .finish_non_exhaustive()
     }
 }

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use denokv_proto::datapath as pb;
 use prost::Message;
+use tuplekv_server::{CommitMode, ServerConfig};
 
 #[tokio::test]
 async fn data_path_checks_version_then_token_then_database_id() {
@@ -449,4 +450,70 @@ async fn sum_with_a_v8_operand_uses_the_engines_bounded_sum_and_its_texts() {
     bounded.sum_max = 10u64.to_le_bytes().to_vec();
     assert_eq!(c.write(write_of(vec![], vec![bounded])).await.status, 400);
     server.stop().await;
+}
+
+/// The same writes, answered by a server that commits on the blocking pool and by one that
+/// commits inline: `(status, failed checks, versionstamp)` of each, or the error reply.
+async fn answers_of_writes(mode: CommitMode) -> Vec<(u16, Vec<u32>, Vec<u8>, String)> {
+    let store = std::sync::Arc::new(tuplekv_engine::Database::in_memory());
+    let server = TestServer::start_with(
+        store,
+        ServerConfig::new(TOKEN).with_commit_mode(mode),
+        |o| o,
+    )
+    .await;
+    let mut c = server.h2().await;
+    let writes = [
+        write_of(
+            vec![check(&key("a"), None)],
+            vec![set(&key("a"), u64_value(1))],
+        ),
+        write_of(
+            vec![check(&key("a"), None)],
+            vec![set(&key("a"), u64_value(2))],
+        ),
+        write_of(
+            vec![],
+            vec![mutation(
+                &key("a"),
+                pb::MutationType::MSum,
+                Some(u64_value(5)),
+            )],
+        ),
+        write_of(vec![], vec![set(&key("b"), bytes_value(b"x"))]),
+        write_of(
+            vec![],
+            vec![mutation(
+                &key("b"),
+                pb::MutationType::MSum,
+                Some(u64_value(5)),
+            )],
+        ),
+    ];
+    let mut answers = Vec::new();
+    for w in writes {
+        let reply = c.write(w).await;
+        let answer = if reply.status == 200 {
+            let out: pb::AtomicWriteOutput = reply.decode();
+            (200, out.failed_checks, out.versionstamp, String::new())
+        } else {
+            (reply.status.as_u16(), Vec::new(), Vec::new(), reply.text())
+        };
+        answers.push(answer);
+    }
+    let sum = c.get(&key("a")).await.expect("a");
+    answers.push((0, Vec::new(), sum.value, String::new()));
+    server.stop().await;
+    answers
+}
+
+#[tokio::test]
+async fn inline_commits_answer_exactly_as_commits_on_the_blocking_pool() {
+    let pool = answers_of_writes(CommitMode::BlockingPool).await;
+    let inline = answers_of_writes(CommitMode::Inline).await;
+    assert_eq!(pool, inline);
+    let statuses: Vec<u16> = inline.iter().map(|a| a.0).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 400, 0]);
+    assert_eq!(inline[1].1, [0], "the second write's check failed");
+    assert_eq!(inline[5].2, 6u64.to_le_bytes(), "1 + 5");
 }

@@ -13,7 +13,7 @@ use http_body_util::StreamBody;
 use hyper::body::Frame;
 use prost::Message;
 use tuplekv_engine::{Database, Durability, Options};
-use tuplekv_server::ServerConfig;
+use tuplekv_server::{CommitMode, ServerConfig};
 
 #[tokio::test]
 async fn http1_and_h2c_clients_share_one_port_and_one_store() {
@@ -143,6 +143,17 @@ async fn shutdown_waits_for_a_request_in_flight_and_then_returns() {
 
 #[tokio::test]
 async fn concurrent_durable_writes_over_the_network_share_log_syncs() {
+    concurrent_durable_writes_share_log_syncs(CommitMode::BlockingPool).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_durable_writes_committed_inline_share_log_syncs() {
+    concurrent_durable_writes_share_log_syncs(CommitMode::Inline).await;
+}
+
+/// 64 concurrent durable writes on one h2 connection, committed as `mode` says: all
+/// acknowledged, in fewer syncs than writes.
+async fn concurrent_durable_writes_share_log_syncs(mode: CommitMode) {
     const WRITERS: usize = 64;
     let dir = tempfile::tempdir().expect("tempdir");
     let options = Options {
@@ -150,7 +161,8 @@ async fn concurrent_durable_writes_over_the_network_share_log_syncs() {
         ..Options::default()
     };
     let db = Arc::new(Database::open(dir.path(), options).expect("open"));
-    let server = TestServer::start_with(Arc::clone(&db), ServerConfig::new(TOKEN), |o| o).await;
+    let config = ServerConfig::new(TOKEN).with_commit_mode(mode);
+    let server = TestServer::start_with(Arc::clone(&db), config, |o| o).await;
     let before = db.stats().log_syncs;
     // One h2 connection, 64 concurrent streams: what Deno's client does under load.
     let tcp = tokio::net::TcpStream::connect(server.addr)

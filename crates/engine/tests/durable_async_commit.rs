@@ -1,0 +1,198 @@
+//! `Store::commit_async` on a durable database: the caller only applies and queues its write
+//! (it returns while a sync is held), the future resolves once the batch is durable, queued
+//! asynchronous commits share one sync led by the flusher thread, a failed sync fails them
+//! and every later write, and a loser checked against an unpublished winner answers only once
+//! the winner is durable.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+
+use tuplekv_engine::durable::fs::Faults;
+use tuplekv_engine::{AtomicWrite, CommitResult, Database, Durability, Error, Store, Value, key};
+use tuplekv_testkit::db::keys;
+use tuplekv_testkit::durable::faulty;
+
+/// Wakes a parked thread.
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs `future` to completion on this thread.
+fn block_on<F: Future>(future: F) -> F::Output {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
+/// Polls `future` once.
+fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+    let mut cx = Context::from_waker(Waker::noop());
+    std::pin::Pin::new(future).poll(&mut cx)
+}
+
+fn set_of(db: &Database, i: u64) -> AtomicWrite {
+    db.atomic().set(&key!["t", i], i).as_write().clone()
+}
+
+#[test]
+fn async_commits_queued_behind_a_sync_share_the_next_one_and_are_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+    db.set(&key!["first"], 0u64).unwrap();
+    let before = faults.syncs();
+    faults.hold_syncs();
+    std::thread::scope(|s| {
+        let first = s.spawn(|| db.set(&key!["t", 0u64], 0u64).unwrap());
+        faults.wait_for_held_syncs(1);
+        // Each call returns while the sync is held: the caller never waits for the disk.
+        let mut futures: Vec<_> = (1..8u64)
+            .map(|i| Box::pin(db.commit_async(set_of(&db, i))))
+            .collect();
+        for f in &mut futures {
+            assert!(
+                poll_once(f).is_pending(),
+                "acknowledged before it was durable"
+            );
+        }
+        faults.release_syncs();
+        first.join().unwrap();
+        for f in futures {
+            assert!(block_on(f).unwrap().is_committed());
+        }
+    });
+    assert_eq!(
+        faults.syncs() - before,
+        2,
+        "one for the first, one for the seven"
+    );
+    drop(db);
+    let reopened = Database::open(dir.path(), tuplekv_testkit::db::options()).unwrap();
+    for i in 0..8u64 {
+        let got = reopened.get(&key!["t", i]).unwrap().map(|e| e.value);
+        assert_eq!(
+            got,
+            Some(Value::U64(i)),
+            "commit {i} was acknowledged, not durable"
+        );
+    }
+}
+
+#[test]
+fn async_commits_alone_are_flushed_by_the_flusher_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+    for round in 0..50u64 {
+        let futures: Vec<_> = (0..4u64)
+            .map(|i| db.commit_async(set_of(&db, round * 4 + i)))
+            .collect();
+        for f in futures {
+            assert!(block_on(f).unwrap().is_committed());
+        }
+    }
+    assert_eq!(keys(&db).len(), 200);
+}
+
+#[test]
+fn a_failed_sync_fails_the_async_commits_of_its_batch_and_every_later_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+    assert!(
+        block_on(db.commit_async(set_of(&db, 0)))
+            .unwrap()
+            .is_committed()
+    );
+    faults.fail_next_syncs(1);
+    let failed: Result<CommitResult, Error> = block_on(db.commit_async(set_of(&db, 1)));
+    assert!(failed.is_err());
+    assert_eq!(db.get(&key!["t", 1u64]).unwrap(), None, "rolled back");
+    let later = block_on(db.commit_async(set_of(&db, 2))).unwrap_err();
+    assert!(
+        later.to_string().contains("stopped accepting writes"),
+        "{later}"
+    );
+    drop(db);
+    let reopened = Database::open(dir.path(), tuplekv_testkit::db::options()).unwrap();
+    assert!(reopened.get(&key!["t", 0u64]).unwrap().is_some());
+    assert_eq!(reopened.get(&key!["t", 1u64]).unwrap(), None);
+}
+
+#[test]
+fn an_async_loser_answers_only_once_the_winner_is_durable_and_then_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+    faults.hold_syncs();
+    std::thread::scope(|s| {
+        let winner = s.spawn(|| db.set(&key!["k"], 1u64).unwrap());
+        faults.wait_for_held_syncs(1);
+        let write = db
+            .atomic()
+            .check(&key!["k"], None)
+            .set(&key!["k"], 2u64)
+            .as_write()
+            .clone();
+        let mut loser = Box::pin(db.commit_async(write));
+        assert!(
+            poll_once(&mut loser).is_pending(),
+            "answered against an unsynced winner"
+        );
+        faults.release_syncs();
+        winner.join().unwrap();
+        assert!(!block_on(loser).unwrap().is_committed());
+    });
+    let got = db.get(&key!["k"]).unwrap().map(|e| e.value);
+    assert_eq!(got, Some(Value::U64(1)));
+}
+
+#[test]
+fn an_async_loser_against_a_batch_whose_sync_fails_gets_the_stop_not_a_conflict() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+    faults.hold_syncs();
+    std::thread::scope(|s| {
+        let winner = s.spawn(|| db.set(&key!["k"], 1u64));
+        faults.wait_for_held_syncs(1);
+        let write = db
+            .atomic()
+            .check(&key!["k"], None)
+            .set(&key!["k"], 2u64)
+            .as_write()
+            .clone();
+        let mut loser = Box::pin(db.commit_async(write));
+        assert!(poll_once(&mut loser).is_pending());
+        faults.fail_next_syncs(1);
+        faults.release_syncs();
+        assert!(winner.join().unwrap().is_err());
+        let err = block_on(loser).unwrap_err();
+        assert!(
+            err.to_string().contains("stopped accepting writes"),
+            "{err}"
+        );
+    });
+    assert_eq!(db.get(&key!["k"]).unwrap(), None);
+}
+
+#[test]
+fn an_async_commit_in_memory_is_done_when_returned() {
+    let db = Database::in_memory();
+    let mut f = Box::pin(db.commit_async(set_of(&db, 1)));
+    assert!(matches!(poll_once(&mut f), Poll::Ready(Ok(r)) if r.is_committed()));
+}
