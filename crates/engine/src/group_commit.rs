@@ -567,7 +567,7 @@ impl GroupCommit {
         let error = match self.wal.append(&batch.sink.frames.buf, newest) {
             Ok(checkpoint_due) => {
                 inner.publish(newest);
-                inner.watchers.notify(&batch.sink.touched);
+                inner.watchers.notify_after_publish(&batch.sink.touched);
                 if checkpoint_due {
                     self.want_checkpoint();
                 }

@@ -54,13 +54,16 @@
 //! 2. `Inner::commit`, the commit lock: it serialises commits and holds the last version.
 //! 3. `GroupCommit::pending`, the batch a durable database's committers are gathering.
 //! 4. Leaves, taken under the above and holding no other lock: the snapshot registry
-//!    (`Inner::snapshots`), the key map's writer lock, the reclaimer's queues and the
-//!    `Retired` lists.
+//!    (`Inner::snapshots`), the key map's writer lock, the reclaimer's queues, the
+//!    `Retired` lists, and the watch registry (`Watchers::closed`, then `Watchers::by_key`;
+//!    a new watch registers under the commit lock, commits notify after releasing it).
 //! 5. The log's own, `Wal::sync_lock` then `Wal::segment`, taken with nothing above held
 //!    but `checkpoint_lock`: a flush takes its batch from `pending` and lets go before it
 //!    writes.
 //!
-//! `GroupCommit::background` and each committer's `Waiter` are taken alone. Readers take
+//! `GroupCommit::background`, each committer's `Waiter` (the log's flusher thread, which
+//! leads batches of asynchronous committers, has one too) and each watch's signal are taken
+//! alone. Readers take
 //! none of these but the registry, for a moment, to register a snapshot.
 //!
 //! # Durability

@@ -218,13 +218,6 @@ impl Inner {
         if let Some(log) = &self.log {
             return log.commit(self, write, &mut slots);
         }
-        // Watched keys are noted before the write consumes the operation; with nobody
-        // watching this is one load.
-        let watched: SmallVec<[KeyBytes; 2]> = if self.watchers.active() {
-            write.mutations.iter().map(|m| m.key.clone()).collect()
-        } else {
-            SmallVec::new()
-        };
         let mut last = self.commit.lock();
         let result = self.apply_write(write, &mut slots, &mut last, None);
         let committed = matches!(&result, Ok(r) if r.is_committed());
@@ -232,9 +225,14 @@ impl Inner {
             self.publish(*last);
             self.prune_written(&mut slots);
         }
+        // Checked after publishing and under the lock watches register under: with nobody
+        // watching, this load is all a commit pays.
+        let notify = committed && self.watchers.active();
         drop(last);
-        if committed && !watched.is_empty() {
-            self.watchers.notify(&watched);
+        if notify {
+            // A delete of an absent key has no slot, and changed nothing.
+            self.watchers
+                .notify(slots.mutations.iter().flatten().map(|slot| slot.key()));
         }
         self.reclaimer.wake_if_pending();
         result

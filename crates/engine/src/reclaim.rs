@@ -327,7 +327,7 @@ impl Inner {
         }
         // A value reaching its deadline is a change its watches report.
         if let Some(expired) = keys.get(queued..) {
-            self.watchers.notify(expired);
+            self.watchers.notify_after_publish(expired);
         }
         let mut leftover = Vec::new();
         // Past QUEUE_MAX leftover keys (a long snapshot pins much of the map), stop collecting

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering, fence};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -71,17 +71,26 @@ pub(crate) struct Watchers {
 }
 
 impl Watchers {
-    /// Whether any watch is open: the one load a commit makes when nobody watches.
+    /// Whether any watch is open: the one load an in-memory commit makes when nobody
+    /// watches. Read under the commit lock, after publishing: a watch registers under that
+    /// lock too, so either the commit sees it, or the watch's first read sees the commit.
     #[inline]
     pub(crate) fn active(&self) -> bool {
         self.open.load(Ordering::Relaxed) != 0
     }
 
-    /// Wakes the watches of `keys`, which a published commit (or expiry) changed.
-    pub(crate) fn notify<'k>(&self, keys: impl IntoIterator<Item = &'k KeyBytes>) {
-        if !self.active() {
-            return;
+    /// Wakes the watches of `keys`, which a commit published without the commit lock (a log
+    /// flush) or an expiry changed. The fence pairs with the one in [`Watchers::register`]:
+    /// either this sees the new watch, or the watch's first read sees what was published.
+    pub(crate) fn notify_after_publish<'k>(&self, keys: impl IntoIterator<Item = &'k KeyBytes>) {
+        fence(Ordering::SeqCst);
+        if self.open.load(Ordering::SeqCst) != 0 {
+            self.notify(keys);
         }
+    }
+
+    /// Wakes the watches of `keys`, which a published commit changed.
+    pub(crate) fn notify<'k>(&self, keys: impl IntoIterator<Item = &'k KeyBytes>) {
         let by_key = self.by_key.read();
         for key in keys {
             for signal in by_key.get(key).into_iter().flatten() {
@@ -98,11 +107,13 @@ impl Watchers {
         }
     }
 
-    fn register(&self, keys: &[KeyBytes], signal: &Arc<Signal>) {
+    /// Registers `signal` for `keys`; `false` if the database is closed (the watch is ended
+    /// at once). Called with the commit lock held (see [`Watchers::active`]).
+    fn register(&self, keys: &[KeyBytes], signal: &Arc<Signal>) -> bool {
         let closed = self.closed.lock();
         if *closed {
             signal.raise(true);
-            return;
+            return false;
         }
         let mut by_key = self.by_key.write();
         for key in keys {
@@ -111,28 +122,28 @@ impl Watchers {
                 .or_default()
                 .push(Arc::clone(signal));
         }
-        self.open.fetch_add(1, Ordering::Relaxed);
         drop(by_key);
+        self.open.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the fence in `notify_after_publish`.
+        fence(Ordering::SeqCst);
         drop(closed);
+        true
     }
 
+    /// Removes a watch [`Watchers::register`] added.
     fn unregister(&self, keys: &[KeyBytes], signal: &Arc<Signal>) {
         let mut by_key = self.by_key.write();
-        let mut found = false;
         for key in keys {
             if let Some(list) = by_key.get_mut(key) {
                 if let Some(i) = list.iter().position(|s| Arc::ptr_eq(s, signal)) {
                     list.swap_remove(i);
-                    found = true;
                 }
                 if list.is_empty() {
                     by_key.remove(key);
                 }
             }
         }
-        if found {
-            self.open.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.open.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -214,6 +225,8 @@ pub struct Watch {
     signal: Arc<Signal>,
     /// The stamps the last update gave, `None` before the first.
     last: Option<Vec<Option<Versionstamp>>>,
+    /// Whether it is in the registry (not when the database was already closed).
+    registered: bool,
 }
 
 impl std::fmt::Debug for Watch {
@@ -232,12 +245,19 @@ impl Watch {
             return Err(Error::KeyTooLargeForWrite { size: k.len() });
         }
         let signal = Arc::new(Signal::default());
-        inner.watchers.register(&keys, &signal);
+        // Under the commit lock, so an in-memory commit either sees this watch when it checks
+        // for watches (after publishing, under the lock) or is already published for the
+        // watch's first read.
+        let registered = {
+            let _commit = inner.commit.lock();
+            inner.watchers.register(&keys, &signal)
+        };
         Ok(Watch {
             inner: Arc::clone(inner),
             keys,
             signal,
             last: None,
+            registered,
         })
     }
 
@@ -332,7 +352,9 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        self.inner.watchers.unregister(&self.keys, &self.signal);
+        if self.registered {
+            self.inner.watchers.unregister(&self.keys, &self.signal);
+        }
     }
 }
 
@@ -357,5 +379,17 @@ mod tests {
         drop(b);
         assert!(!db.inner.watchers.active());
         assert!(db.inner.watchers.by_key.read().is_empty());
+    }
+
+    #[test]
+    fn a_watch_of_no_keys_is_unregistered_when_dropped() {
+        let db = Database::in_memory();
+        let w = db.watch(&[]).expect("watch");
+        assert!(db.inner.watchers.active());
+        drop(w);
+        assert!(
+            !db.inner.watchers.active(),
+            "commits stop looking for watches"
+        );
     }
 }
