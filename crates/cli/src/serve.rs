@@ -11,8 +11,6 @@ use clap::{Args, ValueEnum};
 use tuplekv_engine::{Database, Durability, Options};
 use tuplekv_server::{CommitMode, ServerConfig, router, serve_with};
 
-/// The shortest access token `serve` accepts (denokv's rule).
-pub(crate) const ACCESS_TOKEN_LEN_MIN: usize = 12;
 /// Where `serve` listens by default: loopback only.
 const ADDR_DEFAULT: &str = "127.0.0.1:4512";
 /// Time between background syncs with `--durability buffered`.
@@ -46,7 +44,16 @@ enum DurabilityArg {
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
     init_logging();
-    let token = check_token(args.access_token.as_deref())?;
+    let token = args
+        .access_token
+        .as_deref()
+        .ok_or("an access token is required: pass --access-token or set TUPLEKV_ACCESS_TOKEN")?;
+    // A `Database`'s asynchronous commit never blocks the caller (a durable one waits for its
+    // sync without holding a thread): await it on the request's task rather than hop to the
+    // blocking pool and back for every write.
+    let config = ServerConfig::new(token)
+        .map_err(|e| e.to_string())?
+        .with_commit_mode(CommitMode::Inline);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -69,7 +76,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
         }
     };
     let store = Arc::new(store);
-    runtime.block_on(serve_until_signal(Arc::clone(&store), &args, token))?;
+    runtime.block_on(serve_until_signal(Arc::clone(&store), &args, config))?;
     drop(runtime);
     let store = Arc::into_inner(store).ok_or("the store is still in use after shutdown")?;
     if args.path.is_some() {
@@ -87,8 +94,11 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
 async fn serve_until_signal(
     store: Arc<Database>,
     args: &ServeArgs,
-    token: String,
+    config: ServerConfig,
 ) -> Result<(), String> {
+    // Before the listening line: a signal sent as soon as a script reads it must be handled
+    // (a graceful stop), not kill the process with the default disposition.
+    let shutdown = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
@@ -110,20 +120,16 @@ async fn serve_until_signal(
         .and_then(|()| stdout.flush())
         .map_err(|e| format!("cannot write to stdout: {e}"))?;
     drop(stdout);
-    // A `Database`'s asynchronous commit never blocks the caller (a durable one waits for its
-    // sync without holding a thread): await it on the request's task rather than hop to the
-    // blocking pool and back for every write.
-    let config = ServerConfig::new(token).with_commit_mode(CommitMode::Inline);
     let options = config.serve_options();
     let app = router(store, config);
-    let shutdown = shutdown_signal().await?;
     serve_with(listener, app, options, shutdown)
         .await
         .map_err(|e| format!("server failed: {e}"))
 }
 
-/// A future that resolves on the first SIGINT or SIGTERM.
-async fn shutdown_signal() -> Result<impl std::future::Future<Output = ()> + Send, String> {
+/// A future that resolves on the first SIGINT or SIGTERM; the handlers are installed when
+/// this returns, not when the future is first polled.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()> + Send, String> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term =
         signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
@@ -136,20 +142,6 @@ async fn shutdown_signal() -> Result<impl std::future::Future<Output = ()> + Sen
         };
         tracing::info!(signal = which, "shutdown requested");
     })
-}
-
-fn check_token(token: Option<&str>) -> Result<String, String> {
-    match token {
-        None => Err(
-            "an access token is required: pass --access-token or set TUPLEKV_ACCESS_TOKEN"
-                .to_owned(),
-        ),
-        Some(t) if t.chars().count() < ACCESS_TOKEN_LEN_MIN => Err(format!(
-            "the access token is {} characters; it must have at least {ACCESS_TOKEN_LEN_MIN}",
-            t.chars().count()
-        )),
-        Some(t) => Ok(t.to_owned()),
-    }
 }
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`).

@@ -22,19 +22,33 @@ const BIN: &str = env!("CARGO_BIN_EXE_tuplekv");
 struct ServeProcess {
     child: Child,
     addr: SocketAddr,
+    /// Drains the child's stderr as it is written (a full pipe would block the server), and
+    /// returns everything once the child closes it.
+    stderr: Option<std::thread::JoinHandle<String>>,
 }
 
 impl ServeProcess {
     fn start(args: &[&str]) -> ServeProcess {
+        Self::start_with_env(args, &[])
+    }
+
+    fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> ServeProcess {
         let mut child = Command::new(BIN)
             .arg("serve")
             .args(["--addr", "127.0.0.1:0"])
             .args(args)
             .env("TUPLEKV_ACCESS_TOKEN", TOKEN)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn tuplekv serve");
+        let mut err = child.stderr.take().expect("stderr");
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut text);
+            text
+        });
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
         BufReader::new(stdout)
@@ -46,7 +60,11 @@ impl ServeProcess {
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .parse()
             .expect("an address");
-        ServeProcess { child, addr }
+        ServeProcess {
+            child,
+            addr,
+            stderr: Some(stderr),
+        }
     }
 
     fn signal(&self, name: &str) {
@@ -74,10 +92,11 @@ impl ServeProcess {
     /// Waits for the exit; returns whether it succeeded and what it wrote to stderr.
     fn wait(mut self) -> (bool, String) {
         let status = self.child.wait().expect("wait");
-        let mut stderr = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-        }
+        let stderr = self
+            .stderr
+            .take()
+            .map(|t| t.join().expect("stderr thread"))
+            .unwrap_or_default();
         (status.success(), stderr)
     }
 }
@@ -106,9 +125,65 @@ fn serve_refuses_to_start_without_a_token_or_with_a_short_one() {
     assert!(String::from_utf8_lossy(&none.stderr).contains("access token is required"));
     let short = run_serve(&[], Some("elevenchars"));
     assert!(!short.status.success());
-    assert!(String::from_utf8_lossy(&short.stderr).contains("at least 12"));
+    assert!(
+        String::from_utf8_lossy(&short.stderr)
+            .contains("the access token is 11 characters; it must have at least 12"),
+        "{}",
+        String::from_utf8_lossy(&short.stderr)
+    );
     let flag = run_serve(&["--access-token", "short"], None);
     assert!(!flag.status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_starts_with_a_token_of_exactly_12_characters() {
+    let server = ServeProcess::start_with_env(&[], &[("TUPLEKV_ACCESS_TOKEN", "twelve-chars")]);
+    let mut c = Client::h2(server.addr).await;
+    assert_eq!(
+        c.metadata("twelve-chars", r#"{"supportedVersions":[2,3]}"#)
+            .await
+            .status,
+        200
+    );
+    drop(c);
+    server.signal("TERM");
+    let (ok, stderr) = server.exit().await;
+    assert!(ok, "{stderr}");
+}
+
+#[test]
+fn serve_handles_a_signal_sent_right_after_the_listening_line() {
+    for signal in ["TERM", "INT"] {
+        let server = ServeProcess::start(&[]);
+        server.signal(signal);
+        let (ok, stderr) = server.wait();
+        assert!(
+            ok,
+            "SIG{signal} right after the line: not a clean exit; stderr:\n{stderr}"
+        );
+        assert!(stderr.contains("shutdown requested"), "{stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_requests_are_not_logged_at_info() {
+    let server = ServeProcess::start_with_env(&[], &[("RUST_LOG", "info")]);
+    let mut c = Client::h2(server.addr).await;
+    for _ in 0..3 {
+        let reply = c
+            .metadata("not-the-token!", r#"{"supportedVersions":[2,3]}"#)
+            .await;
+        assert_eq!(reply.status, 401);
+    }
+    drop(c);
+    server.signal("TERM");
+    let (ok, stderr) = server.exit().await;
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("refused=3"), "counted: {stderr}");
+    assert!(
+        !stderr.contains("request refused"),
+        "logged at info: {stderr}"
+    );
 }
 
 #[test]

@@ -17,10 +17,11 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tuplekv_engine::{CommitResult, ReadView, Store};
 
 use crate::error::{ApiError, text};
-use crate::limits::{METADATA_TOKEN_LIFETIME, REQUEST_BODY_MAX};
+use crate::limits::{METADATA_BODY_MAX, METADATA_TOKEN_LIFETIME, REQUEST_BODY_MAX};
 use crate::protocol::{decode_atomic_write, decode_snapshot_read, encode_entry};
 use crate::stats::{Endpoint, ServerStats};
 use crate::{CommitMode, ServerConfig};
@@ -29,6 +30,9 @@ use crate::{CommitMode, ServerConfig};
 pub(crate) struct AppState<S> {
     pub(crate) store: Arc<S>,
     pub(crate) config: ServerConfig,
+    /// Slots for request bodies being read or held
+    /// ([`crate::limits::REQUEST_BODIES_IN_FLIGHT_MAX`] by default).
+    body_permits: Arc<Semaphore>,
 }
 
 impl<S> AppState<S> {
@@ -49,7 +53,12 @@ pub(crate) fn build<S: Store + 'static>(store: Arc<S>, config: ServerConfig) -> 
 where
     S::Watch: 'static,
 {
-    let state: Shared<S> = Arc::new(AppState { store, config });
+    let body_permits = Arc::new(Semaphore::new(config.request_bodies_in_flight_max()));
+    let state: Shared<S> = Arc::new(AppState {
+        store,
+        config,
+        body_permits,
+    });
     let data_path = Router::new()
         .route("/snapshot_read", post(snapshot_read::<S>))
         .route("/atomic_write", post(atomic_write::<S>))
@@ -85,17 +94,56 @@ async fn count_refusals<S: Store + 'static>(
     res
 }
 
-/// Reads a request body of at most [`REQUEST_BODY_MAX`] bytes.
-pub(crate) async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    match Limited::new(body, REQUEST_BODY_MAX).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("The request body is too large (max {REQUEST_BODY_MAX} bytes)."),
-        )),
-        Err(e) => Err(ApiError::bad_request(format!(
-            "The request body could not be read: {e}."
-        ))),
+/// A request body read whole, holding its slot of the server's body limit until dropped.
+pub(crate) struct BufferedBody {
+    bytes: Bytes,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl std::ops::Deref for BufferedBody {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl<S> AppState<S> {
+    /// Reads a request body of at most `max` bytes, failing as soon as more arrive. It first
+    /// takes one of the server's body slots, waiting for one if all are taken, and keeps it
+    /// until the returned body is dropped: so the server never buffers more than that many
+    /// bodies at once.
+    pub(crate) async fn read_body(&self, body: Body, max: usize) -> Result<BufferedBody, ApiError> {
+        let permits = Arc::clone(&self.body_permits);
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let _waiting = self.stats().wait_for_body_slot();
+                // The semaphore is never closed, so this only fails if that changes.
+                permits
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| ApiError::internal())?
+            }
+        };
+        let bytes = match Limited::new(body, max).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("The request body is too large (max {max} bytes)."),
+                ));
+            }
+            Err(e) => {
+                return Err(ApiError::bad_request(format!(
+                    "The request body could not be read: {e}."
+                )));
+            }
+        };
+        Ok(BufferedBody {
+            bytes,
+            _permit: permit,
+        })
     }
 }
 
@@ -148,10 +196,11 @@ async fn metadata<S: Store + 'static>(
     body: Body,
 ) -> Result<Response, ApiError> {
     state.stats().request(Endpoint::Metadata);
-    let body = read_body(body).await?;
+    let body = state.read_body(body, METADATA_BODY_MAX).await?;
     let Ok(req) = serde_json::from_slice::<MetadataRequest>(&body) else {
         return Err(ApiError::bad_request(text::MINIMUM_PROTOCOL_VERSION));
     };
+    drop(body);
     let offered = |v| req.supported_versions.contains(&v);
     let version = [3, 2, 1]
         .into_iter()
@@ -248,7 +297,7 @@ async fn snapshot_read<S: Store + 'static>(
     body: Body,
 ) -> Result<Response, ApiError> {
     state.stats().request(Endpoint::SnapshotRead);
-    let ranges = decode_snapshot_read(&read_body(body).await?)?;
+    let ranges = decode_snapshot_read(&state.read_body(body, REQUEST_BODY_MAX).await?)?;
     let snapshot = state.store.snapshot();
     let mut out = Vec::with_capacity(ranges.len());
     for r in &ranges {
@@ -276,7 +325,7 @@ async fn atomic_write<S: Store + 'static>(
     body: Body,
 ) -> Result<Response, ApiError> {
     state.stats().request(Endpoint::AtomicWrite);
-    let write = decode_atomic_write(&read_body(body).await?)?;
+    let write = decode_atomic_write(&state.read_body(body, REQUEST_BODY_MAX).await?)?;
     let result = match state.config.commit_mode() {
         CommitMode::Inline => state.store.commit_async(write).await,
         CommitMode::BlockingPool => {

@@ -140,7 +140,9 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::error!(status = self.status.as_u16(), message = %self.message, "request failed");
         } else {
-            tracing::info!(status = self.status.as_u16(), message = %self.message, "request refused");
+            // Any client can cause these, as fast as it likes: at `info` they would flood the
+            // log. They are counted in `ServerStats::refused_requests`.
+            tracing::debug!(status = self.status.as_u16(), message = %self.message, "request refused");
         }
         (
             self.status,

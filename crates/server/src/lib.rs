@@ -12,7 +12,7 @@
 //!
 //! # async fn run() -> std::io::Result<()> {
 //! let store = Arc::new(Database::in_memory());
-//! let config = ServerConfig::new("a-long-secret-token");
+//! let config = ServerConfig::new("a-long-secret-token").map_err(std::io::Error::other)?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:4512").await?;
 //! serve(listener, router(store, config), async {
 //!     let _ = tokio::signal::ctrl_c().await;
@@ -41,6 +41,9 @@
 mod app;
 mod error;
 pub mod limits;
+// Public only so the fuzz target (`tuplekv_testkit::fuzz`) can decode bodies as the server
+// does; not part of the API.
+#[doc(hidden)]
 pub mod protocol;
 mod serve;
 mod stats;
@@ -72,6 +75,31 @@ pub enum CommitMode {
     Inline,
 }
 
+/// Why a [`ServerConfig`] could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The access token has fewer than [`limits::ACCESS_TOKEN_LEN_MIN`] characters.
+    AccessTokenTooShort {
+        /// The token's length, in characters.
+        len: usize,
+    },
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::AccessTokenTooShort { len } => write!(
+                f,
+                "the access token is {len} characters; it must have at least {}",
+                limits::ACCESS_TOKEN_LEN_MIN
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
 /// What a server needs besides its store.
 ///
 /// Its `Debug` output leaves the access token out.
@@ -80,27 +108,60 @@ pub struct ServerConfig {
     access_token: String,
     watch_ping_interval: Duration,
     watch_streams_max: usize,
+    request_bodies_in_flight_max: usize,
     commit_mode: CommitMode,
     stats: Arc<ServerStats>,
 }
 
 impl ServerConfig {
     /// A configuration that accepts `access_token`, with the default limits.
-    pub fn new(access_token: impl Into<String>) -> Self {
-        ServerConfig {
-            access_token: access_token.into(),
+    ///
+    /// # Examples
+    /// ```
+    /// use tuplekv_server::{ConfigError, ServerConfig};
+    ///
+    /// assert!(ServerConfig::new("a-long-secret-token").is_ok());
+    /// assert_eq!(
+    ///     ServerConfig::new("short").unwrap_err(),
+    ///     ConfigError::AccessTokenTooShort { len: 5 }
+    /// );
+    /// ```
+    ///
+    /// # Errors
+    /// [`ConfigError::AccessTokenTooShort`] when the token has fewer than
+    /// [`limits::ACCESS_TOKEN_LEN_MIN`] characters (an empty token would otherwise match
+    /// `Authorization: Bearer `).
+    pub fn new(access_token: impl Into<String>) -> Result<Self, ConfigError> {
+        let access_token = access_token.into();
+        let len = access_token.chars().count();
+        if len < limits::ACCESS_TOKEN_LEN_MIN {
+            return Err(ConfigError::AccessTokenTooShort { len });
+        }
+        Ok(ServerConfig {
+            access_token,
             watch_ping_interval: limits::WATCH_PING_INTERVAL,
             watch_streams_max: limits::WATCH_STREAMS_MAX,
+            request_bodies_in_flight_max: limits::REQUEST_BODIES_IN_FLIGHT_MAX,
             commit_mode: CommitMode::default(),
             stats: Arc::default(),
-        }
+        })
     }
 
     /// Sets how often idle watch streams get a keep-alive frame (default
-    /// [`limits::WATCH_PING_INTERVAL`]).
+    /// [`limits::WATCH_PING_INTERVAL`]). An interval below [`limits::WATCH_PING_INTERVAL_MIN`]
+    /// (zero, say) is raised to it.
     #[must_use]
     pub fn with_watch_ping_interval(mut self, interval: Duration) -> Self {
-        self.watch_ping_interval = interval;
+        self.watch_ping_interval = interval.max(limits::WATCH_PING_INTERVAL_MIN);
+        self
+    }
+
+    /// Sets how many request bodies may be read and held at once across the server (default
+    /// [`limits::REQUEST_BODIES_IN_FLIGHT_MAX`]); a request past it waits for a free slot.
+    /// Zero is raised to 1, and a number above tokio's `Semaphore::MAX_PERMITS` lowered to it.
+    #[must_use]
+    pub fn with_request_bodies_in_flight_max(mut self, max: usize) -> Self {
+        self.request_bodies_in_flight_max = max.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         self
     }
 
@@ -117,7 +178,9 @@ impl ServerConfig {
     /// use tuplekv_server::{CommitMode, ServerConfig};
     ///
     /// // An in-memory store's commit never waits: run it on the request's task.
-    /// let config = ServerConfig::new("a-long-secret-token").with_commit_mode(CommitMode::Inline);
+    /// let config = ServerConfig::new("a-long-secret-token")
+    ///     .expect("a long enough token")
+    ///     .with_commit_mode(CommitMode::Inline);
     /// assert_eq!(config.commit_mode(), CommitMode::Inline);
     /// ```
     #[must_use]
@@ -156,6 +219,10 @@ impl ServerConfig {
     pub(crate) fn watch_streams_max(&self) -> usize {
         self.watch_streams_max
     }
+
+    pub(crate) fn request_bodies_in_flight_max(&self) -> usize {
+        self.request_bodies_in_flight_max
+    }
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -164,6 +231,10 @@ impl std::fmt::Debug for ServerConfig {
             .field("access_token", &"<redacted>")
             .field("watch_ping_interval", &self.watch_ping_interval)
             .field("watch_streams_max", &self.watch_streams_max)
+            .field(
+                "request_bodies_in_flight_max",
+                &self.request_bodies_in_flight_max,
+            )
             .field("commit_mode", &self.commit_mode)
             .finish_non_exhaustive()
     }
@@ -172,6 +243,18 @@ impl std::fmt::Debug for ServerConfig {
 /// The KV Connect endpoints over `store`: `POST /` (metadata exchange), and
 /// `POST /v2/snapshot_read`, `/v2/atomic_write` and `/v2/watch`. Any other path gets 404
 /// `Resource not found.`.
+///
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// use tuplekv_engine::Database;
+/// use tuplekv_server::{ServerConfig, router};
+///
+/// let config = ServerConfig::new("a-long-secret-token").expect("a long enough token");
+/// // An axum `Router`: nest it, add layers, or hand it to `serve`.
+/// let app = router(Arc::new(Database::in_memory()), config);
+/// # let _ = app;
+/// ```
 pub fn router<S: Store + 'static>(store: Arc<S>, config: ServerConfig) -> Router
 where
     S::Watch: 'static,

@@ -29,6 +29,15 @@ pub const WATCHED_KEYS_MAX: usize = 10;
 /// Largest request body, in bytes. The biggest valid `atomic_write` (819 200 payload bytes
 /// plus the framing of 1000 mutations and 100 checks) fits with room to spare.
 pub const REQUEST_BODY_MAX: usize = 1 << 20;
+/// Largest metadata exchange body (`POST /`), in bytes. The exchange is unauthenticated until
+/// its body has been read (the version is negotiated first, as denokv does), so its body is
+/// kept small: a real one is `{"supportedVersions":[1,2,3]}`.
+pub const METADATA_BODY_MAX: usize = 4 << 10;
+/// Most request bodies being read and held at once across the server; a request past it
+/// waits for a free slot (it is not refused). At most this many times [`REQUEST_BODY_MAX`]
+/// bytes (64 MiB) of bodies are buffered at once, however many connections and streams are
+/// open.
+pub const REQUEST_BODIES_IN_FLIGHT_MAX: usize = 64;
 /// Largest header block of one request, in bytes (HTTP/1.1 read buffer and HTTP/2
 /// `SETTINGS_MAX_HEADER_LIST_SIZE`). Hyper's HTTP/1.1 buffer cannot be smaller than 8 KiB.
 pub const HEADER_BLOCK_SIZE_MAX: usize = 16 << 10;
@@ -36,12 +45,26 @@ pub const HEADER_BLOCK_SIZE_MAX: usize = 16 << 10;
 pub const H2_STREAMS_PER_CONNECTION_MAX: u32 = 256;
 /// Most connections open at once; a connection past it is closed as soon as it is accepted.
 pub const CONNECTIONS_MAX: usize = 1024;
+/// The access token's least length, in characters (denokv's rule): a short token can be
+/// guessed, and an empty one would match `Authorization: Bearer `.
+pub const ACCESS_TOKEN_LEN_MIN: usize = 12;
 /// Most watch streams open at once across the server; one past it gets 429.
 pub const WATCH_STREAMS_MAX: usize = 1024;
 
 /// How often an idle watch stream gets a keep-alive (a zero-length frame). The first one is
 /// sent as soon as the stream opens.
 pub const WATCH_PING_INTERVAL: Duration = Duration::from_secs(5);
+/// The least watch ping interval: a configured interval below it (zero, say) is raised to it.
+pub const WATCH_PING_INTERVAL_MIN: Duration = Duration::from_millis(10);
+/// How long an HTTP/1.1 connection may take to send a request's header block, counted from
+/// when the server starts waiting for one: on a new connection (its first bytes, for either
+/// protocol) and on a kept-alive connection between requests. Past it the connection is
+/// closed, so idle connections do not hold a slot of [`CONNECTIONS_MAX`] forever.
+pub const H1_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the server pings an HTTP/2 connection (`PING` frames), to find dead peers.
+pub const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
+/// How long an HTTP/2 ping may go unacknowledged before the connection is closed.
+pub const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long graceful shutdown waits for requests in flight (and for HTTP/2 clients to
 /// acknowledge the GOAWAY) before it closes the connections that are left.
 pub const SHUTDOWN_GRACE_MAX: Duration = Duration::from_secs(10);

@@ -17,7 +17,8 @@ use tokio::sync::{Semaphore, watch};
 use tower_service::Service;
 
 use crate::limits::{
-    CONNECTIONS_MAX, H2_STREAMS_PER_CONNECTION_MAX, HEADER_BLOCK_SIZE_MAX, SHUTDOWN_GRACE_MAX,
+    CONNECTIONS_MAX, H1_HEADER_READ_TIMEOUT, H2_KEEP_ALIVE_INTERVAL, H2_KEEP_ALIVE_TIMEOUT,
+    H2_STREAMS_PER_CONNECTION_MAX, HEADER_BLOCK_SIZE_MAX, SHUTDOWN_GRACE_MAX,
 };
 use crate::stats::ServerStats;
 
@@ -32,6 +33,7 @@ const H1_BUF_SIZE_MIN: usize = 8192;
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// Most connections open at once; one past it is closed as soon as it is accepted.
+    /// A number above tokio's `Semaphore::MAX_PERMITS` is lowered to it.
     pub connections_max: usize,
     /// Most concurrent HTTP/2 streams per connection.
     pub h2_streams_per_connection_max: u32,
@@ -42,6 +44,14 @@ pub struct ServeOptions {
     pub stats: Arc<ServerStats>,
     /// How long shutdown waits for requests in flight before closing what is left.
     pub shutdown_grace: Duration,
+    /// How long a connection may wait before sending its first bytes, and an HTTP/1.1
+    /// connection before sending a complete request header block (also between requests on
+    /// a kept-alive connection); past it the connection is closed.
+    pub h1_header_read_timeout: Duration,
+    /// How often an HTTP/2 connection is pinged.
+    pub h2_keep_alive_interval: Duration,
+    /// How long an HTTP/2 ping may go unacknowledged before the connection is closed.
+    pub h2_keep_alive_timeout: Duration,
 }
 
 impl Default for ServeOptions {
@@ -52,6 +62,9 @@ impl Default for ServeOptions {
             header_block_size_max: HEADER_BLOCK_SIZE_MAX,
             stats: Arc::default(),
             shutdown_grace: SHUTDOWN_GRACE_MAX,
+            h1_header_read_timeout: H1_HEADER_READ_TIMEOUT,
+            h2_keep_alive_interval: H2_KEEP_ALIVE_INTERVAL,
+            h2_keep_alive_timeout: H2_KEEP_ALIVE_TIMEOUT,
         }
     }
 }
@@ -73,6 +86,24 @@ impl ShutdownSignal {
 /// resolves, then stops accepting, ends watch streams, lets in-flight requests finish (for
 /// at most [`SHUTDOWN_GRACE_MAX`]), and returns.
 ///
+/// # Examples
+/// ```no_run
+/// use std::sync::Arc;
+/// use tuplekv_engine::Database;
+/// use tuplekv_server::{ServerConfig, router, serve};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = ServerConfig::new("a-long-secret-token")?;
+/// let app = router(Arc::new(Database::in_memory()), config);
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// serve(listener, app, async {
+///     let _ = tokio::signal::ctrl_c().await;
+/// })
+/// .await?;
+/// # Ok(())
+/// # }
+/// ```
+///
 /// # Errors
 /// None today; the `Result` leaves room for listener failures that cannot be retried.
 pub async fn serve(
@@ -89,12 +120,19 @@ fn connection_builder(options: &ServeOptions) -> auto::Builder<TokioExecutor> {
     builder
         .http1()
         .timer(TokioTimer::new())
+        .header_read_timeout(options.h1_header_read_timeout)
         .max_buf_size(options.header_block_size_max.max(H1_BUF_SIZE_MIN));
     builder
         .http2()
         .timer(TokioTimer::new())
+        .keep_alive_interval(options.h2_keep_alive_interval)
+        .keep_alive_timeout(options.h2_keep_alive_timeout)
         .max_concurrent_streams(options.h2_streams_per_connection_max)
-        .max_header_list_size(u32::try_from(options.header_block_size_max).unwrap_or(u32::MAX));
+        // h2 refuses a list whose size reaches the setting (`>=`): one more accepts a list
+        // of exactly `header_block_size_max`, as HTTP/1.1 does.
+        .max_header_list_size(
+            u32::try_from(options.header_block_size_max.saturating_add(1)).unwrap_or(u32::MAX),
+        );
     builder
 }
 
@@ -108,10 +146,13 @@ pub async fn serve_with(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
-    let builder = connection_builder(&options);
+    let builder = Arc::new(connection_builder(&options));
     let (closing_tx, closing_rx) = watch::channel(false);
     let graceful = GracefulShutdown::new();
-    let permits = Arc::new(Semaphore::new(options.connections_max));
+    // `Semaphore::new` panics above `MAX_PERMITS`; no machine holds that many connections.
+    let connections_max = options.connections_max.min(Semaphore::MAX_PERMITS);
+    let permits = Arc::new(Semaphore::new(connections_max));
+    let first_bytes_timeout = options.h1_header_read_timeout;
     let stats = options.stats;
     tokio::pin!(shutdown);
     loop {
@@ -128,7 +169,7 @@ pub async fn serve_with(
         };
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
             stats.connection_refused();
-            tracing::warn!(%peer, max = options.connections_max, "too many open connections: closing a new one");
+            tracing::warn!(%peer, max = connections_max, "too many open connections: closing a new one");
             drop(stream);
             continue;
         };
@@ -142,12 +183,25 @@ pub async fn serve_with(
             let mut router = router.clone();
             async move { router.call(req).await }
         });
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let builder = Arc::clone(&builder);
+        let watcher = graceful.watcher();
+        let closing = ShutdownSignal(closing_rx.clone());
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            // hyper's protocol detection waits for the first bytes without a timeout: bound
+            // it here, so a connection that never sends anything does not hold its slot.
+            let mut first = [0u8; 1];
+            let first_bytes = tokio::select! {
+                peeked = tokio::time::timeout(first_bytes_timeout, stream.peek(&mut first)) => peeked,
+                () = closing.wait() => return,
+            };
+            if !matches!(first_bytes, Ok(Ok(n)) if n > 0) {
+                tracing::debug!(%peer, "connection closed before its first request");
+                return;
+            }
+            let conn = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .into_owned();
+            if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
             drop(open);

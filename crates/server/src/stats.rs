@@ -16,6 +16,7 @@ pub struct ServerStats {
     connections_refused: AtomicU64,
     open_connections: AtomicUsize,
     open_watch_streams: AtomicUsize,
+    request_bodies_waiting: AtomicUsize,
 }
 
 /// Which endpoint a request went to.
@@ -72,6 +73,21 @@ impl ServerStats {
     /// Watch streams open now.
     pub fn open_watch_streams(&self) -> usize {
         self.open_watch_streams.load(Ordering::Relaxed)
+    }
+
+    /// Requests waiting now for a slot to read their body in (see
+    /// [`crate::limits::REQUEST_BODIES_IN_FLIGHT_MAX`]).
+    pub fn request_bodies_waiting(&self) -> usize {
+        self.request_bodies_waiting.load(Ordering::Relaxed)
+    }
+
+    /// Counts a request waiting for a body slot until the guard is dropped.
+    pub(crate) fn wait_for_body_slot(self: &std::sync::Arc<Self>) -> OpenGuard {
+        self.request_bodies_waiting.fetch_add(1, Ordering::Relaxed);
+        OpenGuard {
+            stats: std::sync::Arc::clone(self),
+            which: Open::BodyWait,
+        }
     }
 
     pub(crate) fn request(&self, endpoint: Endpoint) {
@@ -140,6 +156,7 @@ impl fmt::Display for ServerStats {
 enum Open {
     Connection,
     WatchStream,
+    BodyWait,
 }
 
 /// Decrements an open-count when dropped.
@@ -154,6 +171,7 @@ impl Drop for OpenGuard {
         let counter = match self.which {
             Open::Connection => &self.stats.open_connections,
             Open::WatchStream => &self.stats.open_watch_streams,
+            Open::BodyWait => &self.stats.request_bodies_waiting,
         };
         counter.fetch_sub(1, Ordering::Relaxed);
     }

@@ -23,8 +23,9 @@ use prost::Message;
 use tokio::time::{Interval, MissedTickBehavior};
 use tuplekv_engine::{KeyWatch, Store, WatchUpdate};
 
-use crate::app::{Shared, engine_error, read_body};
+use crate::app::{Shared, engine_error};
 use crate::error::{ApiError, text};
+use crate::limits::REQUEST_BODY_MAX;
 use crate::protocol::{decode_watch, encode_entry};
 use crate::serve::ShutdownSignal;
 use crate::stats::{Endpoint, OpenGuard};
@@ -52,7 +53,7 @@ where
 {
     state.stats().request(Endpoint::Watch);
     let signal = req.extensions().get::<ShutdownSignal>().cloned();
-    let keys = decode_watch(&read_body(req.into_body()).await?)?;
+    let keys = decode_watch(&state.read_body(req.into_body(), REQUEST_BODY_MAX).await?)?;
     let Some(slot) = state
         .stats()
         .try_open_watch(state.config.watch_streams_max())
@@ -67,7 +68,11 @@ where
         ));
     };
     let watch = state.store.watch_raw(keys).map_err(|e| engine_error(&e))?;
-    let period = state.config.watch_ping_interval();
+    // `interval_at` panics on zero; the configuration never holds one, but stay safe.
+    let period = state
+        .config
+        .watch_ping_interval()
+        .max(crate::limits::WATCH_PING_INTERVAL_MIN);
     // The first ping goes out at once (see `next_frame`); the interval gives the later ones.
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ping.set_missed_tick_behavior(MissedTickBehavior::Delay);

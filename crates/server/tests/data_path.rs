@@ -458,7 +458,9 @@ async fn answers_of_writes(mode: CommitMode) -> Vec<(u16, Vec<u32>, Vec<u8>, Str
     let store = std::sync::Arc::new(tuplekv_engine::Database::in_memory());
     let server = TestServer::start_with(
         store,
-        ServerConfig::new(TOKEN).with_commit_mode(mode),
+        ServerConfig::new(TOKEN)
+            .expect("a long enough token")
+            .with_commit_mode(mode),
         |o| o,
     )
     .await;

@@ -270,33 +270,123 @@ async fn request_bodies_at_the_limit_pass_and_one_byte_more_is_413() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn header_blocks_near_the_limit_pass_and_past_it_are_refused() {
-    let server = TestServer::start().await;
+/// A raw HTTP/1.1 `snapshot_read` whose head (request line, headers, blank line) is exactly
+/// `len` bytes, padded by an `x-padding` header, followed by its body.
+fn h1_request_of_head_size(addr: std::net::SocketAddr, len: usize) -> Vec<u8> {
     let body = read_of(vec![get_range(&key("a"))]).encode_to_vec();
-    let req = |len: usize| {
-        data_request(server.addr, "snapshot_read", body.clone())
-            .header("x-padding", &"p".repeat(len))
+    let head = |pad: usize| {
+        format!(
+            "POST /v2/snapshot_read HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {TOKEN}\r\n\
+             x-denokv-version: 3\r\nx-denokv-database-id: {NIL_ID}\r\ncontent-length: {}\r\n\
+             x-padding: {}\r\n\r\n",
+            body.len(),
+            "p".repeat(pad)
+        )
+    };
+    let mut req = head(len - head(0).len()).into_bytes();
+    assert_eq!(req.len(), len, "head arithmetic");
+    req.extend_from_slice(&body);
+    req
+}
+
+/// Sends raw `bytes` on a new connection; the reply's status, or the I/O error that ended
+/// the exchange.
+async fn h1_raw_status(addr: std::net::SocketAddr, bytes: &[u8]) -> std::io::Result<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await?;
+        tcp.write_all(bytes).await?;
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !reply.windows(2).any(|w| w == b"\r\n") {
+            let n = tcp.read(&mut buf).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            reply.extend_from_slice(&buf[..n]);
+        }
+        let line = String::from_utf8_lossy(&reply).into_owned();
+        Ok(line[9..12].parse().expect("a status code"))
+    };
+    tokio::time::timeout(WAIT_MAX, exchange)
+        .await
+        .expect("the server answers or closes")
+}
+
+/// The size h2 counts for a request's header list: every field, pseudo-headers included, as
+/// name + value + 32 bytes (RFC 9113 §6.5.2).
+fn h2_header_list_size<B>(req: &hyper::Request<B>) -> usize {
+    let uri = req.uri();
+    let pseudo = [
+        (":method", req.method().as_str().len()),
+        (":scheme", uri.scheme_str().expect("scheme").len()),
+        (
+            ":authority",
+            uri.authority().expect("authority").as_str().len(),
+        ),
+        (":path", uri.path().len()),
+    ];
+    let pseudo: usize = pseudo.iter().map(|(n, v)| n.len() + v + 32).sum();
+    let fields: usize = req
+        .headers()
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 32)
+        .sum();
+    pseudo + fields
+}
+
+/// A `snapshot_read` whose h2 header list is exactly `len` bytes.
+fn h2_request_of_header_list_size(
+    addr: std::net::SocketAddr,
+    len: usize,
+) -> hyper::Request<Full<Bytes>> {
+    let body = read_of(vec![get_range(&key("a"))]).encode_to_vec();
+    let req = |pad: usize| {
+        data_request(addr, "snapshot_read", body.clone())
+            // Set here so the client adds nothing the size does not count.
+            .header("content-length", &body.len().to_string())
+            .header("x-padding", &"p".repeat(pad))
             .body_bytes()
     };
-    let mut h1 = server.h1().await;
-    assert_eq!(h1.call(req(HEADER_BLOCK_SIZE_MAX - 1024)).await.status, 200);
+    let req = req(len - h2_header_list_size(&req(0)));
+    assert_eq!(h2_header_list_size(&req), len, "header list arithmetic");
+    req
+}
+
+#[tokio::test]
+async fn h1_header_blocks_at_the_limit_pass_and_one_byte_more_is_431() {
+    let server = TestServer::start().await;
+    let at = h1_raw_status(
+        server.addr,
+        &h1_request_of_head_size(server.addr, HEADER_BLOCK_SIZE_MAX),
+    )
+    .await;
+    assert_eq!(at.expect("a reply"), 200);
+    let past = h1_raw_status(
+        server.addr,
+        &h1_request_of_head_size(server.addr, HEADER_BLOCK_SIZE_MAX + 1),
+    )
+    .await;
+    // The server answers 431 and closes; the close may reset the connection before the
+    // client reads the answer (it has unread bytes of ours).
+    match past {
+        Ok(status) => assert_eq!(status, 431),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn h2_header_lists_at_the_limit_pass_and_one_byte_more_is_431() {
+    let server = TestServer::start().await;
     let mut h2 = server.h2().await;
-    assert_eq!(h2.call(req(HEADER_BLOCK_SIZE_MAX - 1024)).await.status, 200);
-    // HTTP/1.1: 431 and the connection closes.
-    let mut h1 = server.h1().await;
-    let past = h1.send(req(HEADER_BLOCK_SIZE_MAX + 1)).await;
-    assert!(
-        past.map(|r| r.status().as_u16() == 431).unwrap_or(true),
-        "h1 refuses a large header block"
-    );
-    // HTTP/2: the stream is refused (431 or a reset), never served.
-    let mut h2 = server.h2().await;
-    let past = h2.send(req(HEADER_BLOCK_SIZE_MAX + 1)).await;
-    assert!(
-        past.map(|r| r.status().is_client_error()).unwrap_or(true),
-        "h2 refuses a large header block"
-    );
+    let at = h2_request_of_header_list_size(server.addr, HEADER_BLOCK_SIZE_MAX);
+    assert_eq!(h2.call(at).await.status, 200);
+    let past = h2_request_of_header_list_size(server.addr, HEADER_BLOCK_SIZE_MAX + 1);
+    let reply = h2.call(past).await;
+    reply.assert_error(431, "");
+    // The connection goes on serving.
+    assert_eq!(h2.read(read_of(vec![])).await.status, 200);
     server.stop().await;
 }
 
@@ -304,7 +394,7 @@ async fn header_blocks_near_the_limit_pass_and_past_it_are_refused() {
 async fn connections_at_the_limit_are_served_and_one_more_is_closed() {
     let server = TestServer::start_with(
         Arc::new(Database::in_memory()),
-        ServerConfig::new(TOKEN),
+        ServerConfig::new(TOKEN).expect("a long enough token"),
         |mut o| {
             o.connections_max = 2;
             o
@@ -351,98 +441,228 @@ async fn connections_at_the_limit_are_served_and_one_more_is_closed() {
     server.stop().await;
 }
 
+/// The server's first SETTINGS frame on a new h2c connection, as (identifier, value) pairs.
+async fn server_h2_settings(addr: std::net::SocketAddr) -> Vec<(u16, u32)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const SETTINGS: u8 = 0x4;
+    let exchange = async {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .expect("preface");
+        // An empty SETTINGS frame: length 0, type 4, no flags, stream 0.
+        tcp.write_all(&[0, 0, 0, SETTINGS, 0, 0, 0, 0, 0])
+            .await
+            .expect("settings");
+        let mut head = [0u8; 9];
+        tcp.read_exact(&mut head).await.expect("a frame header");
+        assert_eq!(head[3], SETTINGS, "the server's first frame is SETTINGS");
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        tcp.read_exact(&mut payload).await.expect("the settings");
+        payload
+            .chunks_exact(6)
+            .map(|e| {
+                (
+                    u16::from_be_bytes([e[0], e[1]]),
+                    u32::from_be_bytes([e[2], e[3], e[4], e[5]]),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    tokio::time::timeout(WAIT_MAX, exchange)
+        .await
+        .expect("the server's SETTINGS")
+}
+
+const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
+const SETTINGS_MAX_HEADER_LIST_SIZE: u16 = 0x6;
+
 #[tokio::test]
-async fn h2_streams_at_the_limit_run_and_one_more_waits_for_a_free_stream() {
-    let server = TestServer::start_with(
+async fn h2_connections_advertise_the_stream_and_header_limits() {
+    let server = TestServer::start().await;
+    let settings = server_h2_settings(server.addr).await;
+    assert!(
+        settings.contains(&(
+            SETTINGS_MAX_CONCURRENT_STREAMS,
+            H2_STREAMS_PER_CONNECTION_MAX
+        )),
+        "{settings:?}"
+    );
+    assert!(
+        settings
+            .iter()
+            .any(|&(id, v)| id == SETTINGS_MAX_HEADER_LIST_SIZE
+                && v as usize > HEADER_BLOCK_SIZE_MAX),
+        "a header list of HEADER_BLOCK_SIZE_MAX is accepted: {settings:?}"
+    );
+    server.stop().await;
+    let configured = TestServer::start_with(
         Arc::new(Database::in_memory()),
-        ServerConfig::new(TOKEN),
+        ServerConfig::new(TOKEN).expect("a long enough token"),
         |mut o| {
             o.h2_streams_per_connection_max = 2;
             o
         },
     )
     .await;
-    let tcp = tokio::net::TcpStream::connect(server.addr)
+    let settings = server_h2_settings(configured.addr).await;
+    assert!(
+        settings.contains(&(SETTINGS_MAX_CONCURRENT_STREAMS, 2)),
+        "{settings:?}"
+    );
+    configured.stop().await;
+}
+
+/// A metadata exchange body of exactly `len` bytes (JSON padded with spaces).
+fn metadata_body(len: usize) -> String {
+    let json = r#"{"supportedVersions":[2,3]}"#;
+    format!("{json}{}", " ".repeat(len - json.len()))
+}
+
+#[tokio::test]
+async fn metadata_bodies_at_the_limit_pass_and_one_byte_more_is_413() {
+    let server = TestServer::start().await;
+    let mut c = server.h2().await;
+    let at = c.metadata(TOKEN, &metadata_body(METADATA_BODY_MAX)).await;
+    assert_eq!(at.status, 200, "{}", at.text());
+    c.metadata(TOKEN, &metadata_body(METADATA_BODY_MAX + 1))
         .await
-        .expect("connect");
-    let (sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .expect("handshake");
-    tokio::spawn(conn);
-    // One exchange first, so the client has the server's SETTINGS (its stream limit).
-    let (warm_tx, warm_rx) = tokio::sync::mpsc::channel(1);
-    let warm = data_request(server.addr, "snapshot_read", vec![])
-        .body_bytes()
-        .map(|_| http_body_util::StreamBody::new(tokio_stream_of(warm_rx)));
-    drop(warm_tx);
-    let mut s = sender.clone();
-    s.ready().await.expect("ready");
-    assert_eq!(s.send_request(warm).await.expect("warm-up").status(), 200);
-    // Two requests whose bodies stay open hold both streams.
-    let mut holders = Vec::new();
-    let mut body_senders = Vec::new();
-    for _ in 0..2 {
-        let (tx, rx) = tokio::sync::mpsc::channel::<
-            Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
-        >(1);
-        let body = http_body_util::StreamBody::new(tokio_stream_of(rx));
-        let req = data_request(server.addr, "snapshot_read", vec![])
-            .body_bytes()
-            .map(|_| body);
-        let mut s = sender.clone();
-        s.ready().await.expect("ready");
-        holders.push(tokio::spawn(async move { s.send_request(req).await }));
-        body_senders.push(tx);
-    }
-    let mut third_sender = sender.clone();
-    // The third stream cannot start while two are open: it gets no reply.
-    let (tx3, rx3) = tokio::sync::mpsc::channel(1);
-    let body3 = http_body_util::StreamBody::new(tokio_stream_of(rx3));
-    let req3 = data_request(server.addr, "snapshot_read", vec![])
-        .body_bytes()
-        .map(|_| body3);
-    tx3.send(Ok(hyper::body::Frame::data(Bytes::from(
-        read_of(vec![]).encode_to_vec(),
-    ))))
-    .await
-    .expect("send");
-    drop(tx3);
-    let third = tokio::spawn(async move {
-        third_sender.ready().await?;
-        third_sender.send_request(req3).await
-    });
-    let early = tokio::time::timeout(std::time::Duration::from_millis(300), async {
-        while !third.is_finished() {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    if early.is_ok() {
-        panic!("a third stream ran while two were open: {:?}", third.await);
-    }
-    // Finishing one held request frees a stream for it.
-    let empty = read_of(vec![]).encode_to_vec();
-    let tx = body_senders.remove(0);
-    tx.send(Ok(hyper::body::Frame::data(Bytes::from(empty))))
-        .await
-        .expect("send");
-    drop(tx);
-    let first = holders.remove(0).await.expect("join").expect("reply");
-    assert_eq!(first.status(), 200);
-    let third = third.await.expect("join").expect("reply");
-    assert_eq!(third.status(), 200);
-    drop(body_senders);
+        .assert_error(
+            413,
+            &format!("The request body is too large (max {METADATA_BODY_MAX} bytes)."),
+        );
+    // Without a valid token too: the body is cut off while it is read.
+    let mut h1 = server.h1().await;
+    assert_eq!(
+        h1.metadata("not-the-token", &metadata_body(METADATA_BODY_MAX + 1))
+            .await
+            .status,
+        413
+    );
     server.stop().await;
 }
 
-/// A stream over an mpsc receiver (what `tokio_stream::wrappers::ReceiverStream` does).
-fn tokio_stream_of<T: Send + 'static>(
-    rx: tokio::sync::mpsc::Receiver<T>,
-) -> impl futures_util::Stream<Item = T> + Send + Sync + Unpin {
-    Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    }))
+#[tokio::test]
+async fn a_request_body_past_the_in_flight_limit_waits_for_a_free_slot() {
+    let config = ServerConfig::new(TOKEN)
+        .expect("a long enough token")
+        .with_request_bodies_in_flight_max(1);
+    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    // With the slot free, requests are served one after the other.
+    let mut c = server.h2().await;
+    assert_eq!(c.read(read_of(vec![])).await.status, 200);
+    assert_eq!(c.read(read_of(vec![])).await.status, 200);
+    // A body still arriving holds the one slot (taken as its handler starts).
+    let mut sender = h2_sender::<ChannelBody>(server.addr).await;
+    let (tx, body) = channel_body();
+    sender.ready().await.expect("ready");
+    let holder =
+        tokio::spawn(sender.send_request(channel_request(server.addr, "snapshot_read", body)));
+    wait_until("the first body to take the slot", || {
+        server.stats.snapshot_read_requests() == 3
+    })
+    .await;
+    // Another request waits for the slot instead of failing.
+    let mut other = server.h1().await;
+    let waiting = tokio::spawn(async move { other.read(read_of(vec![])).await });
+    wait_until("the second body to wait", || {
+        server.stats.request_bodies_waiting() == 1
+    })
+    .await;
+    assert!(!waiting.is_finished(), "served while the slot was taken");
+    send_frame(&tx, read_of(vec![]).encode_to_vec()).await;
+    drop(tx);
+    let first = holder.await.expect("join").expect("reply");
+    assert_eq!(first.status(), 200);
+    let second = tokio::time::timeout(WAIT_MAX, waiting)
+        .await
+        .expect("served once the slot is free")
+        .expect("join");
+    assert_eq!(second.status, 200);
+    assert_eq!(server.stats.request_bodies_waiting(), 0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn idle_http1_connections_are_closed_after_the_header_read_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start_with(
+        Arc::new(Database::in_memory()),
+        ServerConfig::new(TOKEN).expect("a long enough token"),
+        |mut o| {
+            o.h1_header_read_timeout = std::time::Duration::from_millis(200);
+            o
+        },
+    )
+    .await;
+    // A connection that never sends a byte.
+    let mut silent = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    let n = tokio::time::timeout(WAIT_MAX, silent.read(&mut [0u8; 16]))
+        .await
+        .expect("the server closes a silent connection")
+        .expect("read");
+    assert_eq!(n, 0);
+    // A kept-alive connection after its request is answered.
+    let mut idle = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    let req = h1_request_of_head_size(server.addr, 1024);
+    idle.write_all(&req).await.expect("request");
+    let mut reply = Vec::new();
+    tokio::time::timeout(WAIT_MAX, idle.read_to_end(&mut reply))
+        .await
+        .expect("the server closes an idle kept-alive connection")
+        .expect("read");
+    assert!(
+        reply.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    wait_until("both connections to be freed", || {
+        server.stats.open_connections() == 0
+    })
+    .await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_connection_limit_past_the_semaphore_maximum_is_lowered_not_a_panic() {
+    let server = TestServer::start_with(
+        Arc::new(Database::in_memory()),
+        ServerConfig::new(TOKEN).expect("a long enough token"),
+        |mut o| {
+            o.connections_max = usize::MAX;
+            o
+        },
+    )
+    .await;
+    assert_eq!(server.h2().await.read(read_of(vec![])).await.status, 200);
+    server.stop().await;
+}
+
+#[test]
+fn access_tokens_of_the_least_length_are_accepted_and_one_shorter_refused() {
+    let at = "t".repeat(ACCESS_TOKEN_LEN_MIN);
+    assert!(ServerConfig::new(at).is_ok());
+    let short = "t".repeat(ACCESS_TOKEN_LEN_MIN - 1);
+    let err = ServerConfig::new(short).expect_err("a short token");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the access token is {} characters; it must have at least {ACCESS_TOKEN_LEN_MIN}",
+            ACCESS_TOKEN_LEN_MIN - 1
+        )
+    );
+    assert!(ServerConfig::new("").is_err(), "an empty token");
+}
+
+#[test]
+fn a_zero_body_slot_limit_is_raised_to_one() {
+    let config = ServerConfig::new(TOKEN)
+        .expect("a long enough token")
+        .with_request_bodies_in_flight_max(0);
+    assert!(format!("{config:?}").contains("request_bodies_in_flight_max: 1"));
 }

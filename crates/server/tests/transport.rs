@@ -6,11 +6,8 @@ mod common;
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use common::*;
 use denokv_proto::datapath as pb;
-use http_body_util::StreamBody;
-use hyper::body::Frame;
 use prost::Message;
 use tuplekv_engine::{Database, Durability, Options};
 use tuplekv_server::{CommitMode, ServerConfig};
@@ -98,35 +95,21 @@ async fn many_connections_at_once_are_all_served() {
 async fn shutdown_waits_for_a_request_in_flight_and_then_returns() {
     let server = TestServer::start().await;
     let addr = server.addr;
-    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .expect("handshake");
-    tokio::spawn(conn);
+    let mut sender = h2_sender(addr).await;
     // A write whose body is still arriving when shutdown begins.
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(1);
-    let body = StreamBody::new(Box::pin(futures_util::stream::unfold(
-        rx,
-        |mut rx| async move { rx.recv().await.map(|f| (f, rx)) },
-    )));
-    let req = data_request(addr, "atomic_write", vec![])
-        .body_bytes()
-        .map(|_| body);
+    let (tx, body) = channel_body();
+    let req = channel_request(addr, "atomic_write", body);
     sender.ready().await.expect("ready");
     let in_flight = tokio::spawn(sender.send_request(req));
     // Wait until the server has the request (its counter moves when the handler starts).
-    while server.stats.atomic_write_requests() == 0 {
-        tokio::task::yield_now().await;
-    }
+    wait_until("the write to reach its handler", || {
+        server.stats.atomic_write_requests() > 0
+    })
+    .await;
     let stats = Arc::clone(&server.stats);
     let stopping = tokio::spawn(server.stop());
     let write = write_of(vec![], vec![set(&key("late"), bytes_value(b"v"))]).encode_to_vec();
-    tx.send(Ok(Frame::data(Bytes::from(write))))
-        .await
-        .expect("send body");
+    send_frame(&tx, write).await;
     drop(tx);
     let reply = in_flight
         .await
@@ -161,20 +144,13 @@ async fn concurrent_durable_writes_share_log_syncs(mode: CommitMode) {
         ..Options::default()
     };
     let db = Arc::new(Database::open(dir.path(), options).expect("open"));
-    let config = ServerConfig::new(TOKEN).with_commit_mode(mode);
+    let config = ServerConfig::new(TOKEN)
+        .expect("a long enough token")
+        .with_commit_mode(mode);
     let server = TestServer::start_with(Arc::clone(&db), config, |o| o).await;
     let before = db.stats().log_syncs;
     // One h2 connection, 64 concurrent streams: what Deno's client does under load.
-    let tcp = tokio::net::TcpStream::connect(server.addr)
-        .await
-        .expect("connect");
-    let (sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .expect("handshake");
-    tokio::spawn(conn);
+    let sender = h2_sender::<http_body_util::Full<bytes::Bytes>>(server.addr).await;
     let barrier = Arc::new(tokio::sync::Barrier::new(WRITERS));
     let tasks: Vec<_> = (0..WRITERS)
         .map(|i| {

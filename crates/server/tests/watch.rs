@@ -82,17 +82,6 @@ impl Frames {
     }
 }
 
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 fn value_of(k: &pb::WatchKeyOutput) -> Option<Vec<u8>> {
     k.entry_if_changed.as_ref().map(|e| e.value.clone())
 }
@@ -138,7 +127,9 @@ async fn watch_sends_a_ping_then_the_current_state_then_each_change() {
 
 #[tokio::test]
 async fn an_idle_watch_gets_pings() {
-    let config = ServerConfig::new(TOKEN).with_watch_ping_interval(Duration::from_millis(20));
+    let config = ServerConfig::new(TOKEN)
+        .expect("a long enough token")
+        .with_watch_ping_interval(Duration::from_millis(20));
     let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
     let mut w = Frames::open(&mut server.h1().await, &[key("idle")]).await;
     assert_eq!(w.next().await, Some(None));
@@ -150,8 +141,23 @@ async fn an_idle_watch_gets_pings() {
 }
 
 #[tokio::test]
+async fn a_zero_ping_interval_is_raised_to_the_minimum_instead_of_panicking() {
+    let config = ServerConfig::new(TOKEN)
+        .expect("a long enough token")
+        .with_watch_ping_interval(Duration::ZERO);
+    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let mut w = Frames::open(&mut server.h2().await, &[key("idle")]).await;
+    assert_eq!(w.next().await, Some(None));
+    w.next_data().await;
+    assert_eq!(w.next().await, Some(None), "a ping while nothing changes");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn a_client_that_disconnects_mid_watch_frees_its_stream() {
-    let config = ServerConfig::new(TOKEN).with_watch_ping_interval(Duration::from_millis(20));
+    let config = ServerConfig::new(TOKEN)
+        .expect("a long enough token")
+        .with_watch_ping_interval(Duration::from_millis(20));
     let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
     for h2 in [true, false] {
         let mut c = if h2 {
@@ -175,7 +181,9 @@ async fn a_client_that_disconnects_mid_watch_frees_its_stream() {
 
 #[tokio::test]
 async fn watch_streams_at_the_limit_open_and_one_more_is_429() {
-    let config = ServerConfig::new(TOKEN).with_watch_streams_max(2);
+    let config = ServerConfig::new(TOKEN)
+        .expect("a long enough token")
+        .with_watch_streams_max(2);
     let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
     let mut c = server.h2().await;
     let first = Frames::open(&mut c, &[key("x")]).await;
@@ -200,6 +208,8 @@ async fn shutdown_ends_open_watch_streams() {
     w.next_data().await;
     let stats = Arc::clone(&server.stats);
     server.stop().await;
-    while w.next().await.is_some() {}
+    tokio::time::timeout(WAIT_MAX, async { while w.next().await.is_some() {} })
+        .await
+        .expect("the watch stream ends at shutdown");
     assert_eq!(stats.open_watch_streams(), 0);
 }

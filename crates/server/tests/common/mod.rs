@@ -34,7 +34,7 @@ impl TestServer {
     pub async fn start() -> TestServer {
         Self::start_with(
             Arc::new(Database::in_memory()),
-            ServerConfig::new(TOKEN),
+            ServerConfig::new(TOKEN).expect("a long enough token"),
             |o| o,
         )
         .await
@@ -362,3 +362,73 @@ pub fn write_of(checks: Vec<pb::Check>, mutations: Vec<pb::Mutation>) -> pb::Ato
 
 pub const AW_SUCCESS: i32 = pb::AtomicWriteStatus::AwSuccess as i32;
 pub const AW_CHECK_FAILURE: i32 = pb::AtomicWriteStatus::AwCheckFailure as i32;
+
+/// A request body the test feeds frame by frame through the paired sender; it ends when the
+/// sender is dropped.
+pub type ChannelBody = http_body_util::StreamBody<
+    std::pin::Pin<
+        Box<
+            dyn futures_util::Stream<
+                    Item = Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
+                > + Send
+                + Sync,
+        >,
+    >,
+>;
+
+/// The sending half of a [`ChannelBody`].
+pub type BodySender =
+    tokio::sync::mpsc::Sender<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>>;
+
+/// A body whose frames the test sends while the request is in flight.
+pub fn channel_body() -> (BodySender, ChannelBody) {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|frame| (frame, rx))
+    });
+    (tx, http_body_util::StreamBody::new(Box::pin(stream)))
+}
+
+/// Sends `bytes` as one data frame of a [`ChannelBody`].
+pub async fn send_frame(tx: &BodySender, bytes: Vec<u8>) {
+    tx.send(Ok(hyper::body::Frame::data(Bytes::from(bytes))))
+        .await
+        .expect("the body is still being read");
+}
+
+/// A raw h2c connection whose streams the test drives itself (clone the sender for more).
+pub async fn h2_sender<B>(addr: SocketAddr) -> http2::SendRequest<B>
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(conn);
+    sender
+}
+
+/// A data path request whose body is `body`.
+pub fn channel_request(addr: SocketAddr, method: &str, body: ChannelBody) -> Request<ChannelBody> {
+    data_request(addr, method, Vec::new())
+        .body_bytes()
+        .map(|_| body)
+}
+
+/// A generous bound for anything a test waits for: a regression fails instead of hanging.
+pub const WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits (at most [`WAIT_MAX`]) until `cond` holds.
+pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
