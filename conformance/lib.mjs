@@ -129,6 +129,30 @@ export function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+/**
+ * The prefixes each client puts before a KV Connect server's refusal, given its HTTP status:
+ * Deno's data path (`KV Connect failed to call 'URL' (status=400 Bad Request): TEXT`) and its
+ * metadata exchange (`... responded with status 401 Unauthorized: TEXT`); @deno/kv's
+ * `Unexpected response status: 400 TEXT` for both. A client's own refusal carries none of them.
+ */
+const REFUSAL_PREFIXES = {
+  deno: (status) => [
+    `KV Connect failed to call '[^']*' \\(status=${status}\\b[^)]*\\): `,
+    `responded with status ${status}\\b[^:]*: `,
+  ],
+  node: (status) => [`Unexpected response status: ${status} `],
+};
+
+/**
+ * A pattern matching `client`'s report of a server refusal with HTTP `status` whose text
+ * (after the status) matches `text`, and nothing the client says on its own.
+ */
+export function serverRefusal(client, status, text) {
+  const prefixes = REFUSAL_PREFIXES[client];
+  if (!prefixes) throw new Error(`no refusal format known for client ${client}`);
+  return new RegExp(`(?:${prefixes(status).join("|")}).*(?:${text.source})`, text.flags);
+}
+
 /** A mismatch between what a case observed and what it expected. */
 export class Mismatch extends Error {
   constructor(message) {
@@ -142,8 +166,9 @@ export class Mismatch extends Error {
  * that comparisons ignore versionstamp values but not their equality pattern.
  */
 export class Expect {
-  constructor(canon) {
+  constructor(canon, client) {
     this.canon = canon;
+    this.client = client;
   }
 
   /** `actual` and `expected` have the same canonical JSON. */
@@ -174,6 +199,15 @@ export class Expect {
     if (!pattern.test(result.error.message)) {
       throw new Mismatch(`${what}: error ${JSON.stringify(result.error.message)} does not match ${pattern}`);
     }
+  }
+
+  /**
+   * `result` (from `attempt`) failed because the server refused the request: HTTP `status`
+   * and a message matching `text`, as this client reports a server's answer. A refusal the
+   * client makes itself, before sending, does not pass.
+   */
+  refused(result, status, text, what = "operation") {
+    this.error(result, serverRefusal(this.client, status, text), `${what} (refused by the server)`);
   }
 
   /** The first of `alternatives` (functions that throw on mismatch) that passes. */

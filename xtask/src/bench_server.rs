@@ -12,15 +12,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read};
-use std::net::{TcpListener, TcpStream};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
+use crate::server_process::{Running, Stderr, generate_token, scratch_dir, wait_with_deadline};
 use crate::{bench, clients, cmd, report};
 
 /// The name `cargo xtask bench` routes here.
@@ -38,12 +37,6 @@ const DENO_VERSION: &str = "2.9.6";
 const DENOKV_VERSION: &str = "0.14.0";
 /// Set to a `tuplekv` binary to use it instead of building one (for trying another branch's).
 const SERVER_BIN_ENV: &str = "TUPLEKV_BENCH_SERVER_BIN";
-/// Random bytes in an access token; hex-encoded it is 32 characters (servers want ≥ 12).
-const TOKEN_BYTES: usize = 16;
-/// Time a server has to start listening.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// Time a server has to exit after SIGTERM before it is killed.
-const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Time one client run (the Deno bench or the load generator) may take before it is killed.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(240);
 /// Goal: tuplekv durable over denokv on each sequential Deno op.
@@ -194,207 +187,24 @@ fn binaries() -> Result<Binaries> {
     })
 }
 
-/// A random access token: `TOKEN_BYTES` bytes of `/dev/urandom`, hex-encoded.
-fn random_token() -> Result<String> {
-    let mut bytes = [0u8; TOKEN_BYTES];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .context("reading /dev/urandom for an access token")?;
-    Ok(bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    }))
-}
-
-/// A fresh, empty directory under the system's temporary directory.
-fn fresh_dir(what: &str) -> Result<PathBuf> {
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let dir = std::env::temp_dir().join(format!(
-        "tuplekv-bench-server-{what}-{}-{nanos}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
-}
-
-/// A free loopback port (bound, read, released; the server binds it right after).
-fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// A server process started for the bench; stopped with SIGTERM by [`Running::stop`] (and
-/// killed if dropped while still running).
-struct Running {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Running {
-    /// Starts `server` with a data directory under `dir` and the access token `token`.
-    fn start(server: Server, bins: &Binaries, dir: &Path, token: &str) -> Result<Running> {
-        let log = dir.join("server.log");
-        let log_file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let mut command;
-        let port = match server {
-            Server::Denokv => {
-                let port = free_port()?;
-                command = Command::new(&bins.denokv);
-                command
-                    .arg("--sqlite-path")
-                    .arg(dir.join("db.sqlite"))
-                    .args(["serve", "--access-token", token, "--addr"])
-                    .arg(format!("127.0.0.1:{port}"));
-                Some(port)
-            }
-            Server::TuplekvDurable | Server::TuplekvMemory => {
-                command = Command::new(&bins.tuplekv);
-                command.arg("serve");
-                if server == Server::TuplekvDurable {
-                    command
-                        .arg("--path")
-                        .arg(dir.join("data"))
-                        .args(["--durability", "sync"]);
-                }
-                command.args(["--addr", "127.0.0.1:0", "--access-token", token]);
-                None
-            }
-        };
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log_file);
-        eprintln!("$ {}", cmd::display(&command).replace(token, "<token>"));
-        let mut child = command
-            .spawn()
-            .with_context(|| format!("starting {}", server.label()))?;
-        let stdout = child.stdout.take();
-        let mut running = Running {
-            child,
-            port: port.unwrap_or(0),
-            log,
-        };
-        let listening = match port {
-            Some(port) => running.wait_for_port(port),
-            None => running.wait_for_listening_line(stdout),
-        };
-        match listening {
-            Ok(port) => {
-                running.port = port;
-                Ok(running)
-            }
-            Err(e) => Err(e.context(format!(
-                "{} did not start; its log:\n{}",
-                server.label(),
-                running.log_tail()
-            ))),
+/// Starts `server` with its data under `dir`, its stderr in `log`, and the access token
+/// `token`.
+fn start(server: Server, bins: &Binaries, dir: &Path, log: &Path, token: &str) -> Result<Running> {
+    let stderr = Stderr::Log(log.to_path_buf());
+    let running = match server {
+        Server::Denokv => Running::denokv(&bins.denokv, dir, token, stderr),
+        Server::TuplekvDurable => {
+            let args = [
+                "--path".into(),
+                dir.join("data").into(),
+                "--durability".into(),
+                "sync".into(),
+            ];
+            Running::tuplekv(&bins.tuplekv, &args, token, stderr)
         }
-    }
-
-    /// Waits until `port` accepts connections.
-    fn wait_for_port(&mut self, port: u16) -> Result<u16> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait()? {
-                bail!("exited with {status} before listening");
-            }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Ok(port);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        bail!("nothing listened on 127.0.0.1:{port} within {START_TIMEOUT:?}")
-    }
-
-    /// Reads standard output until `listening on 127.0.0.1:PORT`, then keeps draining it on a
-    /// thread so the server never blocks on a full pipe.
-    fn wait_for_listening_line(
-        &mut self,
-        stdout: Option<std::process::ChildStdout>,
-    ) -> Result<u16> {
-        let stdout = stdout.context("the server's stdout was not captured")?;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(port) = parse_listening(&line) {
-                    let _ = tx.send(port);
-                }
-            }
-        });
-        match rx.recv_timeout(START_TIMEOUT) {
-            Ok(port) => Ok(port),
-            Err(_) => {
-                let status = self.child.try_wait()?;
-                bail!(
-                    "no `listening on 127.0.0.1:PORT` line on stdout within {START_TIMEOUT:?} \
-                     (exit status: {status:?})"
-                )
-            }
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// The last lines of the server's log.
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    /// Sends SIGTERM and waits for the exit (killing the server after `STOP_TIMEOUT`); returns
-    /// the exit status and the server's log.
-    fn stop(mut self) -> Result<(ExitStatus, String)> {
-        let pid = self.child.id().to_string();
-        cmd::succeeds_quietly(Command::new("kill").args(["-TERM", &pid]));
-        let status = wait_with_deadline(&mut self.child, STOP_TIMEOUT)?;
-        let status = match status {
-            Some(status) => status,
-            None => {
-                eprintln!("xtask: server {pid} ignored SIGTERM for {STOP_TIMEOUT:?}; killing it");
-                self.child.kill()?;
-                self.child.wait()?
-            }
-        };
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        Ok((status, log))
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// The port of a `listening on 127.0.0.1:PORT` line.
-fn parse_listening(line: &str) -> Option<u16> {
-    let addr = line.trim().strip_prefix("listening on ")?;
-    addr.rsplit_once(':')?.1.parse().ok()
-}
-
-/// Waits for `child` to exit until `timeout` has passed; `None` if it is still running.
-fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Some(status));
-        }
-        if Instant::now() >= deadline {
-            return Ok(None);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        Server::TuplekvMemory => Running::tuplekv(&bins.tuplekv, &[], token, stderr),
+    };
+    running.with_context(|| format!("starting {}", server.label()))
 }
 
 /// Runs a client with its standard output captured (standard error inherited), killing it
@@ -490,15 +300,19 @@ fn syncs_per_write(log: &str) -> Option<f64> {
 
 /// Runs both clients against one server and stops it.
 fn measure(server: Server, bins: &Binaries, durations: Durations) -> Result<Measured> {
-    let dir = fresh_dir(&server.label().replace(' ', "-"))?;
+    let dir = scratch_dir(&format!(
+        "bench-server-{}",
+        server.label().replace(' ', "-")
+    ))?;
     let result = measure_in(server, bins, durations, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
 fn measure_in(server: Server, bins: &Binaries, d: Durations, dir: &Path) -> Result<Measured> {
-    let token = random_token()?;
-    let running = Running::start(server, bins, dir, &token)?;
+    let token = generate_token()?;
+    let log = dir.join("server.log");
+    let running = start(server, bins, dir, &log, &token)?;
     eprintln!("\n[bench server] {} at {}", server.label(), running.url());
     let deno = run_client(
         Command::new(&bins.deno)
@@ -516,11 +330,12 @@ fn measure_in(server: Server, bins: &Binaries, d: Durations, dir: &Path) -> Resu
             .args(["--url", &running.url(), "--label", server.label()])
             .args(["--seconds", &d.load_seconds.to_string()])
             .args(["--warmup", &d.load_warmup.to_string()])
-            .args(["--server-pid", &running.child.id().to_string()])
+            .args(["--server-pid", &running.pid().to_string()])
             .env("DENO_KV_ACCESS_TOKEN", &token),
         &token,
     );
-    let (status, log) = running.stop()?;
+    let status = running.stop()?;
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
     eprintln!("xtask: {} stopped ({status})", server.label());
     let mut measured = Measured {
         syncs_per_write: syncs_per_write(&log),
@@ -861,20 +676,6 @@ pub(crate) fn run(quick: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_the_listening_line() {
-        assert_eq!(parse_listening("listening on 127.0.0.1:4512"), Some(4512));
-        assert_eq!(parse_listening("listening on [::1]:80\n"), Some(80));
-        assert_eq!(parse_listening("starting"), None);
-    }
-
-    #[test]
-    fn tokens_are_long_and_fresh() {
-        let a = random_token().expect("urandom");
-        assert_eq!(a.len(), 2 * TOKEN_BYTES);
-        assert_ne!(a, random_token().expect("urandom"));
-    }
 
     #[test]
     fn reads_sync_counts_from_a_log() {

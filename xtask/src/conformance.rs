@@ -9,19 +9,14 @@
 //! purpose are listed in `conformance/expected-differences.txt`.
 
 use std::collections::BTreeMap;
-use std::collections::hash_map::RandomState;
-use std::fmt::Write as _;
 use std::fs;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
+use crate::server_process::{Running, Stderr, generate_token, scratch_dir};
 use crate::{clients, cmd};
 
 /// Help for `cargo xtask conformance`.
@@ -45,12 +40,6 @@ OPTIONS:
     --keep-output DIR  write each script's output to DIR/<server>-<script>.txt
     --tuplekv-bin P    use this tuplekv binary instead of building tuplekv-cli";
 
-/// How long a server may take to start listening.
-const SERVER_START_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a stopped server may take to exit before it is killed.
-const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
-/// The line `tuplekv serve` prints once it listens, before the address.
-const LISTENING_PREFIX: &str = "listening on ";
 /// The file listing the cases where tuplekv differs from denokv on purpose.
 const EXPECTED_DIFFERENCES: &str = "conformance/expected-differences.txt";
 
@@ -211,12 +200,18 @@ struct Run {
 
 /// Starts `server`, runs every script against it and stops it.
 fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> {
-    let token = generate_token();
-    let scratch = scratch_dir(server)?;
-    let mut running = start_server(server, binary, &token, &scratch)?;
-    let url = format!("http://{}", running.addr);
+    let token = generate_token()?;
+    let scratch = scratch_dir(&format!("conformance-{}", server.name()))?;
+    let running = match start_server(server, binary, &token, &scratch) {
+        Ok(running) => running,
+        Err(e) => {
+            let _ = fs::remove_dir_all(&scratch);
+            return Err(e);
+        }
+    };
+    let url = running.url();
     eprintln!("xtask: {} listening at {url}", server.name());
-    let cross_prefix = format!("cross-{}", generate_token());
+    let cross_prefix = format!("cross-{}", generate_token()?);
     let mut run = Run {
         outputs: BTreeMap::new(),
         failures: Vec::new(),
@@ -237,7 +232,7 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
             }
             run.outputs.insert(name, stdout);
         }
-        if let Err(e) = run_readme_example(clients, &scratch, &running.addr.to_string(), &token) {
+        if let Err(e) = run_readme_example(clients, &scratch, &running.addr().to_string(), &token) {
             eprintln!(
                 "xtask: [{}] the README's Deno program FAILED: {e:#}",
                 server.name()
@@ -250,7 +245,8 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
     let stopped = running.stop();
     let _ = fs::remove_dir_all(&scratch);
     result?;
-    stopped?;
+    let status = stopped?;
+    eprintln!("xtask: {} stopped ({status})", server.name());
     Ok(run)
 }
 
@@ -346,170 +342,12 @@ fn run_script(command: &mut Command, server: Server, name: &str) -> Result<(bool
     Ok((status.success(), stdout))
 }
 
-/// A running server, stopped (and killed if need be) on [`Running::stop`] or drop.
-struct Running {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Running {
-    /// Asks the server to stop with SIGTERM and waits; kills it after [`SERVER_STOP_TIMEOUT`].
-    fn stop(&mut self) -> Result<()> {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + SERVER_STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if self.child.try_wait()?.is_some() {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("xtask: the server did not stop within {SERVER_STOP_TIMEOUT:?}; killing it");
-        self.child.kill().context("killing the server")?;
-        self.child.wait().context("waiting for the killed server")?;
-        Ok(())
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// Starts `server` on a free loopback port and waits until it listens.
 fn start_server(server: Server, binary: &Path, token: &str, scratch: &Path) -> Result<Running> {
     match server {
-        Server::Tuplekv => {
-            let mut command = Command::new(binary);
-            command.args(["serve", "--addr", "127.0.0.1:0", "--access-token", token]);
-            start_tuplekv(command)
-        }
-        Server::Denokv => {
-            let port = free_port()?;
-            let mut command = Command::new(binary);
-            command
-                .arg("--sqlite-path")
-                .arg(scratch.join("db.sqlite"))
-                .args(["serve", "--access-token", token, "--addr"])
-                .arg(format!("127.0.0.1:{port}"));
-            eprintln!("$ {}", cmd::display(&command));
-            let child = command
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .with_context(|| format!("could not start {}", binary.display()))?;
-            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-            let mut running = Running { child, addr };
-            wait_until_listening(&mut running)?;
-            Ok(running)
-        }
+        Server::Tuplekv => Running::tuplekv(binary, &[], token, Stderr::Inherit),
+        Server::Denokv => Running::denokv(binary, scratch, token, Stderr::Inherit),
     }
-}
-
-/// Starts `tuplekv serve` and reads its `listening on ADDR` line.
-fn start_tuplekv(mut command: Command) -> Result<Running> {
-    eprintln!("$ {}", cmd::display(&command));
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("could not start tuplekv")?;
-    let stdout = child.stdout.take().context("tuplekv's stdout")?;
-    let (tx, rx) = mpsc::channel();
-    // The reader thread keeps draining stdout after the address line so the server never
-    // blocks on a full pipe.
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            match line.trim().strip_prefix(LISTENING_PREFIX) {
-                Some(addr) if !sent => {
-                    let _ = tx.send(addr.trim().to_owned());
-                    sent = true;
-                }
-                _ => eprintln!("[tuplekv] {line}"),
-            }
-        }
-    });
-    let mut running = Running {
-        child,
-        addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-    };
-    let addr = match rx.recv_timeout(SERVER_START_TIMEOUT) {
-        Ok(addr) => addr,
-        Err(_) => {
-            let status = running.child.try_wait()?;
-            bail!(
-                "tuplekv printed no `{LISTENING_PREFIX}ADDR` line within {SERVER_START_TIMEOUT:?} \
-                 (exit status: {status:?})"
-            );
-        }
-    };
-    running.addr = addr
-        .parse()
-        .with_context(|| format!("tuplekv printed an address that does not parse: {addr}"))?;
-    Ok(running)
-}
-
-/// Waits until a TCP connection to the server succeeds, failing when it exits first.
-fn wait_until_listening(running: &mut Running) -> Result<()> {
-    let deadline = Instant::now() + SERVER_START_TIMEOUT;
-    loop {
-        if let Some(status) = running.child.try_wait()? {
-            bail!("the server exited before listening ({status})");
-        }
-        if TcpStream::connect_timeout(&running.addr, Duration::from_millis(200)).is_ok() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "the server did not listen on {} within {SERVER_START_TIMEOUT:?}",
-                running.addr
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A loopback port that was free a moment ago (denokv cannot be told to pick one).
-fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// 32 hex characters from the process's random hasher keys, the time and the pid.
-fn generate_token() -> String {
-    let mut token = String::new();
-    for round in 0..2u64 {
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u64(round);
-        hasher.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default(),
-        );
-        hasher.write_u32(std::process::id());
-        let _ = write!(token, "{:016x}", hasher.finish());
-    }
-    token
-}
-
-/// A fresh scratch directory for one server run (denokv's database lives there).
-fn scratch_dir(server: Server) -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!(
-        "tuplekv-conformance-{}-{}-{}",
-        server.name(),
-        std::process::id(),
-        &generate_token()[..8]
-    ));
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
 }
 
 /// The tuplekv binary: `explicit`, or `tuplekv` from `cargo build -p tuplekv-cli`.
@@ -665,12 +503,5 @@ mod tests {
             compare(&denokv, &tuplekv, &expected),
             vec!["deno/c differs from denokv".to_owned()]
         );
-    }
-
-    #[test]
-    fn tokens_are_long_and_differ() {
-        let (a, b) = (generate_token(), generate_token());
-        assert_eq!(a.len(), 32);
-        assert_ne!(a, b);
     }
 }

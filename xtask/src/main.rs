@@ -19,6 +19,7 @@ mod nightly;
 mod perf_doc;
 mod report;
 mod sanitizer;
+mod server_process;
 mod soak;
 
 use std::process::ExitCode;
