@@ -24,7 +24,7 @@ pub const VALUE_SIZE_MAX: usize = engine::VALUE_SIZE_MAX;
 /// delete its key, each value-carrying mutation twice its key plus its value.
 pub const TOTAL_MUTATION_SIZE_MAX: usize = engine::TOTAL_MUTATION_SIZE_MAX;
 /// Most keys one `watch` request may watch.
-pub const WATCHED_KEYS_MAX: usize = 10;
+pub const WATCHED_KEYS_MAX: usize = engine::WATCH_KEYS_MAX;
 
 /// Largest request body, in bytes. The biggest valid `atomic_write` (819 200 payload bytes
 /// plus the framing of 1000 mutations and 100 checks) fits with room to spare.
