@@ -133,6 +133,15 @@ fn a_failed_sync_fails_the_async_commits_of_its_batch_and_every_later_write() {
     assert_eq!(reopened.get(&key!["t", 1u64]).unwrap(), None);
 }
 
+/// The write that loses to a concurrent `set` of `["k"]`: `["k"]` set to `n` if absent.
+fn set_if_absent(db: &Database, n: u64) -> tuplekv_engine::AtomicWrite {
+    db.atomic()
+        .check(&key!["k"], None)
+        .set(&key!["k"], n)
+        .as_write()
+        .clone()
+}
+
 #[test]
 fn an_async_loser_answers_only_once_the_winner_is_durable_and_then_reads_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -142,12 +151,7 @@ fn an_async_loser_answers_only_once_the_winner_is_durable_and_then_reads_it() {
     std::thread::scope(|s| {
         let winner = s.spawn(|| db.set(&key!["k"], 1u64).unwrap());
         faults.wait_for_held_syncs(1);
-        let write = db
-            .atomic()
-            .check(&key!["k"], None)
-            .set(&key!["k"], 2u64)
-            .as_write()
-            .clone();
+        let write = set_if_absent(&db, 2);
         let mut loser = Box::pin(db.commit_async(write));
         assert!(
             poll_once(&mut loser).is_pending(),
@@ -170,12 +174,7 @@ fn an_async_loser_against_a_batch_whose_sync_fails_gets_the_stop_not_a_conflict(
     std::thread::scope(|s| {
         let winner = s.spawn(|| db.set(&key!["k"], 1u64));
         faults.wait_for_held_syncs(1);
-        let write = db
-            .atomic()
-            .check(&key!["k"], None)
-            .set(&key!["k"], 2u64)
-            .as_write()
-            .clone();
+        let write = set_if_absent(&db, 2);
         let mut loser = Box::pin(db.commit_async(write));
         assert!(poll_once(&mut loser).is_pending());
         faults.fail_next_syncs(1);
