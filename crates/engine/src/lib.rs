@@ -1,7 +1,7 @@
 //! The storage engine of tuplekv: an in-memory MVCC store of ordered keys with Deno KV's data
 //! model — versionstamps, atomic checks and mutations (`set`, `delete`, `sum`/`min`/`max` on
-//! `U64`, expiry), snapshots, listing with Deno's selectors and cursors — plus serializable
-//! transactions.
+//! `U64`, expiry), snapshots, listing with Deno's selectors and cursors, watches — plus
+//! serializable transactions.
 //!
 //! ```
 //! use tuplekv_engine::{Database, ListOptions, Selector, key};
@@ -25,6 +25,9 @@
 //!   most for another reader's or a commit's few-instruction registry update.
 //! - A snapshot or list iterator reads one state from start to end.
 //! - An expired value is invisible to every read and check from its deadline on.
+//! - A [`Watch`] sees every change of its keys once it is published (and every expiry): it
+//!   yields the latest state after each, collapsing states in between, and never holds a
+//!   commit up.
 //! - Memory is reclaimed: old versions once no snapshot can see them (at once when no snapshot
 //!   is open), deleted and expired keys in the background.
 //!
