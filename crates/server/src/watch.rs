@@ -112,7 +112,8 @@ async fn next_frame<W: KeyWatch>(open: &mut Open<W>) -> Option<Bytes> {
             _ = open.ping.tick() => return Some(Bytes::from_static(&PING_FRAME)),
             update = open.watch.next() => {
                 let update = update?;
-                if update.changed.iter().any(|&c| c) {
+                // A watch of no keys has its first (empty) state to send, then nothing.
+                if update.changed.is_empty() || update.changed.iter().any(|&c| c) {
                     return Some(encode_frame(&update));
                 }
             }

@@ -126,6 +126,16 @@ async fn watch_sends_a_ping_then_the_current_state_then_each_change() {
 }
 
 #[tokio::test]
+async fn a_watch_of_no_keys_sends_its_empty_first_state() {
+    let server = TestServer::start().await;
+    let mut w = Frames::open(&mut server.h2().await, &[]).await;
+    assert_eq!(w.next().await, Some(None), "the ping");
+    let first = w.next_data().await;
+    assert!(first.keys.is_empty());
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn an_idle_watch_gets_pings() {
     let config = ServerConfig::new(TOKEN)
         .expect("a long enough token")
