@@ -143,6 +143,10 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The database was closed (its last handle is gone) while a commit was still being
+    /// retried; nothing was written.
+    #[error("the database is closed")]
+    Closed,
     /// Every version up to [`VERSION_MAX`](crate::limits::VERSION_MAX) is used: no commit
     /// can be numbered. No history gets there (it takes 2^63 commits).
     #[error("no versionstamp is left: the last one ({last}) is at the limit")]

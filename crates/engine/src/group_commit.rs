@@ -277,10 +277,11 @@ impl Future for CommitFuture {
                 } => {
                     let outcome = std::task::ready!(slot.poll_outcome(cx));
                     inner.reclaimer.wake_if_pending();
-                    return Poll::Ready(match outcome {
+                    // Answered: a later poll gets `polled_again`, not a wait for ever.
+                    State::Done(Some(match outcome {
                         Ok(()) => result.take().ok_or_else(polled_again),
                         Err(e) => Err(e),
-                    });
+                    }))
                 }
                 State::Settling {
                     inner,
@@ -336,6 +337,10 @@ pub(crate) struct GroupCommit {
     flusher: Waiter,
     /// Whether the flusher thread runs; without it, [`commit_async`] commits synchronously.
     flusher_running: AtomicBool,
+    /// Set (under `pending`) once the database is closed: a commit still being retried by
+    /// a future that outlived the last handle fails with [`Error::Closed`] instead of
+    /// writing to a log whose directory lock is released.
+    closed: AtomicBool,
 }
 
 /// Whether the outcome of `write` depends on what it finds: checks, and mutations that read
@@ -364,6 +369,7 @@ impl GroupCommit {
             checkpoint_lock: Mutex::new(()),
             flusher: Waiter::new(true),
             flusher_running: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -427,6 +433,15 @@ impl GroupCommit {
             .max(self.rolled_back_to.load(Ordering::Acquire));
         let retry = (seen > settled && depends_on_state(&this)).then(|| this.clone());
         let mut pending = self.pending.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return Queued {
+                result: Err(Error::Closed),
+                seen,
+                rollbacks,
+                retry: None,
+                lead: false,
+            };
+        }
         let result = inner.apply_write(this, slots, &mut last, Some(&mut pending.sink));
         let mut lead = false;
         if let Ok(r) = &result
@@ -460,12 +475,14 @@ impl GroupCommit {
         let mut pending = self.pending.lock();
         self.settling.fetch_add(1, Ordering::AcqRel);
         let settled = loop {
-            // Published versions are never rolled back, so this check comes first.
-            if inner.visible_version() >= seen {
-                break true;
-            }
+            // A rollback first: `visible` skips past rolled-back versions, so a later batch
+            // can publish above `seen` although the versions this answer rests on are gone.
+            // A needless retry after an unrelated rollback is harmless.
             if self.rollbacks.load(Ordering::Acquire) != rollbacks {
                 break false;
+            }
+            if inner.visible_version() >= seen {
+                break true;
             }
             // Committers of those versions are waiting for durability: one of them flushes,
             // and every flush ends with `flushed` notified under this lock.
@@ -513,7 +530,10 @@ impl GroupCommit {
             }
         }
         self.flushed.notify_all();
-        for waker in pending.settle_wakers.drain(..) {
+        let wakers = std::mem::take(&mut pending.settle_wakers);
+        // Woken with no lock held: a waker may run code that commits.
+        drop(pending);
+        for waker in wakers {
             waker.wake();
         }
     }
@@ -528,13 +548,21 @@ impl GroupCommit {
         cx: &Context<'_>,
     ) -> Poll<bool> {
         let mut pending = self.pending.lock();
-        if inner.visible_version() >= seen {
-            return Poll::Ready(true);
-        }
+        // In `settle`'s order, for its reason.
         if self.rollbacks.load(Ordering::Acquire) != rollbacks {
             return Poll::Ready(false);
         }
-        pending.settle_wakers.push(cx.waker().clone());
+        if inner.visible_version() >= seen {
+            return Poll::Ready(true);
+        }
+        // One registration per task, however often it is polled before the next flush.
+        if !pending
+            .settle_wakers
+            .iter()
+            .any(|w| w.will_wake(cx.waker()))
+        {
+            pending.settle_wakers.push(cx.waker().clone());
+        }
         Poll::Pending
     }
 
@@ -779,7 +807,12 @@ impl OpenDir {
         {
             let _ = thread.join();
         }
-        // No handle is left to commit, so no lead can reach the flusher after this.
+        // No handle is left to commit, and a future still retrying one now fails in
+        // `apply_and_queue`: no lead can reach the flusher after this.
+        {
+            let _pending = self.group.pending.lock();
+            self.group.closed.store(true, Ordering::Release);
+        }
         self.group.flusher_running.store(false, Ordering::Release);
         self.group.flusher.finish(Ok(()));
         if let Some(thread) = self.flusher.lock().take()

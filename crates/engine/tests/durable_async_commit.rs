@@ -195,3 +195,77 @@ fn an_async_commit_in_memory_is_done_when_returned() {
     let mut f = Box::pin(db.commit_async(set_of(&db, 1)));
     assert!(matches!(poll_once(&mut f), Poll::Ready(Ok(r)) if r.is_committed()));
 }
+
+/// A set of `["k"]` to `n`, blind.
+fn set_k(n: u64) -> AtomicWrite {
+    let db = Database::in_memory();
+    db.atomic().set(&key!["k"], n).as_write().clone()
+}
+
+#[test]
+fn an_async_loser_runs_again_when_its_winner_is_rolled_back_even_after_a_later_publish() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+    faults.hold_syncs();
+    std::thread::scope(|s| {
+        let leader = s.spawn(|| db.set(&key!["x"], 0u64).unwrap());
+        faults.wait_for_held_syncs(1);
+        // Applied (unpublished) before `commit_async` returns, queued behind the held sync.
+        let winner = db.commit_async(set_k(1));
+        let mut loser = Box::pin(db.commit_async(set_if_absent(&db, 2)));
+        assert!(
+            poll_once(&mut loser).is_pending(),
+            "it lost to an unsynced winner"
+        );
+        faults.disk_full_after(0);
+        faults.release_syncs();
+        leader.join().unwrap();
+        assert!(
+            block_on(winner).is_err(),
+            "the winner's batch met a full disk"
+        );
+        faults.disk_has_space();
+        // A later commit publishes a version above the one the loser lost against.
+        db.set(&key!["y"], 3u64).unwrap();
+        let result = block_on(loser).unwrap();
+        assert!(
+            result.is_committed(),
+            "it lost to a write that never happened"
+        );
+    });
+    assert_eq!(
+        db.get(&key!["k"]).unwrap().map(|e| e.value),
+        Some(Value::U64(2))
+    );
+}
+
+#[test]
+fn an_async_commit_retried_after_the_database_closed_fails_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let db = Database::open(dir.path(), faulty(&faults, Durability::Sync)).unwrap();
+    faults.hold_syncs();
+    let leader = {
+        let db = db.clone();
+        std::thread::spawn(move || db.set(&key!["x"], 0u64).unwrap())
+    };
+    faults.wait_for_held_syncs(1);
+    let winner = db.commit_async(set_k(1));
+    let mut loser = Box::pin(db.commit_async(set_if_absent(&db, 2)));
+    assert!(poll_once(&mut loser).is_pending());
+    // The leader's thread holds the last handle: the database closes when it ends.
+    drop(db);
+    faults.disk_full_after(0);
+    faults.release_syncs();
+    leader.join().unwrap();
+    assert!(block_on(winner).is_err());
+    faults.disk_has_space();
+    // The directory is released: another handle may open it meanwhile.
+    let reopened = Database::open(dir.path(), Default::default()).unwrap();
+    assert_eq!(block_on(loser).unwrap_err(), Error::Closed);
+    assert_eq!(reopened.get(&key!["k"]).unwrap(), None, "nothing written");
+    drop(reopened);
+    let again = Database::open(dir.path(), Default::default()).unwrap();
+    assert_eq!(again.get(&key!["k"]).unwrap(), None);
+}

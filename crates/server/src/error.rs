@@ -46,6 +46,9 @@ pub(crate) mod text {
     pub(crate) const INVALID_READ_RANGE_LIMIT: &str =
         "The read range limit of the snapshot read request is invalid.";
     pub(crate) const INTERNAL: &str = "An internal server error occurred.";
+    /// denokv's text (its spelling) for a store that is closed.
+    pub(crate) const UNAVAILABLE: &str =
+        "The server is temporarially unavailable, try again later.";
     pub(crate) const INVALID_VERSIONSTAMP: &str = "Invalid versionstamp.";
     pub(crate) const INVALID_MUTATION_KIND: &str = "Invalid mutation kind or arguments.";
     pub(crate) const INVALID_MUTATION_EXPIRE_AT: &str = "Invalid mutation expire at.";
@@ -122,6 +125,7 @@ impl ApiError {
             Error::TooManyWatchedKeys { .. } => Self::bad_request(text::TOO_MANY_WATCHED_KEYS),
             Error::EmptyKey => Self::bad_request("key cannot be empty"),
             Error::ExpireInTooLarge { .. } => Self::bad_request(text::INVALID_MUTATION_EXPIRE_AT),
+            Error::Closed => Self::new(StatusCode::SERVICE_UNAVAILABLE, text::UNAVAILABLE),
             _ => Self::internal(),
         }
     }
@@ -186,6 +190,11 @@ mod tests {
             mapped(Error::TotalKeySizeTooLarge { size: 90_000 }),
             (400, text::ATOMIC_WRITE_TOO_LARGE.to_owned())
         );
+    }
+
+    #[test]
+    fn a_closed_store_is_denokvs_503() {
+        assert_eq!(mapped(Error::Closed), (503, text::UNAVAILABLE.to_owned()));
     }
 
     #[test]
