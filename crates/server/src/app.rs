@@ -21,7 +21,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tuplekv_engine::{CommitResult, ReadView, Store};
 
 use crate::error::{ApiError, text};
-use crate::limits::{METADATA_BODY_MAX, METADATA_TOKEN_LIFETIME, REQUEST_BODY_MAX};
+use crate::limits::{
+    METADATA_BODIES_IN_FLIGHT_MAX, METADATA_BODY_MAX, METADATA_TOKEN_LIFETIME, REQUEST_BODY_MAX,
+};
 use crate::protocol::{decode_atomic_write, decode_snapshot_read, encode_entry};
 use crate::stats::{Endpoint, ServerStats};
 use crate::{CommitMode, ServerConfig};
@@ -30,9 +32,12 @@ use crate::{CommitMode, ServerConfig};
 pub(crate) struct AppState<S> {
     pub(crate) store: Arc<S>,
     pub(crate) config: ServerConfig,
-    /// Slots for request bodies being read or held
+    /// Slots for data-path request bodies being read or held
     /// ([`crate::limits::REQUEST_BODIES_IN_FLIGHT_MAX`] by default).
     body_permits: Arc<Semaphore>,
+    /// Slots for metadata-exchange bodies, read before the token is checked
+    /// ([`crate::limits::METADATA_BODIES_IN_FLIGHT_MAX`]).
+    metadata_body_permits: Arc<Semaphore>,
 }
 
 impl<S> AppState<S> {
@@ -58,6 +63,7 @@ where
         store,
         config,
         body_permits,
+        metadata_body_permits: Arc::new(Semaphore::new(METADATA_BODIES_IN_FLIGHT_MAX)),
     });
     let data_path = Router::new()
         .route("/snapshot_read", post(snapshot_read::<S>))
@@ -114,7 +120,22 @@ impl<S> AppState<S> {
     /// until the returned body is dropped: so the server never buffers more than that many
     /// bodies at once.
     pub(crate) async fn read_body(&self, body: Body, max: usize) -> Result<BufferedBody, ApiError> {
-        let permits = Arc::clone(&self.body_permits);
+        self.read_body_with(&self.body_permits, body, max).await
+    }
+
+    /// [`AppState::read_body`] for the metadata exchange, with its own slots.
+    async fn read_metadata_body(&self, body: Body) -> Result<BufferedBody, ApiError> {
+        self.read_body_with(&self.metadata_body_permits, body, METADATA_BODY_MAX)
+            .await
+    }
+
+    async fn read_body_with(
+        &self,
+        permits: &Arc<Semaphore>,
+        body: Body,
+        max: usize,
+    ) -> Result<BufferedBody, ApiError> {
+        let permits = Arc::clone(permits);
         let permit = match Arc::clone(&permits).try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
@@ -196,7 +217,7 @@ async fn metadata<S: Store + 'static>(
     body: Body,
 ) -> Result<Response, ApiError> {
     state.stats().request(Endpoint::Metadata);
-    let body = state.read_body(body, METADATA_BODY_MAX).await?;
+    let body = state.read_metadata_body(body).await?;
     let Ok(req) = serde_json::from_slice::<MetadataRequest>(&body) else {
         return Err(ApiError::bad_request(text::MINIMUM_PROTOCOL_VERSION));
     };

@@ -38,6 +38,11 @@ pub const METADATA_BODY_MAX: usize = 4 << 10;
 /// bytes (64 MiB) of bodies are buffered at once, however many connections and streams are
 /// open.
 pub const REQUEST_BODIES_IN_FLIGHT_MAX: usize = 64;
+/// Most metadata-exchange bodies (each at most [`METADATA_BODY_MAX`]) being read at once.
+/// They are read before the token is checked, so they have slots of their own: a client
+/// without the token that sends them slowly can hold these, never the data path's
+/// ([`REQUEST_BODIES_IN_FLIGHT_MAX`], taken only after the token is checked).
+pub const METADATA_BODIES_IN_FLIGHT_MAX: usize = 64;
 /// Largest header block of one request, in bytes (HTTP/1.1 read buffer and HTTP/2
 /// `SETTINGS_MAX_HEADER_LIST_SIZE`). Hyper's HTTP/1.1 buffer cannot be smaller than 8 KiB.
 pub const HEADER_BLOCK_SIZE_MAX: usize = 16 << 10;

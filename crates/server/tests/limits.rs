@@ -585,6 +585,43 @@ async fn a_request_body_past_the_in_flight_limit_waits_for_a_free_slot() {
 }
 
 #[tokio::test]
+async fn slow_metadata_bodies_fill_their_own_slots_at_the_limit_and_never_the_data_paths() {
+    // One data-path slot: if metadata bodies took it, the read below would wait for ever.
+    let config = ServerConfig::new(TOKEN)
+        .expect("a long enough token")
+        .with_request_bodies_in_flight_max(1);
+    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let sender = h2_sender::<ChannelBody>(server.addr).await;
+    let metadata = |body: ChannelBody| {
+        hyper::Request::post(format!("http://{}/", server.addr))
+            .header("content-type", "application/json")
+            .body(body)
+            .expect("request")
+    };
+    // Metadata bodies that never finish, without a token: exactly the limit, then one more.
+    let mut held = Vec::new();
+    for _ in 0..=METADATA_BODIES_IN_FLIGHT_MAX {
+        let (tx, body) = channel_body();
+        let mut s = sender.clone();
+        s.ready().await.expect("ready");
+        held.push((tx, tokio::spawn(s.send_request(metadata(body)))));
+    }
+    wait_until("the request past the limit to wait for a slot", || {
+        server.stats.metadata_requests() == (METADATA_BODIES_IN_FLIGHT_MAX + 1) as u64
+            && server.stats.request_bodies_waiting() == 1
+    })
+    .await;
+    // The data path still has its slot.
+    let mut c = server.h1().await;
+    let read = tokio::time::timeout(WAIT_MAX, c.read(read_of(vec![])))
+        .await
+        .expect("a data-path read is served while metadata bodies hold their slots");
+    assert_eq!(read.status, 200);
+    drop(held);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn idle_http1_connections_are_closed_after_the_header_read_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let server = TestServer::start_with(
