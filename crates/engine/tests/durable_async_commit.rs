@@ -5,44 +5,13 @@
 //! the winner is durable.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::future::Future;
-use std::pin::pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::Thread;
+use std::task::Poll;
 
 use tuplekv_engine::durable::fs::Faults;
 use tuplekv_engine::{AtomicWrite, CommitResult, Database, Durability, Error, Store, Value, key};
 use tuplekv_testkit::db::keys;
 use tuplekv_testkit::durable::faulty;
-
-/// Wakes a parked thread.
-struct Unpark(Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Runs `future` to completion on this thread.
-fn block_on<F: Future>(future: F) -> F::Output {
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park();
-    }
-}
-
-/// Polls `future` once.
-fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
-    let mut cx = Context::from_waker(Waker::noop());
-    std::pin::Pin::new(future).poll(&mut cx)
-}
+use tuplekv_testkit::executor::{block_on, poll_once};
 
 fn set_of(db: &Database, i: u64) -> AtomicWrite {
     db.atomic().set(&key!["t", i], i).as_write().clone()

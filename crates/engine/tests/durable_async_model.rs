@@ -19,12 +19,8 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::Thread;
 
 use proptest::prelude::*;
 use tuplekv_engine::codec::encode_key;
@@ -35,33 +31,12 @@ use tuplekv_engine::{
 use tuplekv_testkit::config::proptest_config;
 use tuplekv_testkit::db::dump;
 use tuplekv_testkit::durable::faulty;
+use tuplekv_testkit::executor::block_on;
 
 /// How many keys the operations touch: few, so that concurrent commits meet.
 const KEYS: u8 = 6;
 /// The most operations committed at once in one step.
 const OPS_PER_STEP_MAX: usize = 6;
-
-/// Wakes a parked thread.
-struct Unpark(Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Runs `future` to completion on this thread.
-fn block_on<F: Future>(future: F) -> F::Output {
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park();
-    }
-}
 
 /// One commit.
 #[derive(Debug, Clone)]

@@ -4,14 +4,13 @@
 //! the database closes.
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::Duration;
 
 use tuplekv_engine::limits::{KEY_SIZE_MAX_WRITE, WATCH_KEYS_MAX};
 use tuplekv_engine::{Database, Error, KeyWatch, Store, Value, Watch, key};
 use tuplekv_testkit::db::options;
+use tuplekv_testkit::executor::block_on;
 
 /// Long enough never to fire on a loaded machine when an update is due; a test waits this
 /// long only when it fails.
@@ -184,25 +183,8 @@ fn watch_limits_are_checked_at_and_past_them() {
     );
 }
 
-/// Wakes a parked thread: the smallest executor, for the async form.
-struct Unpark(thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
 fn block_on_next(w: &mut Watch) -> Option<tuplekv_engine::WatchUpdate> {
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = std::pin::pin!(KeyWatch::next(w));
-    loop {
-        match future.as_mut().poll(&mut cx) {
-            Poll::Ready(update) => return update,
-            Poll::Pending => thread::park_timeout(PATIENCE),
-        }
-    }
+    block_on(KeyWatch::next(w))
 }
 
 #[test]

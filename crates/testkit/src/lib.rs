@@ -11,6 +11,7 @@ pub mod counted;
 pub mod db;
 pub mod durable;
 pub mod engine_ops;
+pub mod executor;
 pub mod fuzz;
 pub mod recovery;
 pub mod reference;
