@@ -221,6 +221,51 @@ fn bound(value: Option<&Bytes>) -> Result<Option<Num>, SumError> {
     }
 }
 
+/// `sum` held to `min`, then to `max` (in Deno's order, so `min > max` clamps to `max`):
+/// clamped with `clamp`, else out of range is an error.
+fn bounded<T: PartialOrd>(
+    mut sum: T,
+    min: Option<T>,
+    max: Option<T>,
+    clamp: bool,
+) -> Result<T, SumError> {
+    if let Some(lo) = min
+        && sum < lo
+    {
+        sum = if clamp {
+            lo
+        } else {
+            return Err(SumError::OutOfRange);
+        };
+    }
+    if let Some(hi) = max
+        && sum > hi
+    {
+        sum = if clamp {
+            hi
+        } else {
+            return Err(SumError::OutOfRange);
+        };
+    }
+    Ok(sum)
+}
+
+/// A bound that is a bigint (bounds were checked to be of the operand's kind).
+fn as_bigint(bound: Option<Num>) -> Option<BigInt> {
+    match bound {
+        Some(Num::BigInt(n)) => Some(n),
+        _ => None,
+    }
+}
+
+/// A bound that is a number.
+fn as_number(bound: Option<Num>) -> Option<f64> {
+    match bound {
+        Some(Num::Number(x)) => Some(x),
+        _ => None,
+    }
+}
+
 /// The value at a key after `sum(operand, min, max, clamp)` on its `current` value (see the
 /// module's rules): what [`MutationKind::SumBounded`](crate::MutationKind) writes.
 ///
@@ -276,48 +321,12 @@ pub fn sum_numbers(
     };
     let result = match (current, operand) {
         (Num::BigInt(a), Num::BigInt(b)) => {
-            let mut sum = a + b;
-            if let Some(Num::BigInt(lo)) = min
-                && sum < lo
-            {
-                sum = if clamp {
-                    lo
-                } else {
-                    return Err(SumError::OutOfRange);
-                };
-            }
-            if let Some(Num::BigInt(hi)) = max
-                && sum > hi
-            {
-                sum = if clamp {
-                    hi
-                } else {
-                    return Err(SumError::OutOfRange);
-                };
-            }
-            Num::BigInt(sum)
+            let (lo, hi) = (as_bigint(min), as_bigint(max));
+            Num::BigInt(bounded(a + b, lo, hi, clamp)?)
         }
         (Num::Number(a), Num::Number(b)) => {
-            let mut sum = a + b;
-            if let Some(Num::Number(lo)) = min
-                && sum < lo
-            {
-                sum = if clamp {
-                    lo
-                } else {
-                    return Err(SumError::OutOfRange);
-                };
-            }
-            if let Some(Num::Number(hi)) = max
-                && sum > hi
-            {
-                sum = if clamp {
-                    hi
-                } else {
-                    return Err(SumError::OutOfRange);
-                };
-            }
-            Num::Number(sum)
+            let (lo, hi) = (as_number(min), as_number(max));
+            Num::Number(bounded(a + b, lo, hi, clamp)?)
         }
         (Num::U64(a), Num::U64(b)) => {
             if min.is_some() || max.is_some() {
@@ -464,6 +473,12 @@ mod tests {
             sum_numbers(&big(50), None, Some(&hi), false, None),
             Ok(big(50)),
             "an absent key becomes the operand, unbounded"
+        );
+        let lo = bytes(big(20));
+        assert_eq!(
+            sum_numbers(&big(1), Some(&lo), Some(&hi), true, Some(&big(1))),
+            Ok(big(10)),
+            "min, then max, as Deno applies them"
         );
         let empty = Bytes::new();
         assert_eq!(
