@@ -157,6 +157,18 @@ pub struct AtomicWrite {
     pub mutations: Vec<Mutation>,
 }
 
+impl AtomicWrite {
+    /// Checks the write against every limit, in Deno's order, as a commit does before
+    /// anything else (a store that sends writes elsewhere refuses them here first, with the
+    /// same errors). Pure: nothing is read.
+    ///
+    /// # Errors
+    /// The first limit the write breaks.
+    pub fn validate(&self) -> Result<(), Error> {
+        crate::pipeline::validate(self)
+    }
+}
+
 /// A check that did not hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailedCheck {

@@ -147,6 +147,46 @@ pub enum Error {
     /// retried; nothing was written.
     #[error("the database is closed")]
     Closed,
+    /// A remote store could not be reached, or its answer did not arrive: nothing was read,
+    /// and a write that meets it was not sent (or was refused before it could commit). Safe to
+    /// retry.
+    #[error("the store is unavailable: {reason}")]
+    Unavailable {
+        /// What failed (the transport's own message).
+        reason: String,
+    },
+    /// A write to a remote store was sent, but the connection failed before its answer came:
+    /// it may or may not have committed. Never resent blindly; read to find out.
+    #[error("the outcome of the write is unknown (it may or may not have committed): {reason}")]
+    OutcomeUnknown {
+        /// What failed.
+        reason: String,
+    },
+    /// The operation needs something the store does not offer (a remote server without
+    /// tuplekv's KV Connect extension, for one). Nothing was read or written.
+    #[error("{operation} is not supported by this store: it needs {needs}")]
+    Unsupported {
+        /// What was asked.
+        operation: &'static str,
+        /// What the store lacks.
+        needs: &'static str,
+    },
+    /// A read of a snapshot that the store no longer holds (a remote server drops snapshots
+    /// that stay idle, and all of them when it restarts). A transaction that meets it runs
+    /// again on a fresh snapshot.
+    #[error("the snapshot at {versionstamp} is no longer held by the store")]
+    SnapshotExpired {
+        /// The versionstamp the snapshot read at, as 20 hex digits.
+        versionstamp: String,
+    },
+    /// A remote store refused a request with an error that has no variant of its own.
+    #[error("the store refused the request ({status}): {message}")]
+    Remote {
+        /// The HTTP status.
+        status: u16,
+        /// The server's message.
+        message: String,
+    },
     /// Every version up to [`VERSION_MAX`](crate::limits::VERSION_MAX) is used: no commit
     /// can be numbered. No history gets there (it takes 2^63 commits).
     #[error("no versionstamp is left: the last one ({last}) is at the limit")]
@@ -154,6 +194,16 @@ pub enum Error {
         /// The last version handed out.
         last: u64,
     },
+}
+
+impl Error {
+    /// Whether the failure is of the moment rather than of the request: the store was
+    /// unreachable ([`Error::Unavailable`]) or dropped the snapshot a read needed
+    /// ([`Error::SnapshotExpired`]). Nothing was written, and the same request may succeed
+    /// later. A transaction whose read met one runs again.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Unavailable { .. } | Error::SnapshotExpired { .. })
+    }
 }
 
 /// An I/O failure: what was being done (and to which file), and the [`io::Error`] it met,

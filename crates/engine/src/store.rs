@@ -56,6 +56,14 @@ pub trait ReadView {
     /// [`Error::KeyTooLargeForRead`] for a bound over the read limit.
     fn scan(&self, range: &ByteRange, reverse: bool, limit: usize) -> Result<Vec<Entry>, Error>;
 
+    /// Whether every read of this view sees one state of the store (`true` for every view
+    /// but a [`Store::transaction_snapshot`] of a store that cannot hold a snapshot, whose
+    /// reads each see the latest state). A transaction on such a view is still serializable,
+    /// because its commit checks every key it read; see [`Store::transaction_snapshot`].
+    fn reads_one_state(&self) -> bool {
+        true
+    }
+
     /// The entry at `key`, or `None`.
     ///
     /// # Errors
@@ -72,6 +80,16 @@ pub trait Store: Send + Sync {
 
     /// A view of the latest committed state that stays the same however many commits follow.
     fn snapshot(&self) -> Self::Snapshot;
+
+    /// The view a [`Transaction`] reads: by default [`Store::snapshot`]. A store that cannot
+    /// hold a snapshot (a remote server without tuplekv's extension) may return a view whose
+    /// reads each see the latest state ([`ReadView::reads_one_state`] is `false`): the
+    /// transaction's commit checks every key it read, so a commit still means all its reads
+    /// held at once, and a closure that gives up after such reads has its reads checked
+    /// before its error is reported (and runs again if they changed).
+    fn transaction_snapshot(&self) -> Self::Snapshot {
+        self.snapshot()
+    }
 
     /// What [`Store::watch_raw`] returns.
     type Watch: KeyWatch;

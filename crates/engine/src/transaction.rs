@@ -65,7 +65,9 @@ impl Default for TransactionOptions {
 pub struct Transaction<'s, S: Store> {
     _store: PhantomData<&'s S>,
     snapshot: S::Snapshot,
-    since: Versionstamp,
+    /// A read of the snapshot failed with a transient error ([`Error::is_transient`]): if the
+    /// closure gives up, the transaction runs again instead.
+    transient: bool,
     reads: Vec<RangeCheck>,
     /// Keys read, each once, with what the snapshot held: checks at commit.
     points: Vec<PointRead>,
@@ -82,21 +84,29 @@ struct PointRead {
 
 impl<'s, S: Store> Transaction<'s, S> {
     fn new(store: &'s S) -> Self {
-        let snapshot = store.snapshot();
-        let since = S::snapshot_versionstamp(&snapshot);
+        let snapshot = store.transaction_snapshot();
         Transaction {
             _store: PhantomData,
             snapshot,
-            since,
+            transient: false,
             reads: Vec::new(),
             points: Vec::new(),
             write: AtomicWrite::default(),
         }
     }
 
-    /// The versionstamp of the snapshot the transaction reads.
+    /// The versionstamp of the snapshot the transaction reads (asked of the store when
+    /// needed: a remote store fixes it at the snapshot's first read).
     pub fn snapshot_versionstamp(&self) -> Versionstamp {
-        self.since
+        S::snapshot_versionstamp(&self.snapshot)
+    }
+
+    /// Notes a read's transient failure (see [`Transaction::transient`]) and passes it on.
+    fn noted<T>(&mut self, read: Result<T, Error>) -> Result<T, Error> {
+        if let Err(e) = &read {
+            self.transient |= e.is_transient();
+        }
+        read
     }
 
     /// Records that `[start, end)` was read and returned values expiring at `expires_at` at
@@ -104,6 +114,7 @@ impl<'s, S: Store> Transaction<'s, S> {
     /// so they agree; this only guards against a caller-visible difference).
     fn record_read(&mut self, start: Vec<u8>, end: Vec<u8>, expires_at: Option<u64>) {
         let (start, end) = (KeyBytes::from(start), KeyBytes::from(end));
+        let since = self.snapshot_versionstamp();
         match self
             .reads
             .iter_mut()
@@ -113,7 +124,7 @@ impl<'s, S: Store> Transaction<'s, S> {
             None => self.reads.push(RangeCheck {
                 start,
                 end,
-                since: self.since,
+                since,
                 expires_at,
             }),
         }
@@ -139,7 +150,8 @@ impl<'s, S: Store> Transaction<'s, S> {
     /// # Errors
     /// As [`Transaction::get`].
     pub fn get_raw(&mut self, key: &[u8]) -> Result<Option<Entry>, Error> {
-        let base = self.snapshot.get_raw(key)?;
+        let base = self.snapshot.get_raw(key);
+        let base = self.noted(base)?;
         // The snapshot does not change, so a second read of a key finds what the first did.
         if !self.points.iter().any(|p| p.key.as_slice() == key) {
             self.points.push(PointRead {
@@ -232,8 +244,9 @@ impl<'s, S: Store> Transaction<'s, S> {
             start: range.start.clone(),
             end: range.end.clone(),
         };
-        let mut entries: Vec<Entry> =
-            ListIter::new(self.snapshot.clone(), exact, read_options)?.read_all()?;
+        let read = ListIter::new(self.snapshot.clone(), exact, read_options)
+            .and_then(|mut it| it.read_all());
+        let mut entries: Vec<Entry> = self.noted(read)?;
         // What was read: the whole range, or up to the last entry when the limit stopped it.
         let full = read_limit.is_none_or(|l| entries.len() < l);
         let covered = match (full, entries.last()) {
@@ -351,6 +364,34 @@ impl<'s, S: Store> Transaction<'s, S> {
         });
     }
 
+    /// Whether a closure that gave up should run again rather than report its error: a read
+    /// failed for the moment ([`Error::is_transient`]), or the reads were not all of one state
+    /// ([`ReadView::reads_one_state`]) and are no longer all current, so what the closure saw
+    /// may never have been true at once. The second is asked of the store with a commit of the
+    /// key checks alone (nothing is written); an error then is the closure's to report.
+    fn should_rerun(&self, store: &S) -> bool {
+        if self.transient {
+            return true;
+        }
+        if self.snapshot.reads_one_state() || self.points.is_empty() {
+            return false;
+        }
+        let checks = self
+            .points
+            .iter()
+            .take(CHECKS_MAX)
+            .map(|p| Check {
+                key: p.key.clone(),
+                versionstamp: p.versionstamp,
+            })
+            .collect();
+        let write = AtomicWrite {
+            checks,
+            ..AtomicWrite::default()
+        };
+        matches!(store.commit(write), Ok(CommitResult::Conflict(_)))
+    }
+
     /// The commit, and the snapshot it read from if the commit has range checks. The caller
     /// keeps that snapshot registered until the commit is done: while it is, the store keeps
     /// every version (tombstones included) that tells the commit's range checks a key changed
@@ -383,7 +424,7 @@ impl<'s, S: Store> Transaction<'s, S> {
                 write.range_checks.push(RangeCheck {
                     start: p.key,
                     end: KeyBytes::from(end),
-                    since: self.since,
+                    since: S::snapshot_versionstamp(&self.snapshot),
                     expires_at: p.expires_at,
                 });
             }
@@ -427,21 +468,32 @@ where
     let mut backoff = options.initial_backoff;
     for attempt in 1..=attempts {
         let mut tx = Transaction::new(store);
-        let out = f(&mut tx)?;
+        let out = match f(&mut tx) {
+            Ok(out) => out,
+            Err(e) if attempt < attempts && tx.should_rerun(store) => {
+                drop(e);
+                pause(&mut backoff, options);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let (write, snapshot) = tx.into_write();
         let result = store.commit(write);
         drop(snapshot);
         match result? {
             CommitResult::Committed { .. } => return Ok(out),
-            CommitResult::Conflict(_) if attempt < attempts => {
-                let jitter = backoff.mul_f64(fastrand::f64());
-                std::thread::sleep(backoff / 2 + jitter);
-                backoff = (backoff * 2).min(options.max_backoff);
-            }
+            CommitResult::Conflict(_) if attempt < attempts => pause(&mut backoff, options),
             CommitResult::Conflict(_) => {}
         }
     }
     Err(Error::TransactionConflict { attempts }.into())
+}
+
+/// Sleeps `backoff` with jitter, then doubles it up to the options' maximum.
+fn pause(backoff: &mut Duration, options: &TransactionOptions) {
+    let jitter = backoff.mul_f64(fastrand::f64());
+    std::thread::sleep(*backoff / 2 + jitter);
+    *backoff = (*backoff * 2).min(options.max_backoff);
 }
 
 /// The earlier of two optional deadlines (`None`: never).

@@ -18,18 +18,21 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tuplekv_engine::{CommitResult, ReadView, Store};
+use tuplekv_engine::{CommitResult, ReadView, Store, Versionstamp};
 
 use crate::error::{ApiError, text};
 use crate::limits::{
     METADATA_BODIES_IN_FLIGHT_MAX, METADATA_BODY_MAX, METADATA_TOKEN_LIFETIME, REQUEST_BODY_MAX,
 };
-use crate::protocol::{decode_atomic_write, decode_snapshot_read, encode_entry};
+use crate::protocol::{
+    decode_atomic_write, decode_range_checks, decode_read_mode, decode_snapshot_read, encode_entry,
+};
+use crate::snapshots::Held;
 use crate::stats::{Endpoint, ServerStats};
 use crate::{CommitMode, ServerConfig};
 
 /// What every handler shares.
-pub(crate) struct AppState<S> {
+pub(crate) struct AppState<S: Store> {
     pub(crate) store: Arc<S>,
     pub(crate) config: ServerConfig,
     /// Slots for data-path request bodies being read or held
@@ -38,9 +41,11 @@ pub(crate) struct AppState<S> {
     /// Slots for metadata-exchange bodies, read before the token is checked
     /// ([`crate::limits::METADATA_BODIES_IN_FLIGHT_MAX`]).
     metadata_body_permits: Arc<Semaphore>,
+    /// Snapshots held for clients of tuplekv's extension.
+    pub(crate) held: Held<S::Snapshot>,
 }
 
-impl<S> AppState<S> {
+impl<S: Store> AppState<S> {
     pub(crate) fn stats(&self) -> &Arc<ServerStats> {
         self.config.stats()
     }
@@ -59,7 +64,9 @@ where
     S::Watch: 'static,
 {
     let body_permits = Arc::new(Semaphore::new(config.request_bodies_in_flight_max()));
+    let (held_max, held_idle) = config.held_snapshots();
     let state: Shared<S> = Arc::new(AppState {
+        held: Held::new(held_max, held_idle),
         store,
         config,
         body_permits,
@@ -114,7 +121,7 @@ impl std::ops::Deref for BufferedBody {
     }
 }
 
-impl<S> AppState<S> {
+impl<S: Store> AppState<S> {
     /// Reads a request body of at most `max` bytes, failing as soon as more arrive. It first
     /// takes one of the server's body slots, waiting for one if all are taken, and keeps it
     /// until the returned body is dropped: so the server never buffers more than that many
@@ -191,6 +198,9 @@ fn authorize(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
 #[serde(rename_all = "camelCase")]
 struct MetadataRequest {
     supported_versions: Vec<u64>,
+    /// tuplekv's extensions the client speaks (see `tuplekv_wire`); Deno and Node send none.
+    #[serde(default)]
+    tuplekv_extensions: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -201,6 +211,9 @@ struct MetadataResponse {
     endpoints: [EndpointInfo; 1],
     token: String,
     expires_at: String,
+    /// The extensions agreed: only sent to a client that asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tuplekv_extensions: Option<Vec<&'static str>>,
 }
 
 #[derive(Serialize)]
@@ -222,6 +235,12 @@ async fn metadata<S: Store + 'static>(
         return Err(ApiError::bad_request(text::MINIMUM_PROTOCOL_VERSION));
     };
     drop(body);
+    let extensions = (!req.tuplekv_extensions.is_empty()).then(|| {
+        [tuplekv_wire::EXTENSION]
+            .into_iter()
+            .filter(|e| req.tuplekv_extensions.iter().any(|r| r == e))
+            .collect::<Vec<_>>()
+    });
     let offered = |v| req.supported_versions.contains(&v);
     let version = [3, 2, 1]
         .into_iter()
@@ -261,6 +280,7 @@ async fn metadata<S: Store + 'static>(
         }],
         token: state.config.access_token().to_owned(),
         expires_at,
+        tuplekv_extensions: extensions,
     };
     let json = serde_json::to_vec(&reply).map_err(|_| ApiError::internal())?;
     Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())
@@ -307,19 +327,27 @@ async fn data_path_guard<S: Store + 'static>(
     Ok(next.run(req).await)
 }
 
-/// A protobuf response.
-pub(crate) fn protobuf(message: &impl Message) -> Response {
-    ([(header::CONTENT_TYPE, PROTOBUF)], message.encode_to_vec()).into_response()
-}
 
-/// `POST /v2/snapshot_read`: every range from one snapshot, in request order.
+/// `POST /v2/snapshot_read`: every range from one snapshot, in request order. With tuplekv's
+/// extension, the snapshot may be a held one, may be held for later reads, and the output
+/// says its versionstamp.
 async fn snapshot_read<S: Store + 'static>(
     State(state): State<Shared<S>>,
     body: Body,
 ) -> Result<Response, ApiError> {
     state.stats().request(Endpoint::SnapshotRead);
-    let ranges = decode_snapshot_read(&state.read_body(body, REQUEST_BODY_MAX).await?)?;
-    let snapshot = state.store.snapshot();
+    let body = state.read_body(body, REQUEST_BODY_MAX).await?;
+    let ranges = decode_snapshot_read(&body)?;
+    let mode = decode_read_mode(&body)?;
+    drop(body);
+    let snapshot = match mode.and_then(|m| m.at) {
+        Some(at) => state.held.get(at).ok_or_else(|| snapshot_gone(at))?,
+        None => state.store.snapshot(),
+    };
+    let versionstamp = S::snapshot_versionstamp(&snapshot);
+    if mode.is_some_and(|m| m.hold) {
+        state.held.hold(versionstamp, &snapshot);
+    }
     let mut out = Vec::with_capacity(ranges.len());
     for r in &ranges {
         let entries = snapshot
@@ -329,24 +357,57 @@ async fn snapshot_read<S: Store + 'static>(
             values: entries.iter().map(encode_entry).collect(),
         });
     }
-    Ok(protobuf(&pb::SnapshotReadOutput {
+    let mut bytes = pb::SnapshotReadOutput {
         ranges: out,
         read_disabled: false,
         read_is_strongly_consistent: true,
         status: pb::SnapshotReadStatus::SrSuccess.into(),
-    }))
+    }
+    .encode_to_vec();
+    if mode.is_some() {
+        tuplekv_wire::SnapshotReadOutputExtension {
+            tuplekv: Some(tuplekv_wire::ReadOutputExtension {
+                versionstamp: versionstamp.as_bytes().to_vec(),
+            }),
+        }
+        .encode(&mut bytes)
+        .map_err(|_| ApiError::internal())?;
+    }
+    Ok(protobuf_bytes(bytes))
+}
+
+/// 410 Gone: the snapshot at `at` is no longer held.
+fn snapshot_gone(at: Versionstamp) -> ApiError {
+    ApiError::new(
+        StatusCode::GONE,
+        format!("The snapshot at {at} is no longer held (idle too long, or the server restarted)."),
+    )
 }
 
 /// `POST /v2/atomic_write`: one commit, run where [`ServerConfig::commit_mode`] says: by
 /// default off the runtime's worker threads (a durable commit waits for an fsync, which
 /// concurrent commits share through the engine's group commit), or awaited on the request's
-/// task through [`Store::commit_async`].
+/// task through [`Store::commit_async`]. With tuplekv's extension the write may carry range
+/// checks, each against a snapshot the server holds (kept while the commit runs, so the
+/// versions the check compares with stay), and a failure is reported in full.
 async fn atomic_write<S: Store + 'static>(
     State(state): State<Shared<S>>,
     body: Body,
 ) -> Result<Response, ApiError> {
     state.stats().request(Endpoint::AtomicWrite);
-    let write = decode_atomic_write(&state.read_body(body, REQUEST_BODY_MAX).await?)?;
+    let body = state.read_body(body, REQUEST_BODY_MAX).await?;
+    let mut write = decode_atomic_write(&body)?;
+    let range_checks = decode_range_checks(&body)?;
+    let extended = range_checks.is_some();
+    write.range_checks = range_checks.unwrap_or_default();
+    drop(body);
+    let mut pinned = Vec::new();
+    for rc in &write.range_checks {
+        if !pinned.iter().any(|(at, _)| *at == rc.since) {
+            let snapshot = state.held.get(rc.since).ok_or_else(|| snapshot_gone(rc.since))?;
+            pinned.push((rc.since, snapshot));
+        }
+    }
     let result = match state.config.commit_mode() {
         CommitMode::Inline => state.store.commit_async(write).await,
         CommitMode::BlockingPool => {
@@ -360,23 +421,51 @@ async fn atomic_write<S: Store + 'static>(
         }
     }
     .map_err(|e| engine_error(&e))?;
-    let out = match result {
-        CommitResult::Committed { versionstamp } => pb::AtomicWriteOutput {
-            status: pb::AtomicWriteStatus::AwSuccess.into(),
-            versionstamp: versionstamp.as_bytes().to_vec(),
-            failed_checks: Vec::new(),
-        },
-        CommitResult::Conflict(c) => pb::AtomicWriteOutput {
-            status: pb::AtomicWriteStatus::AwCheckFailure.into(),
-            versionstamp: Vec::new(),
-            failed_checks: c
+    drop(pinned);
+    let (out, outcome) = match result {
+        CommitResult::Committed { versionstamp } => (
+            pb::AtomicWriteOutput {
+                status: pb::AtomicWriteStatus::AwSuccess.into(),
+                versionstamp: versionstamp.as_bytes().to_vec(),
+                failed_checks: Vec::new(),
+            },
+            None,
+        ),
+        CommitResult::Conflict(c) => {
+            let failed: Vec<_> = c
                 .failed_checks
                 .iter()
-                .filter_map(|f| u32::try_from(f.index).ok())
-                .collect(),
-        },
+                .filter_map(|f| Some((u32::try_from(f.index).ok()?, f.actual)))
+                .collect();
+            let outcome = tuplekv_wire::WriteOutcome {
+                actual: failed
+                    .iter()
+                    .map(|(_, a)| a.map(|v| v.as_bytes().to_vec()).unwrap_or_default())
+                    .collect(),
+                range_changed: c.range_changed,
+            };
+            (
+                pb::AtomicWriteOutput {
+                    status: pb::AtomicWriteStatus::AwCheckFailure.into(),
+                    versionstamp: Vec::new(),
+                    failed_checks: failed.iter().map(|(i, _)| *i).collect(),
+                },
+                Some(outcome),
+            )
+        }
     };
-    Ok(protobuf(&out))
+    let mut bytes = out.encode_to_vec();
+    if extended {
+        tuplekv_wire::AtomicWriteOutputExtension { tuplekv: outcome }
+            .encode(&mut bytes)
+            .map_err(|_| ApiError::internal())?;
+    }
+    Ok(protobuf_bytes(bytes))
+}
+
+/// Protobuf bytes as a response.
+fn protobuf_bytes(bytes: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, PROTOBUF)], bytes).into_response()
 }
 
 /// Maps an engine error, logging the engine's own text when the fault is ours.

@@ -46,6 +46,7 @@ pub mod limits;
 #[doc(hidden)]
 pub mod protocol;
 mod serve;
+mod snapshots;
 mod stats;
 mod watch;
 
@@ -110,6 +111,8 @@ pub struct ServerConfig {
     watch_streams_max: usize,
     request_bodies_in_flight_max: usize,
     commit_mode: CommitMode,
+    snapshots_held_max: usize,
+    snapshot_idle_timeout: Duration,
     stats: Arc<ServerStats>,
 }
 
@@ -143,6 +146,8 @@ impl ServerConfig {
             watch_streams_max: limits::WATCH_STREAMS_MAX,
             request_bodies_in_flight_max: limits::REQUEST_BODIES_IN_FLIGHT_MAX,
             commit_mode: CommitMode::default(),
+            snapshots_held_max: limits::SNAPSHOTS_HELD_MAX,
+            snapshot_idle_timeout: limits::SNAPSHOT_IDLE_TIMEOUT,
             stats: Arc::default(),
         })
     }
@@ -189,6 +194,16 @@ impl ServerConfig {
         self
     }
 
+    /// Sets how many snapshots the server holds for clients of tuplekv's extension (default
+    /// [`limits::SNAPSHOTS_HELD_MAX`]; zero is raised to 1) and how long one stays after its
+    /// last read (default [`limits::SNAPSHOT_IDLE_TIMEOUT`]).
+    #[must_use]
+    pub fn with_held_snapshots(mut self, max: usize, idle_timeout: Duration) -> Self {
+        self.snapshots_held_max = max.max(1);
+        self.snapshot_idle_timeout = idle_timeout;
+        self
+    }
+
     /// Where commits run.
     pub fn commit_mode(&self) -> CommitMode {
         self.commit_mode
@@ -223,6 +238,10 @@ impl ServerConfig {
     pub(crate) fn request_bodies_in_flight_max(&self) -> usize {
         self.request_bodies_in_flight_max
     }
+
+    pub(crate) fn held_snapshots(&self) -> (usize, Duration) {
+        (self.snapshots_held_max, self.snapshot_idle_timeout)
+    }
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -236,6 +255,8 @@ impl std::fmt::Debug for ServerConfig {
                 &self.request_bodies_in_flight_max,
             )
             .field("commit_mode", &self.commit_mode)
+            .field("snapshots_held_max", &self.snapshots_held_max)
+            .field("snapshot_idle_timeout", &self.snapshot_idle_timeout)
             .finish_non_exhaustive()
     }
 }

@@ -75,3 +75,13 @@ pub const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 pub const SHUTDOWN_GRACE_MAX: Duration = Duration::from_secs(10);
 /// How long a metadata token stays valid (`expiresAt` = now + this).
 pub const METADATA_TOKEN_LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Most snapshots the server holds for clients of tuplekv's extension (each pins the
+/// versions it can see, so old versions are kept while it is held). One past it drops the
+/// least recently used; a later read of that one gets 410 Gone, and a transaction reading it
+/// runs again.
+pub const SNAPSHOTS_HELD_MAX: usize = 4096;
+/// How long a held snapshot stays after its last read; past it the server drops it.
+pub const SNAPSHOT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most range checks in one `atomic_write` of tuplekv's extension.
+pub const RANGE_CHECKS_MAX: usize = 1024;

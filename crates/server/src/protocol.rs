@@ -10,13 +10,13 @@ use bytes::Bytes;
 use denokv_proto::datapath as pb;
 use prost::Message;
 use tuplekv_engine::{
-    AtomicWrite, BoundedSum, ByteRange, Check, Entry, Expiry, KeyBytes, Mutation, MutationKind,
+    AtomicWrite, BoundedSum, ByteRange, Check, Expiry, KeyBytes, Mutation, MutationKind, RangeCheck,
     Value, Versionstamp,
 };
 
 use crate::error::{ApiError, text};
 use crate::limits::{
-    CHECKS_MAX, MUTATIONS_MAX, READ_ENTRIES_MAX, READ_KEY_SIZE_MAX, READ_RANGES_MAX,
+    CHECKS_MAX, MUTATIONS_MAX, RANGE_CHECKS_MAX, READ_ENTRIES_MAX, READ_KEY_SIZE_MAX, READ_RANGES_MAX,
     TOTAL_MUTATION_SIZE_MAX, VALUE_SIZE_MAX, WATCHED_KEYS_MAX, WRITE_KEY_SIZE_MAX,
 };
 
@@ -65,6 +65,73 @@ pub fn decode_snapshot_read(body: &[u8]) -> Result<Vec<ReadRange>, ApiError> {
         });
     }
     Ok(ranges)
+}
+
+/// How a `snapshot_read` of tuplekv's extension reads (see [`tuplekv_wire`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadMode {
+    /// Hold the state read for later reads.
+    pub hold: bool,
+    /// Read the held state at this versionstamp.
+    pub at: Option<Versionstamp>,
+}
+
+/// Decodes the extension field of a `SnapshotRead` body: `None` for a plain read.
+///
+/// # Errors
+/// Invalid protobuf, or an `at` that is not 10 bytes.
+pub fn decode_read_mode(body: &[u8]) -> Result<Option<ReadMode>, ApiError> {
+    let ext = tuplekv_wire::SnapshotReadExtension::decode(body)
+        .map_err(|e| ApiError::invalid_protobuf(&e))?;
+    let Some(ext) = ext.tuplekv else {
+        return Ok(None);
+    };
+    let at = match ext.at.len() {
+        0 => None,
+        _ => Some(versionstamp(&ext.at)?),
+    };
+    Ok(Some(ReadMode { hold: ext.hold, at }))
+}
+
+/// Decodes the extension field of an `AtomicWrite` body: `None` for a plain write, else its
+/// range checks.
+///
+/// # Errors
+/// Invalid protobuf, more than [`RANGE_CHECKS_MAX`] range checks, a bound over
+/// [`READ_KEY_SIZE_MAX`], or a `since` that is not 10 bytes.
+pub fn decode_range_checks(body: &[u8]) -> Result<Option<Vec<RangeCheck>>, ApiError> {
+    let ext = tuplekv_wire::AtomicWriteExtension::decode(body)
+        .map_err(|e| ApiError::invalid_protobuf(&e))?;
+    let Some(ext) = ext.tuplekv else {
+        return Ok(None);
+    };
+    if ext.range_checks.len() > RANGE_CHECKS_MAX {
+        return Err(ApiError::bad_request(format!(
+            "Too many range checks (max {RANGE_CHECKS_MAX})."
+        )));
+    }
+    ext.range_checks
+        .into_iter()
+        .map(|rc| {
+            if rc.start.len() > READ_KEY_SIZE_MAX || rc.end.len() > READ_KEY_SIZE_MAX {
+                return Err(ApiError::bad_request(text::KEY_TOO_LONG));
+            }
+            Ok(RangeCheck {
+                start: KeyBytes::from(rc.start),
+                end: KeyBytes::from(rc.end),
+                since: versionstamp(&rc.since)?,
+                expires_at: (rc.expires_at_ms != 0).then_some(rc.expires_at_ms),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+fn versionstamp(bytes: &[u8]) -> Result<Versionstamp, ApiError> {
+    let bytes: [u8; 10] = bytes
+        .try_into()
+        .map_err(|_| ApiError::bad_request(text::INVALID_VERSIONSTAMP))?;
+    Ok(Versionstamp::from_bytes(bytes))
 }
 
 /// Decodes a `Watch` request body into the encoded keys to watch.
@@ -257,44 +324,10 @@ fn decode_value(v: pb::KvValue) -> Result<Value, ApiError> {
     if v.data.len() > VALUE_SIZE_MAX {
         return Err(ApiError::bad_request(text::VALUE_TOO_LONG));
     }
-    match pb::ValueEncoding::try_from(v.encoding) {
-        Ok(pb::ValueEncoding::VeV8) => Ok(Value::V8(Bytes::from(v.data))),
-        Ok(pb::ValueEncoding::VeBytes) => Ok(Value::Bytes(Bytes::from(v.data))),
-        Ok(pb::ValueEncoding::VeLe64) => {
-            let bytes: [u8; 8] = v.data.as_slice().try_into().map_err(|_| {
-                ApiError::bad_request(format!(
-                    "An LE64 value must be exactly 8 bytes; this one is {} bytes.",
-                    v.data.len()
-                ))
-            })?;
-            Ok(Value::U64(u64::from_le_bytes(bytes)))
-        }
-        Ok(pb::ValueEncoding::VeUnspecified) | Err(_) => Err(ApiError::bad_request(format!(
-            "The value encoding {} is unknown.",
-            v.encoding
-        ))),
-    }
+    tuplekv_wire::decode_value(v.encoding, v.data).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
-/// A value as (encoding, payload).
-fn encode_value(value: &Value) -> (pb::ValueEncoding, Vec<u8>) {
-    match value {
-        Value::V8(b) => (pb::ValueEncoding::VeV8, b.to_vec()),
-        Value::Bytes(b) => (pb::ValueEncoding::VeBytes, b.to_vec()),
-        Value::U64(n) => (pb::ValueEncoding::VeLe64, n.to_le_bytes().to_vec()),
-    }
-}
-
-/// An entry as the protocol's `KvEntry`.
-pub fn encode_entry(entry: &Entry) -> pb::KvEntry {
-    let (encoding, value) = encode_value(&entry.value);
-    pb::KvEntry {
-        key: entry.key.to_vec(),
-        value,
-        encoding: encoding.into(),
-        versionstamp: entry.versionstamp.as_bytes().to_vec(),
-    }
-}
+pub use tuplekv_wire::encode_entry;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,250 @@
+//! What tuplekv's KV Connect server (`tuplekv-server`) and client (`tuplekv-remote`) share on
+//! the wire: engine values and entries as the protocol's protobuf messages, and the messages
+//! of **tuplekv's extension** to the protocol.
+//!
+//! # The extension
+//! Plain KV Connect reads the latest state on every request and checks single keys. A
+//! [`Store`](tuplekv_engine::Store) also needs snapshots that stay put across several reads,
+//! and range checks for transactions that list. The extension adds them without changing what
+//! Deno and Node clients see:
+//!
+//! - **Agreed in the metadata exchange.** A client that speaks it adds
+//!   `"tuplekvExtensions": [EXTENSION]` to the metadata request; a server that speaks it answers
+//!   with the same field. A client that does not ask is never sent the field, and a server that
+//!   does not know it (denokv) ignores it and answers without it, so the client knows.
+//! - **Carried in protobuf fields of their own** ([`EXTENSION_FIELD`] of `SnapshotRead`,
+//!   `SnapshotReadOutput` and `AtomicWrite`). A message with the field appended is still a
+//!   valid message of the plain protocol: decoders that do not know the field skip it.
+//! - **Snapshots.** A read with [`ReadExtension::hold`] reads the latest state, and the server
+//!   holds that state for later reads that name its versionstamp in [`ReadExtension::at`], as
+//!   long as they keep coming (an idle snapshot is dropped after a while, and all of them when
+//!   the server restarts; a read of a dropped one fails with HTTP 410 Gone). The output says
+//!   which versionstamp a read saw ([`ReadOutputExtension`]).
+//! - **Range checks.** An `AtomicWrite` may carry [`RangeCheck`]s: "no key of `[start, end)`
+//!   changed after `since`", where `since` is a snapshot the server still holds.
+
+use denokv_proto::datapath as pb;
+use tuplekv_engine::{Entry, Value};
+
+/// The extension's name, as the metadata exchange lists it.
+pub const EXTENSION: &str = "tuplekv.snapshots.v1";
+
+/// The JSON field of the metadata request and response that lists extensions.
+pub const EXTENSIONS_JSON_FIELD: &str = "tuplekvExtensions";
+
+/// The protobuf field number the extension uses in every message it extends: far above the
+/// protocol's own fields, so it never meets one.
+pub const EXTENSION_FIELD: u32 = 1000;
+
+/// The HTTP status of a read or write that names a snapshot the server no longer holds.
+pub const SNAPSHOT_GONE_STATUS: u16 = 410;
+
+/// `SnapshotRead`'s extension field, decoded on its own (every other field is skipped).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SnapshotReadExtension {
+    /// The extension's options, if the client sent them.
+    #[prost(message, optional, tag = "1000")]
+    pub tuplekv: Option<ReadExtension>,
+}
+
+/// How a snapshot read reads.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ReadExtension {
+    /// Read the latest state and hold it for later reads at its versionstamp.
+    #[prost(bool, tag = "1")]
+    pub hold: bool,
+    /// Read the held state at this versionstamp (10 bytes) instead of the latest.
+    #[prost(bytes = "vec", tag = "2")]
+    pub at: Vec<u8>,
+}
+
+/// `SnapshotReadOutput`'s extension field.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SnapshotReadOutputExtension {
+    /// What the server says about the read.
+    #[prost(message, optional, tag = "1000")]
+    pub tuplekv: Option<ReadOutputExtension>,
+}
+
+/// What a snapshot read saw.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ReadOutputExtension {
+    /// The versionstamp of the state every range was read from (10 bytes).
+    #[prost(bytes = "vec", tag = "1")]
+    pub versionstamp: Vec<u8>,
+}
+
+/// `AtomicWrite`'s extension field. A client of the extension always sends it (empty when
+/// the write has no range checks), so the server knows to report failures in full.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AtomicWriteExtension {
+    /// The extension's part of the write.
+    #[prost(message, optional, tag = "1000")]
+    pub tuplekv: Option<WriteExtension>,
+}
+
+/// What a write of the extension adds.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WriteExtension {
+    /// Range conditions, all of which must hold for the write to commit.
+    #[prost(message, repeated, tag = "1")]
+    pub range_checks: Vec<RangeCheck>,
+}
+
+/// "No key of `[start, end)` changed after `since`" (see
+/// [`tuplekv_engine::RangeCheck`]). A failed range check fails the write like a failed key
+/// check; its index in `failed_checks` counts after the key checks.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RangeCheck {
+    /// First key of the range.
+    #[prost(bytes = "vec", tag = "1")]
+    pub start: Vec<u8>,
+    /// End of the range (exclusive).
+    #[prost(bytes = "vec", tag = "2")]
+    pub end: Vec<u8>,
+    /// The versionstamp of a held snapshot the range was read at (10 bytes).
+    #[prost(bytes = "vec", tag = "3")]
+    pub since: Vec<u8>,
+    /// The earliest expiry (Unix ms) of the values the read returned; 0 for none.
+    #[prost(uint64, tag = "4")]
+    pub expires_at_ms: u64,
+}
+
+/// `AtomicWriteOutput`'s extension field: what the plain output leaves out of a failure.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AtomicWriteOutputExtension {
+    /// The outcome's details, when the write carried the extension.
+    #[prost(message, optional, tag = "1000")]
+    pub tuplekv: Option<WriteOutcome>,
+}
+
+/// Why a write did not commit, in full.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WriteOutcome {
+    /// For each failed key check (in the order of the plain output's `failed_checks`), the
+    /// versionstamp the key had (empty: absent).
+    #[prost(bytes = "vec", repeated, tag = "1")]
+    pub actual: Vec<Vec<u8>>,
+    /// Whether a range check failed.
+    #[prost(bool, tag = "2")]
+    pub range_changed: bool,
+}
+
+/// A value as the protocol's (encoding, payload).
+pub fn encode_value(value: &Value) -> (pb::ValueEncoding, Vec<u8>) {
+    match value {
+        Value::V8(b) => (pb::ValueEncoding::VeV8, b.to_vec()),
+        Value::Bytes(b) => (pb::ValueEncoding::VeBytes, b.to_vec()),
+        Value::U64(n) => (pb::ValueEncoding::VeLe64, n.to_le_bytes().to_vec()),
+    }
+}
+
+/// A value as the protocol's `KvValue`.
+pub fn kv_value(value: &Value) -> pb::KvValue {
+    let (encoding, data) = encode_value(value);
+    pb::KvValue {
+        data,
+        encoding: encoding.into(),
+    }
+}
+
+/// An entry as the protocol's `KvEntry`.
+pub fn encode_entry(entry: &Entry) -> pb::KvEntry {
+    let (encoding, value) = encode_value(&entry.value);
+    pb::KvEntry {
+        key: entry.key.to_vec(),
+        value,
+        encoding: encoding.into(),
+        versionstamp: entry.versionstamp.as_bytes().to_vec(),
+    }
+}
+
+/// Why a payload is not a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueError {
+    /// An LE64 payload that is not 8 bytes.
+    Le64Length(usize),
+    /// An encoding the protocol does not define.
+    UnknownEncoding(i32),
+}
+
+impl std::fmt::Display for ValueError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ValueError::Le64Length(n) => {
+                write!(f, "An LE64 value must be exactly 8 bytes; this one is {n} bytes.")
+            }
+            ValueError::UnknownEncoding(e) => write!(f, "The value encoding {e} is unknown."),
+        }
+    }
+}
+
+impl std::error::Error for ValueError {}
+
+/// A value from the protocol's (encoding, payload).
+///
+/// # Errors
+/// An unknown encoding, or an LE64 payload that is not 8 bytes.
+pub fn decode_value(encoding: i32, data: Vec<u8>) -> Result<Value, ValueError> {
+    match pb::ValueEncoding::try_from(encoding) {
+        Ok(pb::ValueEncoding::VeV8) => Ok(Value::V8(data.into())),
+        Ok(pb::ValueEncoding::VeBytes) => Ok(Value::Bytes(data.into())),
+        Ok(pb::ValueEncoding::VeLe64) => {
+            let bytes: [u8; 8] = data
+                .as_slice()
+                .try_into()
+                .map_err(|_| ValueError::Le64Length(data.len()))?;
+            Ok(Value::U64(u64::from_le_bytes(bytes)))
+        }
+        Ok(pb::ValueEncoding::VeUnspecified) | Err(_) => Err(ValueError::UnknownEncoding(encoding)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+
+    #[test]
+    fn an_extended_read_is_still_a_plain_read_and_keeps_its_extension() {
+        let plain = pb::SnapshotRead {
+            ranges: vec![pb::ReadRange {
+                start: vec![1],
+                end: vec![2],
+                limit: 5,
+                reverse: true,
+            }],
+        };
+        let ext = SnapshotReadExtension {
+            tuplekv: Some(ReadExtension {
+                hold: true,
+                at: vec![7; 10],
+            }),
+        };
+        let mut body = plain.encode_to_vec();
+        body.extend(ext.encode_to_vec());
+        assert_eq!(pb::SnapshotRead::decode(&body[..]).ok(), Some(plain.clone()));
+        assert_eq!(SnapshotReadExtension::decode(&body[..]).ok(), Some(ext));
+        // And a plain read decodes with no extension.
+        let none = SnapshotReadExtension::decode(&plain.encode_to_vec()[..]).ok();
+        assert_eq!(none, Some(SnapshotReadExtension { tuplekv: None }));
+    }
+
+    #[test]
+    fn values_round_trip_and_bad_payloads_are_named() {
+        for v in [
+            Value::U64(u64::MAX),
+            Value::Bytes(vec![1, 2].into()),
+            Value::V8(vec![0xff, 0x0f, 0x49, 0x02].into()),
+        ] {
+            let (enc, data) = encode_value(&v);
+            assert_eq!(decode_value(enc.into(), data), Ok(v));
+        }
+        assert_eq!(
+            decode_value(pb::ValueEncoding::VeLe64.into(), vec![1, 2, 3]),
+            Err(ValueError::Le64Length(3))
+        );
+        assert_eq!(decode_value(99, vec![]), Err(ValueError::UnknownEncoding(99)));
+    }
+}
