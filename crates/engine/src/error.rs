@@ -202,7 +202,10 @@ impl Error {
     /// ([`Error::SnapshotExpired`]). Nothing was written, and the same request may succeed
     /// later. A transaction whose read met one runs again.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unavailable { .. } | Error::SnapshotExpired { .. })
+        matches!(
+            self,
+            Error::Unavailable { .. } | Error::SnapshotExpired { .. }
+        )
     }
 }
 

@@ -480,7 +480,16 @@ where
         let (write, snapshot) = tx.into_write();
         let result = store.commit(write);
         drop(snapshot);
-        match result? {
+        let result = match result {
+            // Nothing was written (the store was unreachable, or dropped the snapshot the
+            // range checks compare with): run again on a fresh snapshot.
+            Err(e) if e.is_transient() && attempt < attempts => {
+                pause(&mut backoff, options);
+                continue;
+            }
+            result => result?,
+        };
+        match result {
             CommitResult::Committed { .. } => return Ok(out),
             CommitResult::Conflict(_) if attempt < attempts => pause(&mut backoff, options),
             CommitResult::Conflict(_) => {}

@@ -327,7 +327,6 @@ async fn data_path_guard<S: Store + 'static>(
     Ok(next.run(req).await)
 }
 
-
 /// `POST /v2/snapshot_read`: every range from one snapshot, in request order. With tuplekv's
 /// extension, the snapshot may be a held one, may be held for later reads, and the output
 /// says its versionstamp.
@@ -349,10 +348,14 @@ async fn snapshot_read<S: Store + 'static>(
         state.held.hold(versionstamp, &snapshot);
     }
     let mut out = Vec::with_capacity(ranges.len());
+    let mut expires_at_ms = Vec::new();
     for r in &ranges {
         let entries = snapshot
             .scan(&r.range, r.reverse, r.limit)
             .map_err(|e| engine_error(&e))?;
+        if mode.is_some() {
+            expires_at_ms.extend(entries.iter().map(|e| e.expires_at.unwrap_or(0)));
+        }
         out.push(pb::ReadRangeOutput {
             values: entries.iter().map(encode_entry).collect(),
         });
@@ -368,6 +371,7 @@ async fn snapshot_read<S: Store + 'static>(
         tuplekv_wire::SnapshotReadOutputExtension {
             tuplekv: Some(tuplekv_wire::ReadOutputExtension {
                 versionstamp: versionstamp.as_bytes().to_vec(),
+                expires_at_ms,
             }),
         }
         .encode(&mut bytes)
@@ -404,7 +408,10 @@ async fn atomic_write<S: Store + 'static>(
     let mut pinned = Vec::new();
     for rc in &write.range_checks {
         if !pinned.iter().any(|(at, _)| *at == rc.since) {
-            let snapshot = state.held.get(rc.since).ok_or_else(|| snapshot_gone(rc.since))?;
+            let snapshot = state
+                .held
+                .get(rc.since)
+                .ok_or_else(|| snapshot_gone(rc.since))?;
             pinned.push((rc.since, snapshot));
         }
     }

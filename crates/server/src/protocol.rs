@@ -10,14 +10,14 @@ use bytes::Bytes;
 use denokv_proto::datapath as pb;
 use prost::Message;
 use tuplekv_engine::{
-    AtomicWrite, BoundedSum, ByteRange, Check, Expiry, KeyBytes, Mutation, MutationKind, RangeCheck,
-    Value, Versionstamp,
+    AtomicWrite, BoundedSum, ByteRange, Check, Expiry, KeyBytes, Mutation, MutationKind,
+    RangeCheck, Value, Versionstamp,
 };
 
 use crate::error::{ApiError, text};
 use crate::limits::{
-    CHECKS_MAX, MUTATIONS_MAX, RANGE_CHECKS_MAX, READ_ENTRIES_MAX, READ_KEY_SIZE_MAX, READ_RANGES_MAX,
-    TOTAL_MUTATION_SIZE_MAX, VALUE_SIZE_MAX, WATCHED_KEYS_MAX, WRITE_KEY_SIZE_MAX,
+    CHECKS_MAX, MUTATIONS_MAX, RANGE_CHECKS_MAX, READ_ENTRIES_MAX, READ_KEY_SIZE_MAX,
+    READ_RANGES_MAX, TOTAL_MUTATION_SIZE_MAX, VALUE_SIZE_MAX, WATCHED_KEYS_MAX, WRITE_KEY_SIZE_MAX,
 };
 
 /// One range of a snapshot read: up to `limit` entries of `range`, from the end with `reverse`.

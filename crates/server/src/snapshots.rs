@@ -44,7 +44,10 @@ impl<T: Clone> Held<T> {
             map.retain(|_, (_, used)| now.duration_since(*used) < idle);
         }
         if map.len() >= self.max
-            && let Some(oldest) = map.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k)
+            && let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| *k)
         {
             map.remove(&oldest);
         }

@@ -16,5 +16,6 @@ pub mod fuzz;
 pub mod recovery;
 pub mod reference;
 pub mod rounds;
+pub mod server;
 pub mod strategies;
 pub mod vectors;

@@ -72,6 +72,11 @@ pub struct ReadOutputExtension {
     /// The versionstamp of the state every range was read from (10 bytes).
     #[prost(bytes = "vec", tag = "1")]
     pub versionstamp: Vec<u8>,
+    /// Each returned entry's expiry deadline (Unix ms; 0 for none), in output order across
+    /// the ranges: plain KV Connect entries do not carry it, and a transaction's range check
+    /// needs it.
+    #[prost(uint64, repeated, tag = "2")]
+    pub expires_at_ms: Vec<u64>,
 }
 
 /// `AtomicWrite`'s extension field. A client of the extension always sends it (empty when
@@ -172,7 +177,10 @@ impl std::fmt::Display for ValueError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ValueError::Le64Length(n) => {
-                write!(f, "An LE64 value must be exactly 8 bytes; this one is {n} bytes.")
+                write!(
+                    f,
+                    "An LE64 value must be exactly 8 bytes; this one is {n} bytes."
+                )
             }
             ValueError::UnknownEncoding(e) => write!(f, "The value encoding {e} is unknown."),
         }
@@ -224,7 +232,10 @@ mod tests {
         };
         let mut body = plain.encode_to_vec();
         body.extend(ext.encode_to_vec());
-        assert_eq!(pb::SnapshotRead::decode(&body[..]).ok(), Some(plain.clone()));
+        assert_eq!(
+            pb::SnapshotRead::decode(&body[..]).ok(),
+            Some(plain.clone())
+        );
         assert_eq!(SnapshotReadExtension::decode(&body[..]).ok(), Some(ext));
         // And a plain read decodes with no extension.
         let none = SnapshotReadExtension::decode(&plain.encode_to_vec()[..]).ok();
@@ -245,6 +256,9 @@ mod tests {
             decode_value(pb::ValueEncoding::VeLe64.into(), vec![1, 2, 3]),
             Err(ValueError::Le64Length(3))
         );
-        assert_eq!(decode_value(99, vec![]), Err(ValueError::UnknownEncoding(99)));
+        assert_eq!(
+            decode_value(99, vec![]),
+            Err(ValueError::UnknownEncoding(99))
+        );
     }
 }

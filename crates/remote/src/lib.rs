@@ -1,0 +1,351 @@
+//! [`RemoteStore`]: a tuplekv [`Store`] on a server reached over KV Connect (the protocol of
+//! `Deno.openKv("http://…")`), so typed collections (`tuplekv-index`) and code sequences
+//! (`tuplekv-sequence`) run unchanged on many app servers sharing one database.
+//!
+//! ```no_run
+//! use tuplekv_engine::{Store, key};
+//! use tuplekv_remote::RemoteStore;
+//!
+//! let store = RemoteStore::connect("http://127.0.0.1:4512", "a-long-secret-token")?;
+//! store.atomic().set(&key!["greeting"], 1u64).commit()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What each server offers
+//! Plain KV Connect reads the latest state per request and checks single keys. Against a
+//! tuplekv server the client and server agree on **tuplekv's extension** in the metadata
+//! exchange (Deno and Node clients never see it; see `tuplekv_wire`), which adds what a
+//! [`Store`] needs beyond that:
+//!
+//! | operation | tuplekv server | plain KV Connect (denokv) |
+//! |---|---|---|
+//! | `get`, `get_many`, `get_latest_raw`, one `scan`/`list` batch | yes | yes |
+//! | atomic writes with key checks, sum/min/max, expiry, versionstamped keys | yes | yes |
+//! | transactions that read keys (the index write path, both sequence modes) | yes | yes |
+//! | several reads of one `snapshot()` (lists past one batch, `verify`) | yes | [`Error::Unsupported`] |
+//! | transactions that list (range checks) | yes | [`Error::Unsupported`] at commit |
+//! | watch | yes | yes |
+//!
+//! Without snapshots, a transaction reads the latest state on each read; its commit checks
+//! every key it read, so a committed transaction is still serializable, and a closure that
+//! gives up after reading has its reads checked before its error is reported.
+//!
+//! # Network faults are not data faults
+//! - Reads are retried on transport errors, timeouts and 503s, with backoff, for up to
+//!   [`RemoteOptions::retry_for`]; then [`Error::Unavailable`].
+//! - A write is resent only when it cannot have reached the server (the connection could not
+//!   be made, a 503, a 401 before a token renewal). When the connection fails after the write
+//!   was sent, whether it committed is unknown: [`Error::OutcomeUnknown`], never a resend.
+//!   The layers above handle it: a sequence skips the block it was reserving, a collection
+//!   re-reads the record.
+//! - Each request has a timeout ([`RemoteOptions::request_timeout`], 10 s by default).
+//! - A held snapshot the server dropped (idle, or a restart) gives [`Error::SnapshotExpired`];
+//!   a transaction meeting it runs again.
+//!
+//! # How it talks
+//! One HTTP/2 connection (h2c, `http://` only) carries every request as its own stream, so
+//! concurrent threads share it; it is re-established after a fault. The client runs its own
+//! small tokio runtime ([`RemoteOptions::io_threads`]); the blocking [`Store`] methods wait on
+//! it from any thread, and [`Store::commit_async`] awaits it without blocking. The metadata
+//! exchange is renewed a minute before its token expires, and again after a 401.
+
+mod codec;
+mod snapshot;
+mod transport;
+mod watch;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::Uri;
+use tuplekv_engine::limits::{
+    GET_MANY_KEYS_MAX, KEY_SIZE_MAX_READ, KEY_SIZE_MAX_WRITE, WATCH_KEYS_MAX,
+};
+use tuplekv_engine::{AtomicWrite, CommitResult, Entry, Error, Key, KeyBytes, Store, Versionstamp};
+
+pub use snapshot::RemoteSnapshot;
+pub use watch::{RemoteWatch, WATCH_SILENCE_MAX};
+
+use crate::codec::{decode_write_output, encode_write};
+use crate::snapshot::{Mode, get_many_raw};
+use crate::transport::{Kind, Transport};
+
+/// What an operation that needs tuplekv's extension names as missing.
+pub const EXTENSION_NEEDED: &str =
+    "tuplekv's KV Connect extension (tuplekv.snapshots.v1), which this server does not speak";
+
+/// How a [`RemoteStore`] connects and retries.
+#[derive(Debug, Clone)]
+pub struct RemoteOptions {
+    /// Longest wait for one request's answer (and its body). A write that times out has an
+    /// unknown outcome. Default 10 s.
+    pub request_timeout: Duration,
+    /// Longest wait for a TCP connection. Default 3 s.
+    pub connect_timeout: Duration,
+    /// How long a request that did not reach the store is retried before
+    /// [`Error::Unavailable`] (a server restart takes about a second). Default 30 s.
+    pub retry_for: Duration,
+    /// How often an idle connection is pinged, to find a dead server. Default 10 s.
+    pub keep_alive_interval: Duration,
+    /// Threads of the client's own runtime. Default 2.
+    pub io_threads: usize,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            request_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(3),
+            retry_for: Duration::from_secs(30),
+            keep_alive_interval: Duration::from_secs(10),
+            io_threads: 2,
+        }
+    }
+}
+
+/// Why [`RemoteStore::connect`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URL is not an `http://` URL with a host.
+    #[error("invalid server URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The client's runtime could not start.
+    #[error("could not start the client's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The metadata exchange failed (the server is unreachable, or refused the token).
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
+/// Owns the runtime; dropped with the last handle, snapshot or watch.
+struct Inner {
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+    transport: Arc<Transport>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Never blocks, so the last handle may be dropped anywhere (even on a runtime).
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// A [`Store`] on a KV Connect server: cheap to clone (clones share one connection).
+#[derive(Clone)]
+pub struct RemoteStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RemoteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteStore").finish_non_exhaustive()
+    }
+}
+
+impl RemoteStore {
+    /// Connects to the server at `url` (its metadata endpoint, e.g. `http://127.0.0.1:4512`)
+    /// with `access_token`, with the default [`RemoteOptions`]. Runs the metadata exchange
+    /// now, so a wrong URL or token fails here.
+    ///
+    /// # Errors
+    /// [`ConnectError`].
+    pub fn connect(url: &str, access_token: &str) -> Result<RemoteStore, ConnectError> {
+        RemoteStore::connect_with(url, access_token, RemoteOptions::default())
+    }
+
+    /// [`RemoteStore::connect`] with explicit options.
+    ///
+    /// # Errors
+    /// [`ConnectError`].
+    pub fn connect_with(
+        url: &str,
+        access_token: &str,
+        options: RemoteOptions,
+    ) -> Result<RemoteStore, ConnectError> {
+        let invalid = |reason| ConnectError::InvalidUrl {
+            url: url.to_owned(),
+            reason,
+        };
+        let uri: Uri = url.parse().map_err(|_| invalid("not a URL"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return Err(invalid(
+                    "https is not supported yet: the client speaks HTTP/2 without TLS (h2c)",
+                ));
+            }
+            _ => return Err(invalid("the scheme must be http://")),
+        }
+        if uri.host().is_none() {
+            return Err(invalid("no host"));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.io_threads.max(1))
+            .thread_name("tuplekv-remote")
+            .enable_all()
+            .build()
+            .map_err(ConnectError::Runtime)?;
+        let handle = runtime.handle().clone();
+        let transport = Arc::new(Transport::new(uri, access_token.to_owned(), options));
+        let store = RemoteStore {
+            inner: Arc::new(Inner {
+                runtime: Some(runtime),
+                handle,
+                transport,
+            }),
+        };
+        let transport = Arc::clone(&store.inner.transport);
+        store.block_on(async move { transport.session().await.map(drop) })?;
+        Ok(store)
+    }
+
+    /// Whether the server speaks tuplekv's extension (as of the last metadata exchange).
+    pub fn has_extension(&self) -> bool {
+        if let Some(session) = self.inner.transport.cached() {
+            return session.extension;
+        }
+        let transport = Arc::clone(&self.inner.transport);
+        self.block_on(async move { transport.session().await.map(|s| s.extension) })
+            .unwrap_or(false)
+    }
+
+    /// Runs `fut` on the client's runtime and waits for it on this thread.
+    fn block_on<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T, Error>> + Send + 'static,
+    ) -> Result<T, Error> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.inner.handle.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx.recv().unwrap_or_else(|_| {
+            Err(Error::Unavailable {
+                reason: "the client's runtime stopped".into(),
+            })
+        })
+    }
+
+    fn snapshot_with(&self, mode: Mode) -> RemoteSnapshot {
+        RemoteSnapshot::new(self.clone(), mode)
+    }
+
+    fn extension(&self) -> bool {
+        self.has_extension()
+    }
+
+    /// The commit as a future on the client's runtime.
+    fn commit_task(
+        &self,
+        write: AtomicWrite,
+    ) -> impl Future<Output = Result<CommitResult, Error>> + Send + 'static {
+        let transport = Arc::clone(&self.inner.transport);
+        async move {
+            write.validate()?;
+            let session = transport.session().await?;
+            if !write.range_checks.is_empty() && !session.extension {
+                return Err(Error::Unsupported {
+                    operation: "a range check (a transaction that lists)",
+                    needs: EXTENSION_NEEDED,
+                });
+            }
+            let body: Bytes = encode_write(&write, session.extension);
+            let (_, reply) = transport.call("atomic_write", body, Kind::Write).await?;
+            decode_write_output(&write, &reply.body)
+        }
+    }
+}
+
+impl Store for RemoteStore {
+    type Snapshot = RemoteSnapshot;
+    type Watch = RemoteWatch;
+
+    fn snapshot(&self) -> RemoteSnapshot {
+        let mode = if self.extension() {
+            Mode::Held
+        } else {
+            Mode::Once
+        };
+        self.snapshot_with(mode)
+    }
+
+    fn transaction_snapshot(&self) -> RemoteSnapshot {
+        let mode = if self.extension() {
+            Mode::Held
+        } else {
+            Mode::Latest
+        };
+        self.snapshot_with(mode)
+    }
+
+    fn watch_raw(&self, keys: Vec<KeyBytes>) -> Result<RemoteWatch, Error> {
+        if keys.len() > WATCH_KEYS_MAX {
+            return Err(Error::TooManyWatchedKeys { count: keys.len() });
+        }
+        if let Some(k) = keys.iter().find(|k| k.len() > KEY_SIZE_MAX_WRITE) {
+            return Err(Error::KeyTooLargeForWrite { size: k.len() });
+        }
+        Ok(RemoteWatch::start(
+            &self.inner.handle,
+            Arc::clone(&self.inner.transport),
+            keys,
+        ))
+    }
+
+    fn snapshot_versionstamp(snapshot: &RemoteSnapshot) -> Versionstamp {
+        snapshot.versionstamp_or_fix()
+    }
+
+    fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        // One plain read: no snapshot is held for it.
+        let view = self.snapshot_with(Mode::Once);
+        tuplekv_engine::ReadView::get_raw(&view, key)
+    }
+
+    fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
+        self.block_on(self.commit_task(write))
+    }
+
+    fn commit_async(
+        &self,
+        write: AtomicWrite,
+    ) -> impl Future<Output = Result<CommitResult, Error>> + Send + 'static {
+        let task = self.inner.handle.spawn(self.commit_task(write));
+        // Keeps the runtime alive until the commit is done.
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let out = task.await.unwrap_or_else(|e| {
+                Err(Error::OutcomeUnknown {
+                    reason: format!("the commit task stopped: {e}"),
+                })
+            });
+            // Drop the runtime's owner off this task if it is the last one.
+            drop(inner);
+            out
+        }
+    }
+
+    fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<Entry>>, Error> {
+        if keys.len() > GET_MANY_KEYS_MAX {
+            return Err(Error::TooManyRanges { count: keys.len() });
+        }
+        let encoded: Vec<Vec<u8>> = keys.iter().map(tuplekv_engine::codec::encode_key).collect();
+        if let Some(k) = encoded.iter().find(|k| k.len() > KEY_SIZE_MAX_READ) {
+            return Err(Error::KeyTooLargeForRead { size: k.len() });
+        }
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        get_many_raw(&self.snapshot_with(Mode::Once), &encoded)
+    }
+}

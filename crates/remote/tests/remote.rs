@@ -1,0 +1,173 @@
+//! `RemoteStore` against an in-process tuplekv server: the extension's operations, the plain
+//! ones, and what each error says.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tuplekv_engine::{
+    CommitResult, Database, Error, KeyWatch, ListOptions, ReadView, Selector, Store, key,
+};
+use tuplekv_remote::{ConnectError, RemoteOptions, RemoteStore};
+use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
+
+fn served() -> (Arc<Database>, TestServer, RemoteStore) {
+    let db = Arc::new(Database::in_memory());
+    let server = TestServer::start(Arc::clone(&db));
+    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    (db, server, store)
+}
+
+#[test]
+fn a_tuplekv_server_agrees_on_the_extension() {
+    let (_db, _server, store) = served();
+    assert!(store.has_extension());
+}
+
+#[test]
+fn writes_and_reads_round_trip_with_the_servers_versionstamps() {
+    let (db, _server, store) = served();
+    let res = store.atomic().set(&key!["a"], 7u64).commit().unwrap();
+    let CommitResult::Committed { versionstamp } = res else {
+        panic!("{res:?}")
+    };
+    let local = db.get(&key!["a"]).unwrap().unwrap();
+    assert_eq!(local.versionstamp, versionstamp);
+    let remote = store.snapshot().get(&key!["a"]).unwrap().unwrap();
+    assert_eq!(remote, local);
+    assert_eq!(
+        store.get_many(&[key!["a"], key!["b"]]).unwrap(),
+        vec![Some(local), None]
+    );
+}
+
+#[test]
+fn a_snapshot_stays_put_across_batches_and_commits() {
+    let (_db, _server, store) = served();
+    for i in 0..25u64 {
+        let _ = store.atomic().set(&key!["n", i], i).commit().unwrap();
+    }
+    let snap = store.snapshot();
+    let first = snap.get(&key!["n", 0u64]).unwrap().unwrap();
+    for i in 0..25u64 {
+        let _ = store.atomic().set(&key!["n", i], 100 + i).commit().unwrap();
+    }
+    let _ = store
+        .atomic()
+        .set(&key!["n", 99u64], 0u64)
+        .commit()
+        .unwrap();
+    assert_eq!(snap.get(&key!["n", 0u64]).unwrap().unwrap(), first);
+    let listed = tuplekv_engine::ListIter::new(
+        snap.clone(),
+        Selector::prefix(&key!["n"]),
+        ListOptions {
+            batch_size: Some(7),
+            ..ListOptions::default()
+        },
+    )
+    .unwrap()
+    .read_all()
+    .unwrap();
+    assert_eq!(listed.len(), 25);
+    assert!(listed.iter().all(|e| e.value.as_u64().unwrap() < 100));
+}
+
+#[test]
+fn a_transaction_that_lists_conflicts_with_an_insert_into_its_range() {
+    let (_db, _server, store) = served();
+    let _ = store
+        .atomic()
+        .set(&key!["items", 1u64], 1u64)
+        .commit()
+        .unwrap();
+    let mut runs = 0;
+    store
+        .transaction(|tx| {
+            runs += 1;
+            let n = tx
+                .list(&Selector::prefix(&key!["items"]), ListOptions::default())?
+                .len();
+            if runs == 1 {
+                // Another writer inserts into the listed range before the commit.
+                let _ = store.atomic().set(&key!["items", 2u64], 2u64).commit()?;
+            }
+            tx.set(&key!["count"], n as u64);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    assert_eq!(runs, 2);
+    assert_eq!(
+        store
+            .snapshot()
+            .get(&key!["count"])
+            .unwrap()
+            .unwrap()
+            .value
+            .as_u64(),
+        Some(2)
+    );
+}
+
+#[test]
+fn commit_async_resolves_with_the_commit() {
+    let (db, _server, store) = served();
+    let write = store.atomic().set(&key!["x"], 1u64).as_write().clone();
+    let res = tuplekv_testkit::executor::block_on(store.commit_async(write)).unwrap();
+    assert!(res.is_committed());
+    assert!(db.get(&key!["x"]).unwrap().is_some());
+}
+
+#[test]
+fn a_watch_sees_the_current_state_then_a_change() {
+    let (_db, _server, store) = served();
+    let k = tuplekv_engine::codec::encode_key(&key!["w"]);
+    let mut watch = store.watch_raw(vec![k.into()]).unwrap();
+    let first = watch.next_blocking().unwrap();
+    assert_eq!(first.entries, vec![None]);
+    let _ = store.atomic().set(&key!["w"], 5u64).commit().unwrap();
+    let next = watch.next_blocking().unwrap();
+    assert_eq!(next.entries[0].as_ref().unwrap().value.as_u64(), Some(5));
+    assert_eq!(next.changed, vec![true]);
+    let _ = watch.poll_next(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+}
+
+#[test]
+fn limits_are_refused_before_sending_with_the_engines_errors() {
+    let (db, _server, store) = served();
+    let big = vec![0u8; tuplekv_engine::limits::VALUE_SIZE_MAX + 1];
+    let err = store.atomic().set(&key!["v"], big).commit().unwrap_err();
+    assert!(matches!(err, Error::ValueTooLarge { .. }), "{err:?}");
+    assert!(db.snapshot().get(&key!["v"]).unwrap().is_none());
+}
+
+#[test]
+fn a_wrong_token_fails_at_connect_and_a_bad_url_is_named() {
+    let db = Arc::new(Database::in_memory());
+    let server = TestServer::start(db);
+    let err = RemoteStore::connect(&server.url(), "not-the-right-token").unwrap_err();
+    assert!(
+        matches!(err, ConnectError::Store(Error::Remote { status: 401, .. })),
+        "{err:?}"
+    );
+    let err = RemoteStore::connect("https://127.0.0.1:1", TEST_TOKEN).unwrap_err();
+    assert!(matches!(err, ConnectError::InvalidUrl { .. }), "{err}");
+}
+
+#[test]
+fn an_unreachable_server_is_unavailable_after_the_retry_budget() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let options = RemoteOptions {
+        retry_for: Duration::from_millis(200),
+        ..RemoteOptions::default()
+    };
+    let err = RemoteStore::connect_with(&format!("http://127.0.0.1:{port}"), TEST_TOKEN, options)
+        .unwrap_err();
+    assert!(
+        matches!(err, ConnectError::Store(Error::Unavailable { .. })),
+        "{err}"
+    );
+}

@@ -1,0 +1,99 @@
+//! A KV Connect server in this process, on a loopback port, for tests of remote clients:
+//! started on its own thread and runtime, stopped (gracefully) when dropped.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tuplekv_engine::Store;
+use tuplekv_server::{CommitMode, ServerConfig};
+
+/// The access token every [`TestServer`] accepts.
+pub const TEST_TOKEN: &str = "tuplekv-test-token";
+
+/// A running server over a store; dropping it stops the server and waits for its thread.
+pub struct TestServer {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Serves `store` on `127.0.0.1` on a free port, with [`TEST_TOKEN`].
+    ///
+    /// # Panics
+    /// If the runtime or the listener cannot be made (a test cannot go on then).
+    pub fn start<S: Store + 'static>(store: Arc<S>) -> TestServer
+    where
+        S::Watch: 'static,
+    {
+        TestServer::start_with(store, |c| c)
+    }
+
+    /// [`TestServer::start`] with a configuration tweaked by `configure`.
+    ///
+    /// # Panics
+    /// As [`TestServer::start`].
+    pub fn start_with<S: Store + 'static>(
+        store: Arc<S>,
+        configure: impl FnOnce(ServerConfig) -> ServerConfig,
+    ) -> TestServer
+    where
+        S::Watch: 'static,
+    {
+        let config = configure(
+            ServerConfig::new(TEST_TOKEN)
+                .expect("the test token is long enough")
+                .with_commit_mode(CommitMode::BlockingPool),
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime for the test server");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("a loopback port");
+        let addr = listener.local_addr().expect("the port");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let options = config.serve_options();
+        let router = tuplekv_server::router(store, config);
+        let thread = std::thread::Builder::new()
+            .name("test-server".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let shutdown = async move {
+                        let _ = stopped.await;
+                    };
+                    let _ = tuplekv_server::serve_with(listener, router, options, shutdown).await;
+                });
+            })
+            .expect("the server thread");
+        TestServer {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
