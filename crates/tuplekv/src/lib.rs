@@ -7,7 +7,10 @@
 //! - the store: [`Database`] with atomic operations, snapshots, lists and transactions
 //!   ([`engine`]);
 //! - typed collections with secondary indexes ([`index`]) and per-prefix code sequences
-//!   ([`sequence`]) as their issues land.
+//!   ([`sequence`]);
+//! - a client for a shared store ([`remote`]): [`RemoteStore`] is a [`Store`] on a
+//!   `tuplekv serve` (or any KV Connect) server, so collections and sequences run unchanged on
+//!   many app servers at once.
 //!
 //! ```
 //! use tuplekv::{Database, ListOptions, Selector, key};
@@ -34,6 +37,8 @@ pub use tuplekv_engine::{
     ReadView, Snapshot, Store, Transaction, Value, Versionstamp, Watch, WatchUpdate,
 };
 pub use tuplekv_index as index;
+pub use tuplekv_remote as remote;
+pub use tuplekv_remote::RemoteStore;
 pub use tuplekv_sequence as sequence;
 
 /// The README's example, compiled and run as a doctest so it cannot go stale.
