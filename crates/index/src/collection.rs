@@ -18,7 +18,7 @@ use tuplekv_engine::{
 };
 
 use crate::entry::{self, COVERING, EntryBytes, POINTER, PkBytes, entry_value, stored_matches};
-use crate::error::Error;
+use crate::error::{Error, Reread};
 
 /// Computes a record's values for one index: none (the record is not in it), one, or several
 /// (a multi-entry index). A value is a [`Key`], so a compound index is a value of several parts.
@@ -602,6 +602,15 @@ where
     pub fn insert(&self, record: &T) -> Result<(), Error> {
         let pk = (self.def.primary_key)(record);
         let record_key = self.write_record_key(&pk)?;
+        let result = self.insert_at(&pk, &record_key, record);
+        self.settle(result, &pk, &record_key, || {
+            Some((self.encode(&pk, record).ok()?, ()))
+        })
+    }
+
+    /// [`Collection::insert`] before an unknown outcome is settled.
+    fn insert_at(&self, pk: &Key, record_key: &[u8], record: &T) -> Result<(), Error> {
+        let (pk, record_key) = (pk.clone(), record_key.to_vec());
         let lost = match self.try_unopposed(|| self.insert_unopposed(&pk, &record_key, record)) {
             Ok(done) => return done,
             Err(lost) => lost,
@@ -708,13 +717,54 @@ where
 
     /// Commits `write` if it is within the commit limits: `Done` if it committed, `Lost` if
     /// not (a conflict, or an error the transaction will report), `Declined` past a limit.
-    fn commit_unopposed(&self, write: AtomicWrite) -> Unopposed<()> {
+    ///
+    /// A write whose outcome is unknown (a remote store lost the answer) is `Done` with that
+    /// error: running the transaction after it could find the write's own record and report
+    /// it as someone else's.
+    fn commit_unopposed(&self, write: AtomicWrite) -> Unopposed<Result<(), Error>> {
         if write.checks.len() > CHECKS_MAX || write.mutations.len() > MUTATIONS_MAX {
             return Unopposed::Declined;
         }
         match self.store.commit(write) {
-            Ok(result) if result.is_committed() => Unopposed::Done(()),
+            Ok(result) if result.is_committed() => Unopposed::Done(Ok(())),
+            Err(e @ tuplekv_engine::Error::OutcomeUnknown { .. }) => Unopposed::Done(Err(e.into())),
             _ => Unopposed::Lost,
+        }
+    }
+
+    /// Settles a write that ended in an unknown outcome: re-reads the record at `record_key`
+    /// and returns `Ok` if it holds exactly what `written` gives (the bytes the write stored
+    /// and the answer to return then; `None` for
+    /// a write whose result cannot be rebuilt from the record), else
+    /// [`Error::OutcomeUnknown`] saying what it found. Other results pass through.
+    fn settle<R>(
+        &self,
+        result: Result<R, Error>,
+        pk: &Key,
+        record_key: &[u8],
+        written: impl FnOnce() -> Option<(Vec<u8>, R)>,
+    ) -> Result<R, Error> {
+        let reason = match result {
+            Err(Error::Store(tuplekv_engine::Error::OutcomeUnknown { reason })) => reason,
+            other => return other,
+        };
+        let written = written();
+        let reread = match self.store.get_latest_raw(record_key) {
+            Ok(None) => Reread::Absent,
+            Ok(Some(e)) => match (&written, value_bytes(&e.value)) {
+                (Some((bytes, _)), Ok(stored)) if bytes.as_slice() == stored => Reread::Written,
+                _ => Reread::Other,
+            },
+            Err(e) => Reread::Failed(e.to_string()),
+        };
+        match (reread, written) {
+            (Reread::Written, Some((_, answer))) => Ok(answer),
+            (reread, _) => Err(Error::OutcomeUnknown {
+                collection: self.def.name.clone(),
+                primary_key: pk.clone(),
+                reason,
+                reread,
+            }),
         }
     }
 
@@ -757,7 +807,7 @@ where
         write
             .mutations
             .push(set_mutation(KeyBytes::from(record_key), Value::from(bytes)));
-        self.commit_unopposed(write).map(Ok)
+        self.commit_unopposed(write)
     }
 
     /// The record at `record_key` as the latest state has it, with its versionstamp, decoded
@@ -812,7 +862,7 @@ where
         write
             .mutations
             .push(delete_mutation(KeyBytes::from(record_key)));
-        self.commit_unopposed(write).map(|()| Ok(Some(old)))
+        self.commit_unopposed(write).map(|r| r.map(|()| Some(old)))
     }
 
     /// The update without a transaction: read the record's latest version, apply `f`, then one
@@ -859,7 +909,8 @@ where
             None => Unopposed::Declined,
         };
         let lost = match outcome {
-            Unopposed::Done(()) => return Unopposed::Done(Ok(new)),
+            Unopposed::Done(Ok(())) => return Unopposed::Done(Ok(new)),
+            Unopposed::Done(Err(e)) => return Unopposed::Done(Err(e)),
             Unopposed::Declined => false,
             Unopposed::Lost => true,
         };
@@ -949,14 +1000,16 @@ where
     pub fn upsert(&self, record: &T) -> Result<Option<T>, Error> {
         let pk = (self.def.primary_key)(record);
         let record_key = self.write_record_key(&pk)?;
-        self.run(|tx| {
+        let result = self.run(|tx| {
             let (old, old_plan) = match self.read_in(tx, &pk, &record_key)? {
                 Some((old, _, plan)) => (Some(old), plan),
                 None => (None, Vec::new()),
             };
             self.put_in(tx, &pk, &record_key, &old_plan, Some(record))?;
             Ok(old)
-        })
+        });
+        // What it replaced cannot be known after the fact: an unknown outcome is reported.
+        self.settle(result, &pk, &record_key, || None)
     }
 
     /// Read-modify-write: replaces the record at `pk` by `f(record)`. `f` runs once for each
@@ -987,6 +1040,24 @@ where
         T: Clone,
     {
         let record_key = self.write_record_key(pk)?;
+        let mut last: Option<T> = None;
+        let result = self.update_at(pk, &record_key, &mut |old| {
+            let new = f(old);
+            last = Some(new.clone());
+            new
+        });
+        self.settle(result, pk, &record_key, || {
+            let new = last?;
+            Some((self.encode(pk, &new).ok()?, new))
+        })
+    }
+
+    /// [`Collection::update`] before an unknown outcome is settled.
+    fn update_at(&self, pk: &Key, record_key: &[u8], mut f: impl FnMut(T) -> T) -> Result<T, Error>
+    where
+        T: Clone,
+    {
+        let record_key = record_key.to_vec();
         let mut made = None;
         let attempt = || self.update_unopposed(pk, &record_key, &mut f, &mut made);
         let lost = match self.try_unopposed(attempt) {
@@ -1024,17 +1095,19 @@ where
     /// such record can exist), a store error, or a conflict past the retry bound.
     pub fn delete(&self, pk: &Key) -> Result<Option<T>, Error> {
         let record_key = self.write_record_key(pk)?;
-        let lost = match self.try_unopposed(|| self.delete_unopposed(pk, &record_key)) {
-            Ok(done) => return done,
-            Err(lost) => lost,
+        let result = match self.try_unopposed(|| self.delete_unopposed(pk, &record_key)) {
+            Ok(done) => done,
+            Err(lost) => self.run_after(lost, |tx| {
+                let Some((old, _, old_plan)) = self.read_in(tx, pk, &record_key)? else {
+                    return Ok(None);
+                };
+                self.put_in(tx, pk, &record_key, &old_plan, None)?;
+                Ok(Some(old))
+            }),
         };
-        self.run_after(lost, |tx| {
-            let Some((old, _, old_plan)) = self.read_in(tx, pk, &record_key)? else {
-                return Ok(None);
-            };
-            self.put_in(tx, pk, &record_key, &old_plan, None)?;
-            Ok(Some(old))
-        })
+        // An absent record after an unknown outcome may be this delete's doing or not (and
+        // what it deleted is unknown): reported either way.
+        self.settle(result, pk, &record_key, || None)
     }
 
     /// The record at `pk`.

@@ -84,8 +84,52 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+    /// A write was sent to a remote store and the connection failed before its answer came,
+    /// so it may or may not have committed (it was not resent: that could write twice). The
+    /// collection re-read the record afterwards; `reread` says what it found. An insert or
+    /// update that finds exactly what it wrote reports success instead of this.
+    #[error(
+        "collection `{collection}`: the write of record {primary_key} may or may not have \
+         committed ({reason}); re-read, the record {reread}"
+    )]
+    OutcomeUnknown {
+        /// The collection.
+        collection: String,
+        /// The record's primary key.
+        primary_key: Key,
+        /// What failed on the way back.
+        reason: String,
+        /// What the record held when re-read.
+        reread: Reread,
+    },
     /// The store refused the operation (a limit such as the value size, a bad key) or kept
     /// conflicting past the retry bound.
     #[error(transparent)]
     Store(#[from] tuplekv_engine::Error),
+}
+
+/// What a record held when re-read after a write with an unknown outcome
+/// ([`Error::OutcomeUnknown`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reread {
+    /// Nothing is there: the write did not commit, or it deleted the record, or it is still on
+    /// its way (a later write with checks cannot be overtaken by it).
+    Absent,
+    /// Exactly the bytes the write wrote.
+    Written,
+    /// Some other version of the record.
+    Other,
+    /// The re-read failed too.
+    Failed(String),
+}
+
+impl std::fmt::Display for Reread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reread::Absent => f.write_str("is absent"),
+            Reread::Written => f.write_str("holds what the write wrote"),
+            Reread::Other => f.write_str("holds another version"),
+            Reread::Failed(e) => write!(f, "could not be read ({e})"),
+        }
+    }
 }

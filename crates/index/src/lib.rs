@@ -155,7 +155,7 @@ mod error;
 mod maintain;
 
 pub use collection::{Collection, CollectionBuilder, Extract, Page, Values};
-pub use error::Error;
+pub use error::{Error, Reread};
 pub use maintain::{
     BACKFILL_BATCH_DEFAULT, BackfillReport, Duplicate, Finding, Problem, Progress, VerifyReport,
 };

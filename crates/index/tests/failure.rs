@@ -31,6 +31,10 @@ fn user(id: u64, email: &str, color: &str) -> User {
 const PASS: u8 = 0;
 const CONFLICT: u8 = 1;
 const LIMIT: u8 = 2;
+/// The next commit is applied, then its answer is lost (a remote store's connection failed).
+const LOST_AFTER: u8 = 3;
+/// The next commit is not applied, and its answer is lost.
+const LOST_BEFORE: u8 = 4;
 
 /// The in-memory engine with a switch that makes commits fail, and a count of the commits it
 /// was asked for.
@@ -68,6 +72,15 @@ impl Store for Faulty {
                 range_changed: true,
             })),
             LIMIT => Err(tuplekv_engine::Error::ValueTooLarge { size: 70_000 }),
+            LOST_AFTER | LOST_BEFORE => {
+                let applied = self.mode.swap(PASS, Ordering::SeqCst) == LOST_AFTER;
+                if applied {
+                    let _ = Store::commit(&self.db, write)?;
+                }
+                Err(tuplekv_engine::Error::OutcomeUnknown {
+                    reason: "the connection closed (on purpose)".into(),
+                })
+            }
             _ => Store::commit(&self.db, write),
         }
     }
@@ -251,4 +264,71 @@ fn claiming_a_value_whose_entry_already_points_at_the_record_commits_once() {
     .unwrap();
     assert_eq!(store.commits.load(Ordering::SeqCst) - before, 1);
     assert!(c.verify().unwrap().is_clean());
+}
+
+fn unknown(res: &Result<impl std::fmt::Debug, Error>) -> Option<tuplekv_index::Reread> {
+    match res {
+        Err(Error::OutcomeUnknown { reread, .. }) => Some(reread.clone()),
+        _ => None,
+    }
+}
+
+#[test]
+fn an_insert_whose_answer_was_lost_after_it_committed_re_reads_and_succeeds() {
+    let (store, c) = faulty_with_two_users();
+    store.mode.store(LOST_AFTER, Ordering::SeqCst);
+    c.insert(&user(3, "cy@x", "green")).unwrap();
+    assert_eq!(c.get(&key![3]).unwrap(), Some(user(3, "cy@x", "green")));
+    assert!(c.verify().unwrap().is_clean());
+}
+
+#[test]
+fn an_insert_whose_answer_was_lost_before_it_committed_reports_the_record_absent() {
+    let (store, c) = faulty_with_two_users();
+    let before = dump(&store.db);
+    store.mode.store(LOST_BEFORE, Ordering::SeqCst);
+    let res = c.insert(&user(3, "cy@x", "green"));
+    assert_eq!(
+        unknown(&res),
+        Some(tuplekv_index::Reread::Absent),
+        "{res:?}"
+    );
+    assert_eq!(dump(&store.db), before);
+    // Inserting again is safe: the checks of the new write decide.
+    c.insert(&user(3, "cy@x", "green")).unwrap();
+    assert!(c.verify().unwrap().is_clean());
+}
+
+#[test]
+fn an_update_whose_answer_was_lost_after_it_committed_returns_the_new_record() {
+    let (store, c) = faulty_with_two_users();
+    store.mode.store(LOST_AFTER, Ordering::SeqCst);
+    let new = c
+        .update(&key![2], |mut u| {
+            u.email = "bob@new".into();
+            u
+        })
+        .unwrap();
+    assert_eq!(new, user(2, "bob@new", "blue"));
+    assert!(c.verify().unwrap().is_clean());
+}
+
+#[test]
+fn a_delete_or_upsert_whose_answer_was_lost_is_reported_with_what_the_re_read_found() {
+    let (store, c) = faulty_with_two_users();
+    store.mode.store(LOST_AFTER, Ordering::SeqCst);
+    let res = c.delete(&key![1]);
+    assert_eq!(
+        unknown(&res),
+        Some(tuplekv_index::Reread::Absent),
+        "{res:?}"
+    );
+    store.mode.store(LOST_AFTER, Ordering::SeqCst);
+    let res = c.upsert(&user(2, "bob@up", "red"));
+    assert_eq!(unknown(&res), Some(tuplekv_index::Reread::Other), "{res:?}");
+    let msg = res.unwrap_err().to_string();
+    assert!(msg.contains("may or may not have committed"), "{msg}");
+    // Whatever landed, the indexes agree with the records.
+    assert!(c.verify().unwrap().is_clean());
+    assert_eq!(c.get(&key![1]).unwrap(), None);
 }

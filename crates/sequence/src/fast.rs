@@ -188,7 +188,15 @@ fn reserve<S: Store>(core: &Core<S>, adapt: &mut Adapt) -> Result<Range<u64>, Er
             mutations: vec![set],
             ..AtomicWrite::default()
         };
-        if core.store.commit(write)?.is_committed() {
+        let committed = match core.store.commit(write) {
+            Ok(res) => res.is_committed(),
+            // The reservation may or may not have committed: its block is skipped, never
+            // used. The next attempt reads the counter afresh, and its check on the counter's
+            // versionstamp fails if the lost write landed after all, so no block is given twice.
+            Err(tuplekv_engine::Error::OutcomeUnknown { .. }) => false,
+            Err(e) => return Err(e.into()),
+        };
+        if committed {
             adapt.size = size;
             adapt.last = Some(now);
             adapt.reservations += 1;

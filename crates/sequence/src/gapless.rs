@@ -31,7 +31,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-use tuplekv_engine::{AtomicWrite, CommitResult, Conflict, KeyBytes, Store, Versionstamp};
+use tuplekv_engine::{
+    AtomicWrite, CommitResult, Conflict, Error as StoreError, KeyBytes, Store, Versionstamp,
+};
 
 use crate::error::Error;
 use crate::format::{Format, Issued};
@@ -359,6 +361,16 @@ impl<S: Store> GaplessSequence<S> {
                     if attempts > 0 {
                         std::thread::yield_now();
                     }
+                }
+                // The store could not be reached, or the write was sent and its answer lost:
+                // whether it committed is unknown (or nothing was sent). Resending could commit
+                // these records twice under new numbers, so each request fails with the error,
+                // and the counter is read afresh next time.
+                Err(e @ (StoreError::OutcomeUnknown { .. } | StoreError::Unavailable { .. })) => {
+                    *counter = None;
+                    parts
+                        .into_iter()
+                        .for_each(|p| p.req.finish(Err(e.clone().into())));
                 }
                 Err(e) if parts.len() == 1 => {
                     parts

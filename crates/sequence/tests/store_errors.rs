@@ -153,3 +153,56 @@ fn a_leader_whose_commit_panics_hands_the_lead_to_the_queue() {
     assert_eq!(numbers, [1, 2, 3, 4]);
     assert_eq!(used_numbers(&store, &seqs), [1, 2, 3, 4]);
 }
+
+#[test]
+fn a_fast_reservation_whose_answer_was_lost_after_it_committed_is_skipped_never_reused() {
+    let store = Faulty::new();
+    let seqs = create(&store, "INFO", Mode::Fast);
+    let counter = seqs.counter_key("INFO").unwrap();
+    let h = seqs.fast("INFO").unwrap();
+    store.lose_answers(1, true);
+    // The lost reservation took 1..=BLOCK_SIZE_MIN; the handle reads the counter again and
+    // reserves the next block instead of using a block it cannot know is its own.
+    let first = h.next().unwrap().number();
+    assert_eq!(first, BLOCK_SIZE_MIN + 1);
+    assert_eq!(store.u64_at(&counter), Some(2 * BLOCK_SIZE_MIN + 1));
+    assert_eq!(h.reservations(), 1);
+}
+
+#[test]
+fn a_fast_reservation_whose_answer_was_lost_before_it_committed_reserves_afresh() {
+    let store = Faulty::new();
+    let seqs = create(&store, "INFO", Mode::Fast);
+    let h = seqs.fast("INFO").unwrap();
+    store.lose_answers(1, false);
+    // Nothing landed, so the fresh reservation starts at 1; had the lost write landed later,
+    // the fresh one's check on the counter's versionstamp would have failed instead.
+    assert_eq!(h.next().unwrap().number(), 1);
+    let other = seqs.fast("INFO").unwrap();
+    assert_eq!(other.next().unwrap().number(), BLOCK_SIZE_MIN + 1);
+}
+
+#[test]
+fn a_gapless_commit_whose_answer_was_lost_fails_its_requests_and_the_numbers_stay_contiguous() {
+    let store = Faulty::new();
+    let seqs = create(&store, "TKT", Mode::Gapless);
+    let h = seqs.gapless("TKT").unwrap();
+    assert_eq!(h.next().unwrap().number(), 1);
+    store.lose_answers(1, true);
+    let err = h.next().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Store(tuplekv_engine::Error::OutcomeUnknown { .. })
+        ),
+        "{err}"
+    );
+    // Number 2 landed with its record; the handle forgot its cached counter and reads it
+    // again, so the next number is 3, and nothing was committed twice.
+    assert_eq!(h.next().unwrap().number(), 3);
+    assert_eq!(used_numbers(&store, &seqs), vec![1, 2, 3]);
+    store.lose_answers(1, false);
+    assert!(h.next().is_err());
+    assert_eq!(h.next().unwrap().number(), 4);
+    assert_eq!(used_numbers(&store, &seqs), vec![1, 2, 3, 4]);
+}

@@ -21,6 +21,10 @@ struct Plan {
     counter: Vec<u8>,
     /// Commits that reached the engine.
     committed: u64,
+    /// This many commits lose their answer (`Error::OutcomeUnknown`), after being applied if
+    /// `lost_applied`.
+    lose: u64,
+    lost_applied: bool,
 }
 
 /// A store that fails on demand; clones share the plan.
@@ -41,6 +45,14 @@ impl Faulty {
     /// The next `n` commits fail with an I/O error and change nothing.
     pub(crate) fn fail_commits(&self, n: u64) {
         self.plan.lock().unwrap().fail = n;
+    }
+
+    /// The next `n` commits lose their answer: each fails with `Error::OutcomeUnknown`, after
+    /// it was applied if `applied`, else without being applied.
+    pub(crate) fn lose_answers(&self, n: u64, applied: bool) {
+        let mut plan = self.plan.lock().unwrap();
+        plan.lose = n;
+        plan.lost_applied = applied;
     }
 
     /// The `k`-th commit from now (1: the next) panics before it reaches the engine.
@@ -115,6 +127,15 @@ impl Store for Faulty {
                 self.db.set_raw(&plan.counter, Value::U64(value)).unwrap();
             }
             plan.committed += 1;
+            if plan.lose > 0 {
+                plan.lose -= 1;
+                if plan.lost_applied {
+                    let _ = self.db.commit(write)?;
+                }
+                return Err(Error::OutcomeUnknown {
+                    reason: "the connection closed (on purpose)".into(),
+                });
+            }
         }
         self.db.commit(write)
     }
