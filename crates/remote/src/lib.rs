@@ -260,7 +260,18 @@ impl RemoteStore {
                 });
             }
             let body: Bytes = encode_write(&write, session.extension);
-            let (_, reply) = transport.call("atomic_write", body, Kind::Write).await?;
+            let reply = match transport.call("atomic_write", body, Kind::Write).await {
+                Ok((_, reply)) => reply,
+                Err(Error::NotU64 { op, index, .. }) => {
+                    let key = write
+                        .mutations
+                        .get(index)
+                        .map(|m| m.key.clone())
+                        .unwrap_or_default();
+                    return Err(Error::NotU64 { op, index, key });
+                }
+                Err(e) => return Err(e),
+            };
             decode_write_output(&write, &reply.body)
         }
     }

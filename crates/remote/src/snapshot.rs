@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use denokv_proto::datapath as pb;
-use tuplekv_engine::limits::{KEY_SIZE_MAX_READ, LIST_BATCH_SIZE_MAX};
+use tuplekv_engine::limits::{KEY_SIZE_MAX_READ, KEY_SIZE_MAX_WRITE, LIST_BATCH_SIZE_MAX};
 use tuplekv_engine::{ByteRange, Entry, Error, ReadView, Versionstamp};
 
 use crate::codec::{ReadOutput, decode_read_output, encode_read};
@@ -139,6 +139,10 @@ fn check_bound(key: &[u8]) -> Result<(), Error> {
 impl ReadView for RemoteSnapshot {
     fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
         check_bound(key)?;
+        if key.len() > KEY_SIZE_MAX_WRITE {
+            // No stored key is that long, and its one-key range would end past the limit.
+            return Ok(None);
+        }
         let mut end = key.to_vec();
         end.push(0);
         let ranges = self.read(vec![pb::ReadRange {
@@ -194,19 +198,30 @@ pub(crate) fn get_many_raw(
     snapshot: &RemoteSnapshot,
     keys: &[Vec<u8>],
 ) -> Result<Vec<Option<Entry>>, Error> {
-    let ranges = keys
+    // Keys too long to be stored are not asked for (their ranges would end past the limit).
+    let asked: Vec<&Vec<u8>> = keys
+        .iter()
+        .filter(|k| k.len() <= KEY_SIZE_MAX_WRITE)
+        .collect();
+    let ranges = asked
         .iter()
         .map(|k| {
-            let mut end = k.clone();
+            let mut end = k.to_vec();
             end.push(0);
             pb::ReadRange {
-                start: k.clone(),
+                start: k.to_vec(),
                 end,
                 limit: 1,
                 reverse: false,
             }
         })
         .collect();
-    let out = snapshot.read(ranges)?;
-    Ok(out.into_iter().map(|r| r.into_iter().next()).collect())
+    let mut out = snapshot.read(ranges)?.into_iter();
+    Ok(keys
+        .iter()
+        .map(|k| match k.len() <= KEY_SIZE_MAX_WRITE {
+            true => out.next().and_then(|r| r.into_iter().next()),
+            false => None,
+        })
+        .collect())
 }

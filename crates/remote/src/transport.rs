@@ -60,8 +60,9 @@ enum Failure {
     NotSent(String),
     /// The request may have been sent, and no answer came.
     Unknown(String),
-    /// The server answered with a non-success status.
-    Status(StatusCode, String),
+    /// The server answered with a non-success status (and, for a 400 about a mutation, the
+    /// mutation's index).
+    Status(StatusCode, String, Option<usize>),
 }
 
 pub(crate) struct Transport {
@@ -150,7 +151,7 @@ impl Transport {
                         Some(Arc::clone(&session));
                     return Ok(session);
                 }
-                Err(Failure::Status(status, message)) => {
+                Err(Failure::Status(status, message, _)) => {
                     return Err(Error::Remote {
                         status: status.as_u16(),
                         message,
@@ -185,6 +186,7 @@ impl Transport {
             Failure::Status(
                 StatusCode::BAD_GATEWAY,
                 format!("the metadata exchange answered something that is not metadata: {e}"),
+                None,
             )
         })?;
         if !SUPPORTED_VERSIONS.contains(&meta.version) {
@@ -194,6 +196,7 @@ impl Transport {
                     "the server chose protocol version {}, which this client does not speak",
                     meta.version
                 ),
+                None,
             ));
         }
         let endpoint = meta
@@ -205,6 +208,7 @@ impl Transport {
                 Failure::Status(
                     StatusCode::BAD_GATEWAY,
                     "the metadata lists no endpoint".into(),
+                    None,
                 )
             })?;
         let base = self.resolve(&endpoint.url);
@@ -258,6 +262,10 @@ impl Transport {
         let attempt = async {
             let resp = self.client.request(req).await.map_err(classify)?;
             let status = resp.status();
+            let mutation_index = resp
+                .headers()
+                .get(tuplekv_wire::MUTATION_INDEX_HEADER)
+                .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
             let body = resp
                 .into_body()
                 .collect()
@@ -270,6 +278,7 @@ impl Transport {
                 Err(Failure::Status(
                     status,
                     String::from_utf8_lossy(&body).trim().to_owned(),
+                    mutation_index,
                 ))
             }
         };
@@ -329,6 +338,7 @@ impl Transport {
         Err(status_error(
             status,
             String::from_utf8_lossy(&body).trim().to_owned(),
+            None,
         ))
     }
 
@@ -349,14 +359,16 @@ impl Transport {
             let req = self.data_request(&session, path, body.clone());
             let reason = match self.round_trip(req).await {
                 Ok(body) => return Ok((session, Reply { body })),
-                Err(Failure::Status(StatusCode::UNAUTHORIZED, _)) if !renewed => {
+                Err(Failure::Status(StatusCode::UNAUTHORIZED, _, _)) if !renewed => {
                     // The token may have been renewed under us: exchange again, once.
                     renewed = true;
                     self.forget(&session);
                     continue;
                 }
-                Err(Failure::Status(StatusCode::SERVICE_UNAVAILABLE, message)) => message,
-                Err(Failure::Status(status, message)) => return Err(status_error(status, message)),
+                Err(Failure::Status(StatusCode::SERVICE_UNAVAILABLE, message, _)) => message,
+                Err(Failure::Status(status, message, index)) => {
+                    return Err(status_error(status, message, index));
+                }
                 Err(Failure::NotSent(reason)) => reason,
                 Err(Failure::Unknown(reason)) if kind == Kind::Write => {
                     // The connection is suspect: the next request makes a new one.
@@ -376,8 +388,22 @@ impl Transport {
     }
 }
 
-/// The error for a non-success status.
-fn status_error(status: StatusCode, message: String) -> Error {
+/// The error for a non-success status. A 400 about a mutation that failed on a non-U64 value
+/// (with its index, from a tuplekv server) is `Error::NotU64` with an empty key, which the
+/// caller fills in from its write.
+fn status_error(status: StatusCode, message: String, mutation_index: Option<usize>) -> Error {
+    if let Some(index) = mutation_index
+        && status == StatusCode::BAD_REQUEST
+        && let Some(op) = ["sum", "min", "max"].into_iter().find(|op| {
+            message.starts_with(&format!("Failed to perform '{op}' mutation on a non-U64"))
+        })
+    {
+        return Error::NotU64 {
+            op,
+            index,
+            key: tuplekv_engine::KeyBytes::default(),
+        };
+    }
     if status.as_u16() == tuplekv_wire::SNAPSHOT_GONE_STATUS {
         let versionstamp = message
             .split_whitespace()

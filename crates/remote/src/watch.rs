@@ -57,7 +57,7 @@ impl KeyWatch for RemoteWatch {
         if s.fresh {
             s.fresh = false;
             let entries = s.latest.clone().unwrap_or_default();
-            let changed = match &s.yielded {
+            let changed: Vec<bool> = match &s.yielded {
                 None => vec![true; entries.len()],
                 Some(prev) => entries
                     .iter()
@@ -67,6 +67,14 @@ impl KeyWatch for RemoteWatch {
                     })
                     .collect(),
             };
+            // A reopened stream starts with the whole state again: not a change.
+            if s.yielded.is_some() && !changed.contains(&true) {
+                if s.closed {
+                    return Poll::Ready(None);
+                }
+                s.waker = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
             s.yielded = Some(entries.clone());
             let versionstamp = entries
                 .iter()

@@ -171,3 +171,113 @@ fn an_unreachable_server_is_unavailable_after_the_retry_budget() {
         "{err}"
     );
 }
+
+/// A server that speaks plain KV Connect, as denokv does.
+fn plain() -> (Arc<Database>, TestServer, RemoteStore) {
+    let db = Arc::new(Database::in_memory());
+    let server = TestServer::start_with(Arc::clone(&db), |c| c.with_extension(false));
+    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    (db, server, store)
+}
+
+#[test]
+fn without_the_extension_a_snapshot_serves_one_read_and_names_what_a_second_needs() {
+    let (_db, _server, store) = plain();
+    assert!(!store.has_extension());
+    let _ = store.atomic().set(&key!["a"], 1u64).commit().unwrap();
+    let snap = store.snapshot();
+    assert!(snap.get(&key!["a"]).unwrap().is_some());
+    let err = snap.get(&key!["a"]).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    assert!(err.to_string().contains("tuplekv.snapshots.v1"), "{err}");
+    // One-request reads work however many there are.
+    assert_eq!(store.get_many(&[key!["a"], key!["b"]]).unwrap().len(), 2);
+    assert!(
+        store
+            .get_latest_raw(&tuplekv_engine::codec::encode_key(&key!["a"]))
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[test]
+fn without_the_extension_transactions_that_read_keys_work_and_ones_that_list_are_refused() {
+    let (_db, _server, store) = plain();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    store
+                        .transaction(|tx| {
+                            let n = tx
+                                .get(&key!["n"])?
+                                .and_then(|e| e.value.as_u64())
+                                .unwrap_or(0);
+                            let m = tx
+                                .get(&key!["m"])?
+                                .and_then(|e| e.value.as_u64())
+                                .unwrap_or(0);
+                            tx.set(&key!["n"], n + 1);
+                            tx.set(&key!["m"], m + 2);
+                            Ok::<_, Error>(())
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(
+        store
+            .get_many(&[key!["n"], key!["m"]])
+            .unwrap()
+            .iter()
+            .map(|e| e.as_ref().unwrap().value.as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![100, 200]
+    );
+    let err = store
+        .transaction(|tx| {
+            let n = tx
+                .list(&Selector::prefix(&key!["x"]), ListOptions::default())?
+                .len();
+            tx.set(&key!["count"], n as u64);
+            Ok::<_, Error>(())
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+}
+
+#[test]
+fn the_client_renews_its_token_before_it_expires() {
+    let db = Arc::new(Database::in_memory());
+    let server = TestServer::start_with(db, |c| c.with_token_lifetime(Duration::from_millis(400)));
+    let stats = Arc::clone(server.stats());
+    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    assert_eq!(stats.metadata_requests(), 1);
+    // Half the lifetime is the renewal margin for a short token: after it, the next request
+    // runs the exchange again first.
+    std::thread::sleep(Duration::from_millis(250));
+    let _ = store.get_latest_raw(&[2, b'a', 0]).unwrap();
+    assert_eq!(stats.metadata_requests(), 2);
+}
+
+#[test]
+fn a_watch_carries_on_across_a_server_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Database::open(dir.path()).unwrap());
+    let server = TestServer::start(Arc::clone(&db));
+    let addr = server.addr();
+    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    let k = tuplekv_engine::codec::encode_key(&key!["w"]);
+    let mut watch = store.watch_raw(vec![k.into()]).unwrap();
+    assert_eq!(watch.next_blocking().unwrap().entries, vec![None]);
+    drop(server);
+    drop(db);
+    let db = Arc::new(Database::open(dir.path()).unwrap());
+    let _server = TestServer::start_on(Arc::clone(&db), addr, |c| c);
+    let _ = store.atomic().set(&key!["w"], 9u64).commit().unwrap();
+    let update = watch.next_blocking().unwrap();
+    assert_eq!(update.entries[0].as_ref().unwrap().value.as_u64(), Some(9));
+}

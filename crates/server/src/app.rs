@@ -21,9 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tuplekv_engine::{CommitResult, ReadView, Store, Versionstamp};
 
 use crate::error::{ApiError, text};
-use crate::limits::{
-    METADATA_BODIES_IN_FLIGHT_MAX, METADATA_BODY_MAX, METADATA_TOKEN_LIFETIME, REQUEST_BODY_MAX,
-};
+use crate::limits::{METADATA_BODIES_IN_FLIGHT_MAX, METADATA_BODY_MAX, REQUEST_BODY_MAX};
 use crate::protocol::{
     decode_atomic_write, decode_range_checks, decode_read_mode, decode_snapshot_read, encode_entry,
 };
@@ -235,7 +233,8 @@ async fn metadata<S: Store + 'static>(
         return Err(ApiError::bad_request(text::MINIMUM_PROTOCOL_VERSION));
     };
     drop(body);
-    let extensions = (!req.tuplekv_extensions.is_empty()).then(|| {
+    let asked = state.config.extension() && !req.tuplekv_extensions.is_empty();
+    let extensions = asked.then(|| {
         [tuplekv_wire::EXTENSION]
             .into_iter()
             .filter(|e| req.tuplekv_extensions.iter().any(|r| r == e))
@@ -267,8 +266,8 @@ async fn metadata<S: Store + 'static>(
     } else {
         ENDPOINT_PATH.to_owned()
     };
-    let lifetime =
-        chrono::Duration::from_std(METADATA_TOKEN_LIFETIME).map_err(|_| ApiError::internal())?;
+    let lifetime = chrono::Duration::from_std(state.config.token_lifetime())
+        .map_err(|_| ApiError::internal())?;
     let expires_at =
         (chrono::Utc::now() + lifetime).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let reply = MetadataResponse {
@@ -337,7 +336,10 @@ async fn snapshot_read<S: Store + 'static>(
     state.stats().request(Endpoint::SnapshotRead);
     let body = state.read_body(body, REQUEST_BODY_MAX).await?;
     let ranges = decode_snapshot_read(&body)?;
-    let mode = decode_read_mode(&body)?;
+    let mode = match state.config.extension() {
+        true => decode_read_mode(&body)?,
+        false => None,
+    };
     drop(body);
     let snapshot = match mode.and_then(|m| m.at) {
         Some(at) => state.held.get(at).ok_or_else(|| snapshot_gone(at))?,
@@ -401,7 +403,10 @@ async fn atomic_write<S: Store + 'static>(
     state.stats().request(Endpoint::AtomicWrite);
     let body = state.read_body(body, REQUEST_BODY_MAX).await?;
     let mut write = decode_atomic_write(&body)?;
-    let range_checks = decode_range_checks(&body)?;
+    let range_checks = match state.config.extension() {
+        true => decode_range_checks(&body)?,
+        false => None,
+    };
     let extended = range_checks.is_some();
     write.range_checks = range_checks.unwrap_or_default();
     drop(body);

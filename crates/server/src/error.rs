@@ -22,7 +22,12 @@ use tuplekv_engine::Error;
 pub struct ApiError {
     status: StatusCode,
     message: String,
+    /// For a mutation that failed on the stored value, its index: sent as
+    /// `tuplekv_wire::MUTATION_INDEX_HEADER`, so tuplekv's client can name the mutation as the engine does.
+    mutation_index: Option<usize>,
 }
+
+use tuplekv_wire::MUTATION_INDEX_HEADER;
 
 /// denokv's texts, for the errors both servers have.
 pub(crate) mod text {
@@ -68,6 +73,7 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            mutation_index: None,
         }
     }
 
@@ -117,9 +123,12 @@ impl ApiError {
             Error::ZeroLimit | Error::ZeroBatchSize => {
                 Self::bad_request(text::INVALID_READ_RANGE_LIMIT)
             }
-            Error::NotU64 { op, .. } => Self::bad_request(format!(
-                "Failed to perform '{op}' mutation on a non-U64 value in the database"
-            )),
+            Error::NotU64 { op, index, .. } => ApiError {
+                mutation_index: Some(*index),
+                ..Self::bad_request(format!(
+                    "Failed to perform '{op}' mutation on a non-U64 value in the database"
+                ))
+            },
             // The engine's texts for these are denokv's (`SumError`'s `Display`).
             Error::Sum(sum) => Self::bad_request(sum.to_string()),
             Error::TooManyWatchedKeys { .. } => Self::bad_request(text::TOO_MANY_WATCHED_KEYS),
@@ -148,12 +157,18 @@ impl IntoResponse for ApiError {
             // log. They are counted in `ServerStats::refused_requests`.
             tracing::debug!(status = self.status.as_u16(), message = %self.message, "request refused");
         }
-        (
+        let mut response = (
             self.status,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             self.message,
         )
-            .into_response()
+            .into_response();
+        if let Some(index) = self.mutation_index {
+            response
+                .headers_mut()
+                .insert(MUTATION_INDEX_HEADER, header::HeaderValue::from(index));
+        }
+        response
     }
 }
 

@@ -113,6 +113,8 @@ pub struct ServerConfig {
     commit_mode: CommitMode,
     snapshots_held_max: usize,
     snapshot_idle_timeout: Duration,
+    token_lifetime: Duration,
+    extension: bool,
     stats: Arc<ServerStats>,
 }
 
@@ -148,6 +150,8 @@ impl ServerConfig {
             commit_mode: CommitMode::default(),
             snapshots_held_max: limits::SNAPSHOTS_HELD_MAX,
             snapshot_idle_timeout: limits::SNAPSHOT_IDLE_TIMEOUT,
+            token_lifetime: limits::METADATA_TOKEN_LIFETIME,
+            extension: true,
             stats: Arc::default(),
         })
     }
@@ -204,6 +208,23 @@ impl ServerConfig {
         self
     }
 
+    /// Sets how long a metadata exchange's token is valid (the reply's `expiresAt`; default
+    /// [`limits::METADATA_TOKEN_LIFETIME`]). Clients run the exchange again before it ends.
+    #[must_use]
+    pub fn with_token_lifetime(mut self, lifetime: Duration) -> Self {
+        self.token_lifetime = lifetime;
+        self
+    }
+
+    /// Sets whether the server offers tuplekv's KV Connect extension (default: yes). Without
+    /// it the server speaks plain KV Connect, as denokv does: for testing clients against
+    /// what such a server offers.
+    #[must_use]
+    pub fn with_extension(mut self, offered: bool) -> Self {
+        self.extension = offered;
+        self
+    }
+
     /// Where commits run.
     pub fn commit_mode(&self) -> CommitMode {
         self.commit_mode
@@ -239,6 +260,14 @@ impl ServerConfig {
         self.request_bodies_in_flight_max
     }
 
+    pub(crate) fn extension(&self) -> bool {
+        self.extension
+    }
+
+    pub(crate) fn token_lifetime(&self) -> Duration {
+        self.token_lifetime
+    }
+
     pub(crate) fn held_snapshots(&self) -> (usize, Duration) {
         (self.snapshots_held_max, self.snapshot_idle_timeout)
     }
@@ -257,6 +286,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("commit_mode", &self.commit_mode)
             .field("snapshots_held_max", &self.snapshots_held_max)
             .field("snapshot_idle_timeout", &self.snapshot_idle_timeout)
+            .field("token_lifetime", &self.token_lifetime)
+            .field("extension", &self.extension)
             .finish_non_exhaustive()
     }
 }

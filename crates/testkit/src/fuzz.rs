@@ -68,7 +68,10 @@ pub fn server_request_target(data: &[u8]) {
     use tuplekv_engine::{Database, ReadView, Store};
     use tuplekv_server::ApiError;
     use tuplekv_server::limits::*;
-    use tuplekv_server::protocol::{decode_atomic_write, decode_snapshot_read, decode_watch};
+    use tuplekv_server::protocol::{
+        decode_atomic_write, decode_range_checks, decode_read_mode, decode_snapshot_read,
+        decode_watch,
+    };
 
     let Some((&kind, body)) = data.split_first() else {
         return;
@@ -80,6 +83,15 @@ pub fn server_request_target(data: &[u8]) {
         );
     };
     let db = Database::in_memory();
+    // tuplekv's extension fields: decoded (or refused) without a panic, within their limits.
+    match decode_read_mode(body) {
+        Ok(_) => {} // typed: an `at` is a versionstamp, a flag a bool
+        Err(e) => refused(&e),
+    }
+    match decode_range_checks(body) {
+        Ok(checks) => assert!(checks.is_none_or(|c| c.len() <= RANGE_CHECKS_MAX)),
+        Err(e) => refused(&e),
+    }
     match kind % 3 {
         0 => match decode_snapshot_read(body) {
             Ok(ranges) => {

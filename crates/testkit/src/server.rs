@@ -14,6 +14,7 @@ pub const TEST_TOKEN: &str = "tuplekv-test-token";
 /// A running server over a store; dropping it stops the server and waits for its thread.
 pub struct TestServer {
     addr: SocketAddr,
+    stats: Arc<tuplekv_server::ServerStats>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -41,6 +42,34 @@ impl TestServer {
     where
         S::Watch: 'static,
     {
+        TestServer::start_at(store, None, configure)
+    }
+
+    /// [`TestServer::start_with`] on `addr`, the address of a server that was stopped (to
+    /// restart it where its clients look). Binding is retried for a few seconds, in case the
+    /// port is briefly still held.
+    ///
+    /// # Panics
+    /// As [`TestServer::start`], or if the port stays taken.
+    pub fn start_on<S: Store + 'static>(
+        store: Arc<S>,
+        addr: SocketAddr,
+        configure: impl FnOnce(ServerConfig) -> ServerConfig,
+    ) -> TestServer
+    where
+        S::Watch: 'static,
+    {
+        TestServer::start_at(store, Some(addr), configure)
+    }
+
+    fn start_at<S: Store + 'static>(
+        store: Arc<S>,
+        at: Option<SocketAddr>,
+        configure: impl FnOnce(ServerConfig) -> ServerConfig,
+    ) -> TestServer
+    where
+        S::Watch: 'static,
+    {
         let config = configure(
             ServerConfig::new(TEST_TOKEN)
                 .expect("the test token is long enough")
@@ -51,12 +80,26 @@ impl TestServer {
             .enable_all()
             .build()
             .expect("a runtime for the test server");
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("a loopback port");
+        let listener = runtime.block_on(async {
+            let Some(addr) = at else {
+                return tokio::net::TcpListener::bind("127.0.0.1:0").await;
+            };
+            let mut tries = 0;
+            loop {
+                match tokio::net::TcpListener::bind(addr).await {
+                    Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 100 => {
+                        tries += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                    other => return other,
+                }
+            }
+        });
+        let listener = listener.expect("a loopback port");
         let addr = listener.local_addr().expect("the port");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let options = config.serve_options();
+        let stats = Arc::clone(config.stats());
         let router = tuplekv_server::router(store, config);
         let thread = std::thread::Builder::new()
             .name("test-server".into())
@@ -71,6 +114,7 @@ impl TestServer {
             .expect("the server thread");
         TestServer {
             addr,
+            stats,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -79,6 +123,11 @@ impl TestServer {
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Its request counters.
+    pub fn stats(&self) -> &Arc<tuplekv_server::ServerStats> {
+        &self.stats
     }
 
     /// Its URL, `http://127.0.0.1:PORT`.

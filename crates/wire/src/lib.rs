@@ -36,6 +36,11 @@ pub const EXTENSIONS_JSON_FIELD: &str = "tuplekvExtensions";
 /// protocol's own fields, so it never meets one.
 pub const EXTENSION_FIELD: u32 = 1000;
 
+/// The response header that carries, with a 400 about a mutation that failed on the stored
+/// value (`sum` on a string, say), that mutation's index: the text alone (denokv's) does not
+/// say which mutation it was.
+pub const MUTATION_INDEX_HEADER: &str = "x-tuplekv-mutation-index";
+
 /// The HTTP status of a read or write that names a snapshot the server no longer holds.
 pub const SNAPSHOT_GONE_STATUS: u16 = 410;
 
