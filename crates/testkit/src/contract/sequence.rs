@@ -141,8 +141,7 @@ fn run_thread<S: Store + Clone + 'static>(seqs: &Sequences<S>, model: &Model, op
                             .check(&key!["taken"], None)
                             .set(&key!["records", issued.code()], 0u64);
                     })
-                    .err()
-                    .expect("a record whose check fails is rejected");
+                    .expect_err("a record whose check fails is rejected");
                 assert!(matches!(err, Error::Rejected(_)), "{err}");
                 drop(m);
             }
