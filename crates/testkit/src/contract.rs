@@ -7,7 +7,7 @@
 //! [`store_contract_tests!`](crate::store_contract_tests) turns all of them into one `#[test]`
 //! each, so a backend's test file is a few lines:
 //!
-//! ```ignore
+//! ```text
 //! use tuplekv_testkit::contract::backends::InMemory;
 //! tuplekv_testkit::store_contract_tests!(InMemory);
 //! ```
@@ -1348,7 +1348,7 @@ pub fn watch_yields_at_once_then_wakes_on_a_commit<B: Backend>(backend: &B) {
 /// One `#[test]` per property of the [`Store`] contract, run on the backend `$backend` (an
 /// expression, evaluated once per test).
 ///
-/// ```ignore
+/// ```text
 /// tuplekv_testkit::store_contract_tests!(tuplekv_testkit::contract::backends::InMemory);
 /// ```
 #[macro_export]
