@@ -3,10 +3,12 @@
 //! Deno (kept in `data/`, copied from the project's shared vectors so a clone is
 //! self-contained), a reference model of the engine (`reference`), self-counting buffers for
 //! memory tests (`counted`), helpers for tests that drive a database (`db`) or its directory
-//! on disk (`durable`), a checker thread's rounds for concurrent tests to wait on (`rounds`),
+//! on disk (`durable`), the contract every store backend keeps, written once and run on each
+//! (`contract`), a checker thread's rounds for concurrent tests to wait on (`rounds`),
 //! and the bodies of the fuzz targets so `cargo test` can replay their corpus.
 
 pub mod config;
+pub mod contract;
 pub mod counted;
 pub mod db;
 pub mod durable;

@@ -1,0 +1,205 @@
+//! The backends of the engine itself, for the contract suites: the in-memory and the durable
+//! [`Database`], and [`NoSnapshots`], the engine behind the interface of a plain KV Connect
+//! server (no snapshot serves two reads, no range checks), so the suites' paths for such
+//! stores run without a network.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use tuplekv_engine::{
+    AtomicWrite, ByteRange, CommitResult, Database, Entry, Error, Key, KeyBytes, Options, ReadView,
+    Store, Versionstamp, Watch,
+};
+
+use super::Backend;
+
+/// Fresh [`Database::in_memory`] stores.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct InMemory;
+
+impl Backend for InMemory {
+    type Store = Database;
+
+    fn name(&self) -> &str {
+        "in-memory"
+    }
+
+    fn open(&self) -> Database {
+        Database::in_memory()
+    }
+}
+
+/// Fresh durable databases ([`Database::open`] with the default options, so every commit is
+/// synced), each in its own directory under one scratch directory that lives as long as the
+/// backend.
+#[derive(Debug)]
+pub struct Durable {
+    root: tempfile::TempDir,
+    opened: AtomicUsize,
+}
+
+impl Durable {
+    /// A backend with a new scratch directory.
+    ///
+    /// # Panics
+    /// If the scratch directory cannot be made.
+    pub fn new() -> Durable {
+        Durable {
+            root: tempfile::tempdir().expect("a scratch directory"),
+            opened: AtomicUsize::new(0),
+        }
+    }
+
+    fn next_dir(&self) -> PathBuf {
+        let n = self.opened.fetch_add(1, Ordering::Relaxed);
+        self.root.path().join(format!("db-{n}"))
+    }
+}
+
+impl Default for Durable {
+    fn default() -> Self {
+        Durable::new()
+    }
+}
+
+impl Backend for Durable {
+    type Store = Database;
+
+    fn name(&self) -> &str {
+        "durable"
+    }
+
+    /// # Panics
+    /// If the database cannot be opened.
+    fn open(&self) -> Database {
+        Database::open(self.next_dir(), Options::default()).expect("a durable database opens")
+    }
+}
+
+/// Fresh [`LatestOnly`] stores: the engine as a store without snapshots.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoSnapshots;
+
+impl Backend for NoSnapshots {
+    type Store = LatestOnly;
+
+    fn name(&self) -> &str {
+        "no-snapshots"
+    }
+
+    fn open(&self) -> LatestOnly {
+        LatestOnly {
+            db: Database::in_memory(),
+        }
+    }
+
+    fn has_snapshots(&self) -> bool {
+        false
+    }
+}
+
+/// An in-memory database behind the interface of a KV Connect server without tuplekv's
+/// extension: a snapshot answers its first read from the latest state and refuses later ones
+/// with [`Error::Unsupported`] (it cannot promise they see the same state), a transaction's
+/// view reads the latest state each time, and a commit with range checks is refused.
+#[derive(Debug, Clone)]
+pub struct LatestOnly {
+    db: Database,
+}
+
+impl LatestOnly {
+    /// The database underneath.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    fn view(&self, one_state: bool) -> LatestView {
+        LatestView {
+            db: self.db.clone(),
+            at: self.db.current_versionstamp(),
+            one_state,
+            read: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// A [`LatestOnly`] snapshot or transaction view.
+#[derive(Debug, Clone)]
+pub struct LatestView {
+    db: Database,
+    at: Versionstamp,
+    /// A snapshot (one read) rather than a transaction's view (reads of the latest state).
+    one_state: bool,
+    /// Whether the snapshot has served its read (shared by clones, like a remote snapshot).
+    read: Arc<AtomicBool>,
+}
+
+impl LatestView {
+    fn admit(&self) -> Result<(), Error> {
+        if self.one_state && self.read.swap(true, Ordering::AcqRel) {
+            return Err(Error::Unsupported {
+                operation: "a second read of one snapshot",
+                needs: "snapshots held by the server",
+            });
+        }
+        Ok(())
+    }
+}
+
+impl ReadView for LatestView {
+    fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        self.admit()?;
+        self.db.get_latest_raw(key)
+    }
+
+    fn scan(&self, range: &ByteRange, reverse: bool, limit: usize) -> Result<Vec<Entry>, Error> {
+        self.admit()?;
+        ReadView::scan(&self.db, range, reverse, limit)
+    }
+
+    fn reads_one_state(&self) -> bool {
+        self.one_state
+    }
+}
+
+impl Store for LatestOnly {
+    type Snapshot = LatestView;
+    type Watch = Watch;
+
+    fn snapshot(&self) -> LatestView {
+        self.view(true)
+    }
+
+    fn transaction_snapshot(&self) -> LatestView {
+        self.view(false)
+    }
+
+    fn watch_raw(&self, keys: Vec<KeyBytes>) -> Result<Watch, Error> {
+        self.db.watch_raw(keys)
+    }
+
+    fn snapshot_versionstamp(snapshot: &LatestView) -> Versionstamp {
+        snapshot.at
+    }
+
+    fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        self.db.get_latest_raw(key)
+    }
+
+    /// One request reads every key from one state, as KV Connect's `snapshot_read` does.
+    fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<Entry>>, Error> {
+        self.db.get_many(keys)
+    }
+
+    fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
+        write.validate()?;
+        if !write.range_checks.is_empty() {
+            return Err(Error::Unsupported {
+                operation: "a range check",
+                needs: "range checks in the server's commits",
+            });
+        }
+        self.db.commit(write)
+    }
+}

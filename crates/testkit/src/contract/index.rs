@@ -1,0 +1,523 @@
+//! The index layer's contract on any backend: a [`Collection`] over the backend's store
+//! answers every operation and query as a reference model says (single-threaded), keeps
+//! every index in step with its records under concurrent writers, and lets one of several
+//! racing inserts of a unique value win.
+//!
+//! Without snapshots ([`Backend::has_snapshots`] is `false`) the queries that read several
+//! keys from one snapshot cannot be served: there the model checks each operation's outcome
+//! and every record by `get`, and the concurrent properties check the records only.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use proptest::test_runner::{TestCaseError, TestRunner};
+use serde::{Deserialize, Serialize};
+use tuplekv_engine::codec::{decode_key, encode_key};
+use tuplekv_engine::{ByteRange, Key, KeyPart, ListOptions, ReadView, Selector, Store, Value, key};
+use tuplekv_index::{Collection, Error, Page};
+
+use super::{Backend, DUMP_MAX};
+use crate::config::proptest_config;
+
+/// Cases of [`collection_matches_a_reference_model`] (`TUPLEKV_PROPTEST_CASES` overrides).
+pub const MODEL_CASES: u32 = 12;
+/// Most operations of one model case.
+pub const MODEL_OPS_MAX: usize = 24;
+/// Cases of [`concurrent_writers_keep_indexes_in_step`].
+pub const CONCURRENT_CASES: u32 = 8;
+/// Threads of the concurrent properties.
+pub const WRITER_THREADS: usize = 3;
+/// Most operations of one concurrent thread.
+pub const WRITER_OPS_MAX: usize = 16;
+/// Rounds of [`racing_inserts_of_one_unique_value_have_one_winner`].
+pub const RACE_ROUNDS: usize = 5;
+
+const IDS: u8 = 6;
+const CODES: u8 = 4;
+const COLORS: u8 = 3;
+const TAGS: u8 = 3;
+
+/// The record of the suites.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Item {
+    id: u8,
+    code: u8,
+    color: u8,
+    tags: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert(Item),
+    Upsert(Item),
+    Recolor(u8, u8),
+    Recode(u8, u8),
+    Delete(u8),
+}
+
+fn item() -> impl Strategy<Value = Item> {
+    // Few ids, codes and colours, so operations collide on records and unique values.
+    (
+        0..IDS,
+        0..CODES,
+        0..COLORS,
+        prop::collection::vec(0..TAGS, 0..3),
+    )
+        .prop_map(|(id, code, color, tags)| Item {
+            id,
+            code,
+            color,
+            tags,
+        })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        item().prop_map(Op::Insert),
+        item().prop_map(Op::Upsert),
+        (0..IDS, 0..COLORS).prop_map(|(id, c)| Op::Recolor(id, c)),
+        (0..IDS, 0..CODES).prop_map(|(id, c)| Op::Recode(id, c)),
+        (0..IDS).prop_map(Op::Delete),
+    ]
+}
+
+/// The collection of the suites: a unique, a covering and a multi-valued index.
+fn collection<S: Store>(store: S, max_attempts: u32) -> Collection<Item, S> {
+    Collection::builder("items", |i: &Item| key![i.id])
+        .unique("code", |i| Some(key![i.code]))
+        .index("color", |i| Some(key![i.color]))
+        .covering()
+        .multi("tags", |i| i.tags.iter().map(|t| key![*t]).collect())
+        .max_attempts(max_attempts)
+        .open(store)
+        .expect("the collection opens")
+}
+
+/// What an operation returns: the record it reports (old or new), or the error.
+type Outcome = Result<Option<Item>, Error>;
+
+/// The reference: records by id, and what each operation must do to them.
+#[derive(Default)]
+struct Model {
+    records: BTreeMap<u8, Item>,
+}
+
+impl Model {
+    /// The error a write of `code` by record `id` must fail with, if another record has it.
+    fn clash(&self, id: u8, code: u8) -> Option<Error> {
+        self.records
+            .values()
+            .find(|i| i.id != id && i.code == code)
+            .map(|holder| Error::UniqueViolation {
+                index: "code".into(),
+                value: key![code],
+                existing_primary_key: key![holder.id],
+            })
+    }
+
+    fn apply(&mut self, op: &Op) -> Outcome {
+        match op {
+            Op::Insert(i) if self.records.contains_key(&i.id) => Err(Error::AlreadyExists {
+                primary_key: key![i.id],
+            }),
+            Op::Insert(i) => self.put(i.clone()).map(|_| None),
+            Op::Upsert(i) => self.put(i.clone()),
+            Op::Recolor(id, color) => self.change(*id, |i| i.color = *color),
+            Op::Recode(id, code) => self.change(*id, |i| i.code = *code),
+            Op::Delete(id) => Ok(self.records.remove(id)),
+        }
+    }
+
+    fn put(&mut self, i: Item) -> Outcome {
+        if let Some(e) = self.clash(i.id, i.code) {
+            return Err(e);
+        }
+        Ok(self.records.insert(i.id, i))
+    }
+
+    fn change(&mut self, id: u8, f: impl Fn(&mut Item)) -> Outcome {
+        let Some(mut i) = self.records.get(&id).cloned() else {
+            return Err(Error::NotFound {
+                primary_key: key![id],
+            });
+        };
+        f(&mut i);
+        self.put(i.clone())?;
+        Ok(Some(i))
+    }
+}
+
+fn run<S: Store>(c: &Collection<Item, S>, op: &Op) -> Outcome {
+    let change = |id: u8, f: &dyn Fn(&mut Item)| {
+        c.update(&key![id], |mut i| {
+            f(&mut i);
+            i
+        })
+        .map(Some)
+    };
+    match op {
+        Op::Insert(i) => c.insert(i).map(|()| None),
+        Op::Upsert(i) => c.upsert(i),
+        Op::Recolor(id, color) => change(*id, &|i| i.color = *color),
+        Op::Recode(id, code) => change(*id, &|i| i.code = *code),
+        Op::Delete(id) => c.delete(&key![*id]),
+    }
+}
+
+fn ids(page: &Page<Item>) -> Vec<u8> {
+    page.items.iter().map(|(_, i)| i.id).collect()
+}
+
+/// Every page of `query`, `limit` at a time, concatenated.
+fn paged(
+    query: impl Fn(ListOptions) -> Result<Page<Item>, Error>,
+    limit: usize,
+    reverse: bool,
+) -> Result<Vec<u8>, TestCaseError> {
+    let mut out = Vec::new();
+    let mut cursor = None;
+    for _ in 0..=usize::from(IDS) * 3 + 1 {
+        let page = query(ListOptions {
+            limit: Some(limit),
+            reverse,
+            cursor,
+            ..ListOptions::default()
+        })
+        .map_err(|e| TestCaseError::fail(format!("a page: {e}")))?;
+        out.extend(ids(&page));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            return Ok(out);
+        }
+    }
+    Err(TestCaseError::fail(format!(
+        "paging by {limit} did not end: {out:?}"
+    )))
+}
+
+fn ok<T>(r: Result<T, Error>, what: &str) -> Result<T, TestCaseError> {
+    r.map_err(|e| TestCaseError::fail(format!("{what}: {e}")))
+}
+
+/// Every record by `get` equals the model's.
+fn check_records<S: Store>(c: &Collection<Item, S>, model: &Model) -> Result<(), TestCaseError> {
+    for id in 0..IDS {
+        prop_assert_eq!(
+            ok(c.get(&key![id]), "get")?,
+            model.records.get(&id).cloned()
+        );
+    }
+    Ok(())
+}
+
+/// Every query the collection answers equals what the model says.
+fn check_queries<S: Store>(c: &Collection<Item, S>, model: &Model) -> Result<(), TestCaseError> {
+    check_records(c, model)?;
+    let all: Vec<(Key, Item)> = model
+        .records
+        .values()
+        .map(|i| (key![i.id], i.clone()))
+        .collect();
+    prop_assert_eq!(ok(c.list(ListOptions::default()), "list")?.items, all);
+    for code in 0..CODES {
+        let want = model.records.values().find(|i| i.code == code);
+        prop_assert_eq!(
+            ok(c.get_by("code", &key![code]), "get_by")?,
+            want.map(|i| (key![i.id], i.clone()))
+        );
+        let want: Vec<u8> = want.map(|i| i.id).into_iter().collect();
+        prop_assert_eq!(paged(|o| c.list_by("code", &key![code], o), 1, true)?, want);
+    }
+    let mut by_code: Vec<&Item> = model.records.values().collect();
+    by_code.sort_by_key(|i| i.code);
+    let by_code: Vec<u8> = by_code.iter().map(|i| i.id).collect();
+    prop_assert_eq!(
+        paged(|o| c.list_by("code", &key![], o), 2, false)?,
+        by_code.clone()
+    );
+    let reversed: Vec<u8> = by_code.iter().rev().copied().collect();
+    prop_assert_eq!(paged(|o| c.list_by("code", &key![], o), 2, true)?, reversed);
+    for color in 0..COLORS {
+        // Entries of one value are ordered by primary key.
+        let want: Vec<u8> = model
+            .records
+            .values()
+            .filter(|i| i.color == color)
+            .map(|i| i.id)
+            .collect();
+        let unpaged = ok(
+            c.list_by("color", &key![color], ListOptions::default()),
+            "list_by",
+        )?;
+        prop_assert_eq!(&ids(&unpaged), &want);
+        prop_assert_eq!(ok(c.count("color", &key![color]), "count")?, want.len());
+        let reversed: Vec<u8> = want.iter().rev().copied().collect();
+        prop_assert_eq!(
+            paged(|o| c.list_by("color", &key![color], o), 1, true)?,
+            reversed
+        );
+    }
+    for tag in 0..TAGS {
+        let want: Vec<u8> = model
+            .records
+            .values()
+            .filter(|i| i.tags.contains(&tag))
+            .map(|i| i.id)
+            .collect();
+        prop_assert_eq!(ok(c.count("tags", &key![tag]), "count")?, want.len());
+        prop_assert_eq!(paged(|o| c.list_by("tags", &key![tag], o), 1, false)?, want);
+    }
+    Ok(())
+}
+
+/// Runs `test` on `cases` cases of `strategy` (or `$TUPLEKV_PROPTEST_CASES`), failures kept
+/// in `proptest-regressions/<file>` of the crate under test.
+///
+/// # Panics
+/// With proptest's report of the smallest failing case.
+pub(crate) fn run_cases<T: Strategy>(
+    cases: u32,
+    file: &'static str,
+    backend: &str,
+    strategy: T,
+    test: impl Fn(T::Value) -> Result<(), TestCaseError>,
+) {
+    let mut runner = TestRunner::new(proptest_config(cases, file));
+    if let Err(e) = runner.run(&strategy, test) {
+        panic!("on the {backend} backend: {e}");
+    }
+}
+
+/// A sequence of inserts, upserts, updates and deletes, each returning what a `BTreeMap`
+/// model says (`UniqueViolation`, `AlreadyExists`, `NotFound` with their keys included);
+/// after each one every query (`get`, `get_by`, `list_by` paged both ways, `count`, `list`)
+/// equals the model, and at the end [`Collection::verify`] finds nothing wrong.
+pub fn collection_matches_a_reference_model<B: Backend>(backend: &B) {
+    let snapshots = backend.has_snapshots();
+    run_cases(
+        MODEL_CASES,
+        "contract-index-model.txt",
+        backend.name(),
+        prop::collection::vec(op(), 1..MODEL_OPS_MAX),
+        |ops| {
+            let c = collection(backend.open(), 16);
+            let mut model = Model::default();
+            for op in &ops {
+                let want = model.apply(op);
+                let got = run(&c, op);
+                prop_assert_eq!(got, want, "{:?}", op);
+                if snapshots {
+                    check_queries(&c, &model)?;
+                } else {
+                    check_records(&c, &model)?;
+                }
+            }
+            if snapshots {
+                let report = ok(c.verify(), "verify")?;
+                prop_assert!(report.is_clean(), "{:?}", report);
+            }
+            Ok(())
+        },
+    );
+}
+
+fn run_racing<S: Store>(c: &Collection<Item, S>, op: &Op) -> Result<(), TestCaseError> {
+    match run(c, op) {
+        Ok(_)
+        | Err(
+            Error::UniqueViolation { .. } | Error::AlreadyExists { .. } | Error::NotFound { .. },
+        ) => Ok(()),
+        Err(e) => Err(TestCaseError::fail(format!("{op:?}: {e}"))),
+    }
+}
+
+/// Reads the collection's keys straight from the store and checks them against the
+/// documented layout, independently of the collection's code: the entries present are
+/// exactly those the records call for, byte for byte, and no unique value is held twice.
+fn check_raw_layout<S: Store>(c: &Collection<Item, S>) -> Result<Vec<Item>, TestCaseError> {
+    let range: ByteRange = ok(
+        Selector::prefix(&key!["items"])
+            .byte_range()
+            .map_err(|e| Error::Store(e.into())),
+        "a range",
+    )?;
+    let entries = ok(
+        c.store()
+            .snapshot()
+            .scan(&range, false, DUMP_MAX)
+            .map_err(Error::Store),
+        "a scan",
+    )?;
+    let mut records: BTreeMap<u8, Vec<u8>> = BTreeMap::new();
+    let mut actual: BTreeMap<Key, Value> = BTreeMap::new();
+    for e in entries {
+        let k = ok(
+            decode_key(&e.key).map_err(|e| Error::Store(e.into())),
+            "a key",
+        )?;
+        if k.parts().get(1) == Some(&KeyPart::from("id")) {
+            let Value::Bytes(v) = e.value else {
+                return Err(TestCaseError::fail(format!("record {k} is not bytes")));
+            };
+            let id = (0..IDS).find(|i| Some(&KeyPart::from(*i)) == k.parts().get(2));
+            let id = id.ok_or_else(|| TestCaseError::fail(format!("a stray record {k}")))?;
+            records.insert(id, v.to_vec());
+        } else if k.parts().get(1) != Some(&KeyPart::from("meta")) {
+            actual.insert(k, e.value);
+        }
+    }
+    // A pointer to an integer primary key is stored as the integer (the layout table).
+    let pointer = |id: u8| Value::U64(u64::from(id));
+    let mut expected: BTreeMap<Key, Value> = BTreeMap::new();
+    let mut items = Vec::new();
+    for (&id, bytes) in &records {
+        let item = ok(c.get(&key![id]), "get")?
+            .ok_or_else(|| TestCaseError::fail(format!("record {id} vanished")))?;
+        let pk = encode_key(&key![id]);
+        let unique = key!["items", "u", "code", item.code];
+        prop_assert!(
+            expected.insert(unique.clone(), pointer(id)).is_none(),
+            "two records hold {}",
+            unique
+        );
+        let len = u32::try_from(pk.len()).unwrap_or(u32::MAX).to_le_bytes();
+        let covering = [&[1u8][..], &len, &pk, bytes].concat();
+        expected.insert(
+            key!["items", "i", "color", item.color, id],
+            Value::from(covering),
+        );
+        for t in &item.tags {
+            expected.insert(key!["items", "i", "tags", *t, id], pointer(id));
+        }
+        items.push(item);
+    }
+    prop_assert_eq!(actual, expected);
+    Ok(items)
+}
+
+/// Random inserts, upserts, updates and deletes with colliding values from
+/// [`WRITER_THREADS`] threads at once; afterwards a raw read of the store shows every record
+/// with exactly its index entries and no unique value held twice, [`Collection::verify`]
+/// agrees, and queries equal a filter of the records.
+///
+/// Without snapshots: the writes must all succeed or fail as the model allows, and every
+/// record read back has a code no other record has.
+pub fn concurrent_writers_keep_indexes_in_step<B: Backend>(backend: &B) {
+    let snapshots = backend.has_snapshots();
+    let writer = prop::collection::vec(op(), 1..WRITER_OPS_MAX);
+    run_cases(
+        CONCURRENT_CASES,
+        "contract-index-concurrent.txt",
+        backend.name(),
+        prop::collection::vec(writer, WRITER_THREADS),
+        |ops| {
+            let c = collection(backend.open(), 1000);
+            std::thread::scope(|s| {
+                let handles: Vec<_> = ops
+                    .iter()
+                    .map(|thread_ops| {
+                        let c = &c;
+                        s.spawn(move || thread_ops.iter().try_for_each(|op| run_racing(c, op)))
+                    })
+                    .collect();
+                handles.into_iter().try_for_each(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(TestCaseError::fail("a writer panicked")))
+                })
+            })?;
+            if !snapshots {
+                let mut codes = BTreeSet::new();
+                for id in 0..IDS {
+                    if let Some(item) = ok(c.get(&key![id]), "get")? {
+                        prop_assert!(codes.insert(item.code), "code {} held twice", item.code);
+                    }
+                }
+                return Ok(());
+            }
+            let records = check_raw_layout(&c)?;
+            let report = ok(c.verify(), "verify")?;
+            prop_assert!(report.is_clean(), "{:?}", report);
+            for color in 0..COLORS {
+                let got = ids(&ok(
+                    c.list_by("color", &key![color], ListOptions::default()),
+                    "list_by",
+                )?);
+                let want: Vec<u8> = records
+                    .iter()
+                    .filter(|i| i.color == color)
+                    .map(|i| i.id)
+                    .collect();
+                prop_assert_eq!(got, want);
+            }
+            for code in 0..CODES {
+                let got = ok(c.get_by("code", &key![code]), "get_by")?.map(|(_, i)| i);
+                let want = records.iter().find(|i| i.code == code).cloned();
+                prop_assert_eq!(got, want);
+            }
+            for tag in 0..TAGS {
+                let want = records.iter().filter(|i| i.tags.contains(&tag)).count();
+                prop_assert_eq!(ok(c.count("tags", &key![tag]), "count")?, want);
+            }
+            Ok(())
+        },
+    );
+}
+
+/// Several threads insert records with one unique value at once: exactly one wins, every
+/// loser is told which record holds the value, and the collection is clean.
+pub fn racing_inserts_of_one_unique_value_have_one_winner<B: Backend>(backend: &B) {
+    for round in 0..RACE_ROUNDS {
+        let c = collection(backend.open(), 1000);
+        let barrier = std::sync::Barrier::new(usize::from(IDS));
+        let wins: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..IDS)
+                .map(|id| {
+                    let (c, barrier) = (&c, &barrier);
+                    s.spawn(move || {
+                        let item = Item {
+                            id,
+                            code: 1,
+                            color: 0,
+                            tags: vec![],
+                        };
+                        barrier.wait();
+                        match c.insert(&item) {
+                            Ok(()) => 1,
+                            Err(Error::UniqueViolation {
+                                existing_primary_key,
+                                ..
+                            }) => {
+                                assert_ne!(existing_primary_key, key![id], "round {round}");
+                                0
+                            }
+                            Err(e) => panic!("round {round}: {e}"),
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("an inserting thread"))
+                .sum()
+        });
+        assert_eq!(wins, 1, "round {round}");
+        if backend.has_snapshots() {
+            let report = c.verify().expect("verify");
+            assert!(report.is_clean(), "round {round}: {report:?}");
+        }
+    }
+}
+
+/// One `#[test]` per property of the index layer's contract, on the backend `$backend`.
+#[macro_export]
+macro_rules! index_contract_tests {
+    ($backend:expr) => {
+        $crate::contract_tests!(
+            $backend;
+            $crate::contract::index;
+            collection_matches_a_reference_model,
+            concurrent_writers_keep_indexes_in_step,
+            racing_inserts_of_one_unique_value_have_one_winner,
+        );
+    };
+}

@@ -1,0 +1,384 @@
+//! The sequence layer's contract on any backend: fast and gapless sequences over the
+//! backend's store agree with a locked counter per prefix under random interleavings of
+//! threads, handles and restarts, and threads hammering several handles at once never get
+//! a number twice, with gapless numbers exactly `1..=n`, each with its record.
+//!
+//! Handles stand for servers: each is made from its own clone of the store. Sequences read
+//! one key per snapshot and commit with key checks, so the properties hold on backends
+//! without snapshots too.
+
+use std::collections::HashSet;
+use std::sync::{Barrier, Mutex, MutexGuard};
+
+use proptest::prelude::*;
+use tuplekv_engine::{ListOptions, ReadView, Selector, Store, Value, key};
+use tuplekv_sequence::{Error, FastSequence, GaplessSequence, Mode, SequenceOptions, Sequences};
+
+use super::Backend;
+use super::index::run_cases;
+
+/// Cases of [`sequences_agree_with_a_locked_counter_per_prefix`].
+pub const MODEL_CASES: u32 = 12;
+/// Most operations of one thread of a model case.
+pub const MODEL_OPS_MAX: usize = 30;
+/// Threads of a model case.
+pub const MODEL_THREADS: usize = 3;
+/// Handles of the hammer properties, each used by [`THREADS_PER_HANDLE`] threads.
+pub const HANDLES: usize = 3;
+/// Threads per handle of the hammer properties.
+pub const THREADS_PER_HANDLE: usize = 2;
+/// Numbers each hammer thread draws per prefix from a fast sequence.
+pub const FAST_DRAWS: usize = 200;
+/// Numbers each hammer thread draws per prefix from a gapless sequence (one commit each
+/// at worst).
+pub const GAPLESS_DRAWS: usize = 15;
+
+const FAST: [&str; 2] = ["FA", "FB"];
+const GAPLESS: [&str; 2] = ["GA", "GB"];
+const PREFIXES: [&str; 2] = ["INFO", "WARN"];
+
+#[derive(Debug, Clone)]
+enum Op {
+    Fast(usize),
+    Gapless(usize),
+    /// A gapless request whose record checks a key that exists: rejected, no number used.
+    Rejected(usize),
+    /// Drops this thread's handle on a fast prefix and opens a new one (a server restart).
+    RestartFast(usize),
+    /// The same for a gapless prefix.
+    RestartGapless(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..FAST.len()).prop_map(Op::Fast),
+        4 => (0..GAPLESS.len()).prop_map(Op::Gapless),
+        1 => (0..GAPLESS.len()).prop_map(Op::Rejected),
+        1 => (0..FAST.len()).prop_map(Op::RestartFast),
+        1 => (0..GAPLESS.len()).prop_map(Op::RestartGapless),
+    ]
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The reference: per prefix, the counter of a lock-based generator.
+#[derive(Default)]
+struct Model {
+    /// Gapless: the last number committed.
+    gapless: [Mutex<u64>; 2],
+    /// Fast: the highest number handed out, and every number handed out.
+    fast: [Mutex<(u64, HashSet<u64>)>; 2],
+}
+
+/// A fast handle with what the model expects of it.
+struct FastHandle<S: Store> {
+    seq: FastSequence<S>,
+    /// Every number it hands out must be above this (the highest before it was opened).
+    floor: u64,
+    last: u64,
+}
+
+fn open_fast<S: Store + Clone>(seqs: &Sequences<S>, model: &Model, p: usize) -> FastHandle<S> {
+    // Opened under the model's lock, so `floor` covers every number handed out before.
+    let fast = lock(&model.fast[p]);
+    FastHandle {
+        seq: seqs.fast(FAST[p]).expect("a fast handle"),
+        floor: fast.0,
+        last: 0,
+    }
+}
+
+fn check_code(prefix: &str, number: u64, code: &str, parsed: Result<u64, Error>) {
+    assert_eq!(code, format!("{prefix}{number:03}"));
+    assert_eq!(parsed.expect("a code parses back"), number);
+}
+
+/// One thread's operations, checked against the model as they go.
+fn run_thread<S: Store + Clone + 'static>(seqs: &Sequences<S>, model: &Model, ops: &[Op]) {
+    let mut fast: Vec<FastHandle<S>> = (0..FAST.len()).map(|p| open_fast(seqs, model, p)).collect();
+    let mut gapless: Vec<GaplessSequence<S>> = GAPLESS
+        .iter()
+        .map(|p| seqs.gapless(p).expect("a gapless handle"))
+        .collect();
+    for op in ops {
+        match *op {
+            Op::Fast(p) => {
+                let h = &mut fast[p];
+                let issued = h.seq.next().expect("a fast number");
+                let n = issued.number();
+                check_code(FAST[p], n, &issued.code(), h.seq.parse(&issued.code()));
+                assert!(
+                    n > h.floor,
+                    "{n} is not above {} from before its handle",
+                    h.floor
+                );
+                assert!(n > h.last, "{n} after {} from the same handle", h.last);
+                h.last = n;
+                let mut m = lock(&model.fast[p]);
+                assert!(m.1.insert(n), "{} handed out {n} twice", FAST[p]);
+                m.0 = m.0.max(n);
+            }
+            Op::Gapless(p) => {
+                let mut m = lock(&model.gapless[p]);
+                let h = &gapless[p];
+                let issued = h
+                    .next_with(|issued, record| {
+                        record.set(&key!["records", issued.code()], issued.number());
+                    })
+                    .expect("a gapless number");
+                let n = issued.number();
+                check_code(GAPLESS[p], n, &issued.code(), h.parse(&issued.code()));
+                assert_eq!(n, *m + 1, "{} is not the model's next number", GAPLESS[p]);
+                *m = n;
+            }
+            Op::Rejected(p) => {
+                let m = lock(&model.gapless[p]);
+                let err = gapless[p]
+                    .next_with(|issued, record| {
+                        record
+                            .check(&key!["taken"], None)
+                            .set(&key!["records", issued.code()], 0u64);
+                    })
+                    .expect_err("a record whose check fails is rejected");
+                assert!(matches!(err, Error::Rejected(_)), "{err}");
+                drop(m);
+            }
+            Op::RestartFast(p) => fast[p] = open_fast(seqs, model, p),
+            Op::RestartGapless(p) => {
+                gapless[p] = seqs.gapless(GAPLESS[p]).expect("a gapless handle");
+            }
+        }
+    }
+}
+
+/// Runs the threads' operations at once on a fresh store and checks it against the model.
+fn check_against_model<B: Backend>(backend: &B, ops: &[Vec<Op>])
+where
+    B::Store: Clone,
+{
+    let store = backend.open();
+    assert!(
+        store
+            .atomic()
+            .set(&key!["taken"], "x")
+            .commit()
+            .expect("a commit")
+            .is_committed()
+    );
+    let seqs = Sequences::new(store.clone());
+    for p in FAST {
+        seqs.create(p, SequenceOptions::default()).expect("created");
+    }
+    for p in GAPLESS {
+        let options = SequenceOptions {
+            mode: Mode::Gapless,
+            ..SequenceOptions::default()
+        };
+        seqs.create(p, options).expect("created");
+    }
+    let model = Model::default();
+    std::thread::scope(|s| {
+        for thread_ops in ops {
+            let (model, store) = (&model, &store);
+            s.spawn(move || run_thread(&Sequences::new(store.clone()), model, thread_ops));
+        }
+    });
+    for (p, prefix) in GAPLESS.iter().enumerate() {
+        let n = *lock(&model.gapless[p]);
+        // Exactly 1..=n committed, each with its record; nothing above.
+        for number in 1..=n + 1 {
+            let used = seqs.used_key(prefix, number).expect("a used key");
+            let code = format!("{prefix}{number:03}");
+            let expected = number <= n;
+            let record = store
+                .snapshot()
+                .get(&key!["records", code.as_str()])
+                .expect("a read");
+            let used = store.snapshot().get_raw(&used).expect("a read");
+            assert_eq!(used.is_some(), expected, "{code} used");
+            assert_eq!(record.is_some(), expected, "record of {code}");
+        }
+    }
+    let fast_ops = ops
+        .iter()
+        .flatten()
+        .filter(|op| matches!(op, Op::Fast(_)))
+        .count();
+    let handed_out: usize = model.fast.iter().map(|m| lock(m).1.len()).sum();
+    assert_eq!(handed_out, fast_ops);
+}
+
+/// [`MODEL_THREADS`] threads, each with its own handles on two fast and two gapless
+/// prefixes, run random interleavings of `next`, gapless requests rejected by their own
+/// check, and handle restarts. Gapless numbers are exactly the model's next ones, and the
+/// committed ones are `1..=n` with their records; fast numbers are never repeated, increase
+/// per handle and are above everything handed out before their handle opened.
+pub fn sequences_agree_with_a_locked_counter_per_prefix<B: Backend>(backend: &B)
+where
+    B::Store: Clone,
+{
+    run_cases(
+        MODEL_CASES,
+        "contract-sequence-model.txt",
+        backend.name(),
+        prop::collection::vec(prop::collection::vec(op(), 1..MODEL_OPS_MAX), MODEL_THREADS),
+        |ops| {
+            check_against_model(backend, &ops);
+            Ok(())
+        },
+    );
+}
+
+/// Runs `HANDLES × THREADS_PER_HANDLE` threads, each calling `draw(handle, prefix index)`
+/// `n` times per prefix; returns, per prefix, every thread's numbers in draw order.
+fn hammer<H: Sync>(
+    handles: &[H],
+    n: usize,
+    draw: impl Fn(&H, usize) -> u64 + Sync,
+) -> Vec<Vec<Vec<u64>>> {
+    let barrier = Barrier::new(handles.len() * THREADS_PER_HANDLE);
+    let results: Vec<Vec<Vec<u64>>> = std::thread::scope(|s| {
+        let joins: Vec<_> = handles
+            .iter()
+            .flat_map(|h| std::iter::repeat_n(h, THREADS_PER_HANDLE))
+            .map(|h| {
+                let (barrier, draw) = (&barrier, &draw);
+                s.spawn(move || {
+                    barrier.wait();
+                    let mut out = vec![Vec::with_capacity(n); PREFIXES.len()];
+                    for _ in 0..n {
+                        for (p, numbers) in out.iter_mut().enumerate() {
+                            numbers.push(draw(h, p));
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        joins
+            .into_iter()
+            .map(|j| j.join().expect("a drawing thread"))
+            .collect()
+    });
+    (0..PREFIXES.len())
+        .map(|p| results.iter().map(|r| r[p].clone()).collect())
+        .collect()
+}
+
+fn assert_distinct_and_increasing_per_thread(per_thread: &[Vec<u64>]) -> HashSet<u64> {
+    let mut all = HashSet::new();
+    for numbers in per_thread {
+        assert!(
+            numbers.windows(2).all(|w| w[0] < w[1]),
+            "a thread's numbers went down"
+        );
+        for &n in numbers {
+            assert!(all.insert(n), "number {n} handed out twice");
+        }
+    }
+    all
+}
+
+fn create<S: Store + Clone>(store: &S, mode: Mode) {
+    let seqs = Sequences::new(store.clone());
+    for p in PREFIXES {
+        let options = SequenceOptions {
+            mode,
+            ..SequenceOptions::default()
+        };
+        seqs.create(p, options).expect("created");
+    }
+}
+
+/// Threads on [`HANDLES`] handles (servers) draw from two fast sequences at once: no number
+/// is handed out twice, and each thread's numbers increase.
+pub fn fast_handles_never_hand_out_a_number_twice<B: Backend>(backend: &B)
+where
+    B::Store: Clone,
+{
+    let store = backend.open();
+    create(&store, Mode::Fast);
+    let handles: Vec<[FastSequence<B::Store>; 2]> = (0..HANDLES)
+        .map(|_| {
+            let seqs = Sequences::new(store.clone());
+            PREFIXES.map(|p| seqs.fast(p).expect("a fast handle"))
+        })
+        .collect();
+    let results = hammer(&handles, FAST_DRAWS, |h, p| {
+        h[p].next().expect("a fast number").number()
+    });
+    for per_thread in &results {
+        let all = assert_distinct_and_increasing_per_thread(per_thread);
+        assert_eq!(all.len(), HANDLES * THREADS_PER_HANDLE * FAST_DRAWS);
+        assert!(all.iter().all(|&x| x >= 1));
+    }
+}
+
+/// Threads on [`HANDLES`] handles draw from two gapless sequences at once, each number
+/// committed with a record: the numbers are exactly `1..=n` per prefix, and each record holds
+/// its own code.
+pub fn gapless_handles_commit_exactly_one_to_n_with_their_records<B: Backend>(backend: &B)
+where
+    B::Store: Clone,
+{
+    let store = backend.open();
+    create(&store, Mode::Gapless);
+    let handles: Vec<[GaplessSequence<B::Store>; 2]> = (0..HANDLES)
+        .map(|_| {
+            let seqs = Sequences::new(store.clone());
+            PREFIXES.map(|p| seqs.gapless(p).expect("a gapless handle"))
+        })
+        .collect();
+    let results = hammer(&handles, GAPLESS_DRAWS, |h, p| {
+        h[p].next_with(move |issued, record| {
+            record.set(
+                &key!["logs", PREFIXES[p], issued.number()],
+                issued.code().as_str(),
+            );
+        })
+        .expect("a gapless number")
+        .number()
+    });
+    let total = HANDLES * THREADS_PER_HANDLE * GAPLESS_DRAWS;
+    for (p, per_thread) in results.iter().enumerate() {
+        let all = assert_distinct_and_increasing_per_thread(per_thread);
+        let expected: HashSet<u64> = (1..=total as u64).collect();
+        assert_eq!(
+            all, expected,
+            "{}: the committed numbers are not 1..={total}",
+            PREFIXES[p]
+        );
+        let mut logs = store
+            .list(
+                &Selector::prefix(&key!["logs", PREFIXES[p]]),
+                ListOptions {
+                    batch_size: Some(super::DUMP_MAX),
+                    ..ListOptions::default()
+                },
+            )
+            .expect("a list");
+        let logs = logs.read_all().expect("the records");
+        assert_eq!(logs.len(), total);
+        for (i, entry) in logs.iter().enumerate() {
+            let code = format!("{}{:03}", PREFIXES[p], i + 1);
+            assert_eq!(entry.value, Value::from(code.as_str()));
+        }
+    }
+}
+
+/// One `#[test]` per property of the sequence layer's contract, on the backend `$backend`
+/// (whose store must be `Clone`: each handle gets its own clone).
+#[macro_export]
+macro_rules! sequence_contract_tests {
+    ($backend:expr) => {
+        $crate::contract_tests!(
+            $backend;
+            $crate::contract::sequence;
+            sequences_agree_with_a_locked_counter_per_prefix,
+            fast_handles_never_hand_out_a_number_twice,
+            gapless_handles_commit_exactly_one_to_n_with_their_records,
+        );
+    };
+}
