@@ -266,7 +266,7 @@ fn the_client_renews_its_token_before_it_expires() {
 #[test]
 fn a_watch_carries_on_across_a_server_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Arc::new(Database::open(dir.path()).unwrap());
+    let db = Arc::new(Database::open(dir.path(), tuplekv_engine::Options::default()).unwrap());
     let server = TestServer::start(Arc::clone(&db));
     let addr = server.addr();
     let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
@@ -275,7 +275,7 @@ fn a_watch_carries_on_across_a_server_restart() {
     assert_eq!(watch.next_blocking().unwrap().entries, vec![None]);
     drop(server);
     drop(db);
-    let db = Arc::new(Database::open(dir.path()).unwrap());
+    let db = Arc::new(Database::open(dir.path(), tuplekv_engine::Options::default()).unwrap());
     let _server = TestServer::start_on(Arc::clone(&db), addr, |c| c);
     let _ = store.atomic().set(&key!["w"], 9u64).commit().unwrap();
     let update = watch.next_blocking().unwrap();

@@ -3,16 +3,9 @@
 //! extension, to a tuplekv server in this process (a fresh in-memory database on a loopback
 //! port per store, stopped when the test ends).
 //!
-//! Two store properties are left out because the remote store breaks them today (each is a
-//! finding to fix in the client or the server, then add back to run the whole
-//! `store_contract_tests!`):
-//! - `read_key_size_limit_holds_at_and_past_the_limit`: `get` and `get_many` of a key of
-//!   exactly `KEY_SIZE_MAX_READ` (2049) bytes fail with `Error::Remote { status: 400, .. }`
-//!   ("A key exceeds the key size limit.": the read goes out as the range `[k, k ++ 00)`,
-//!   whose end is 2050 bytes), where the engine answers `None`.
-//! - `sum_min_max_refuse_non_u64_values`: `sum`/`min`/`max` on a non-`U64` value fail with
-//!   `Error::Remote { status: 400, .. }` carrying Deno's text, not `Error::NotU64` with the
-//!   mutation's index and key.
+//! The same suites also run against a tuplekv server with the extension turned off, which
+//! speaks plain KV Connect as denokv does: the client's paths without snapshots, over the
+//! network.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -22,25 +15,43 @@ use tuplekv_testkit::contract::Backend;
 use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
 
 /// Opens each store on a server of its own; the servers run until the backend is dropped.
-#[derive(Default)]
 struct Remote {
     servers: Mutex<Vec<TestServer>>,
+    /// Whether the servers offer tuplekv's extension.
+    extension: bool,
+}
+
+impl Default for Remote {
+    fn default() -> Self {
+        Remote {
+            servers: Mutex::default(),
+            extension: true,
+        }
+    }
 }
 
 impl Backend for Remote {
     type Store = RemoteStore;
 
     fn name(&self) -> &str {
-        "remote"
+        if self.extension {
+            "remote"
+        } else {
+            "remote-plain"
+        }
+    }
+
+    fn has_snapshots(&self) -> bool {
+        self.extension
     }
 
     fn open(&self) -> RemoteStore {
-        let server = TestServer::start(Arc::new(Database::in_memory()));
+        let extension = self.extension;
+        let server = TestServer::start_with(Arc::new(Database::in_memory()), |c| {
+            c.with_extension(extension)
+        });
         let store = RemoteStore::connect(&server.url(), TEST_TOKEN).expect("the client connects");
-        assert!(
-            store.has_extension(),
-            "a tuplekv server speaks the extension"
-        );
+        assert_eq!(store.has_extension(), extension);
         self.servers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -50,30 +61,7 @@ impl Backend for Remote {
 }
 
 mod store {
-    tuplekv_testkit::contract_tests!(
-        super::Remote::default();
-        tuplekv_testkit::contract;
-        snapshot_stays_put_while_commits_follow,
-        checks_pass_or_fail_with_their_index,
-        versionstamps_increase_and_are_never_shared,
-        range_checks_rerun_transactions_that_listed_a_changed_range,
-        write_key_size_limit_holds_at_and_past_the_limit,
-        value_size_limit_holds_at_and_past_the_limit,
-        check_count_limit_holds_at_and_past_the_limit,
-        mutation_count_limit_holds_at_and_past_the_limit,
-        total_mutation_size_limit_holds_at_and_past_the_limit,
-        total_key_size_limit_holds_at_and_past_the_limit,
-        get_many_limit_holds_at_and_past_the_limit,
-        watch_key_limits_hold_at_and_past_the_limit,
-        list_limits_hold_at_and_past_the_limit,
-        expiry_limit_holds_at_and_past_the_limit,
-        transaction_attempts_limit_ends_a_transaction_that_always_conflicts,
-        sum_min_max_apply_in_order,
-        transactions_under_contention_lose_no_increment,
-        read_modify_writes_over_a_listed_range_are_serializable,
-        expired_values_vanish_from_reads_and_checks,
-        watch_yields_at_once_then_wakes_on_a_commit,
-    );
+    tuplekv_testkit::store_contract_tests!(super::Remote::default());
 }
 
 mod index {
@@ -82,4 +70,27 @@ mod index {
 
 mod sequence {
     tuplekv_testkit::sequence_contract_tests!(super::Remote::default());
+}
+
+mod plain {
+    use super::Remote;
+
+    fn plain() -> Remote {
+        Remote {
+            extension: false,
+            ..Remote::default()
+        }
+    }
+
+    mod store {
+        tuplekv_testkit::store_contract_tests!(super::plain());
+    }
+
+    mod index {
+        tuplekv_testkit::index_contract_tests!(super::plain());
+    }
+
+    mod sequence {
+        tuplekv_testkit::sequence_contract_tests!(super::plain());
+    }
 }
