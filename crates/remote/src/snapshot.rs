@@ -7,7 +7,7 @@ use tuplekv_engine::limits::{KEY_SIZE_MAX_READ, KEY_SIZE_MAX_WRITE, LIST_BATCH_S
 use tuplekv_engine::{ByteRange, Entry, Error, ReadView, Versionstamp};
 
 use crate::codec::{ReadOutput, decode_read_output, encode_read};
-use crate::transport::Kind;
+use crate::transport::{Kind, Transport};
 use crate::{EXTENSION_NEEDED, RemoteStore};
 
 /// How a snapshot reads.
@@ -41,7 +41,21 @@ enum State {
 pub struct RemoteSnapshot {
     store: RemoteStore,
     mode: Mode,
-    state: Arc<Mutex<State>>,
+    state: Arc<Shared>,
+}
+
+/// What clones share; the last one to go releases the server's hold.
+struct Shared {
+    state: Mutex<State>,
+    transport: Arc<Transport>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let State::At(v) = *self.state.lock().unwrap_or_else(PoisonError::into_inner) {
+            self.transport.release(v);
+        }
+    }
 }
 
 impl std::fmt::Debug for RemoteSnapshot {
@@ -55,15 +69,22 @@ impl std::fmt::Debug for RemoteSnapshot {
 
 impl RemoteSnapshot {
     pub(crate) fn new(store: RemoteStore, mode: Mode) -> Self {
+        let transport = Arc::clone(&store.inner.transport);
         RemoteSnapshot {
             store,
             mode,
-            state: Arc::new(Mutex::new(State::Unread)),
+            state: Arc::new(Shared {
+                state: Mutex::new(State::Unread),
+                transport,
+            }),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The versionstamp this snapshot reads at, if it has fixed one (a held snapshot after
@@ -99,10 +120,12 @@ impl RemoteSnapshot {
             (Mode::Held, State::Unread) => Some(tuplekv_wire::ReadExtension {
                 hold: true,
                 at: Vec::new(),
+                release: self.state.transport.take_releases(),
             }),
             (Mode::Held, State::At(v)) => Some(tuplekv_wire::ReadExtension {
                 hold: false,
                 at: v.as_bytes().to_vec(),
+                release: self.state.transport.take_releases(),
             }),
             (Mode::Once, State::Spent) => {
                 return Err(Error::Unsupported {
@@ -114,7 +137,7 @@ impl RemoteSnapshot {
         };
         let held = extension.is_some();
         let body = encode_read(ranges, extension);
-        let transport = std::sync::Arc::clone(&self.store.inner.transport);
+        let transport = Arc::clone(&self.state.transport);
         let out: ReadOutput = self.store.block_on(async move {
             let (_, reply) = transport.call("snapshot_read", body, Kind::Read).await?;
             decode_read_output(&reply.body)

@@ -71,6 +71,8 @@ pub(crate) struct Transport {
     access_token: String,
     pub(crate) options: RemoteOptions,
     session: Mutex<Option<Arc<Session>>>,
+    /// Held snapshots dropped since the last read told the server.
+    releases: Mutex<Vec<Versionstamp>>,
 }
 
 #[derive(Serialize)]
@@ -116,6 +118,7 @@ impl Transport {
             access_token,
             options,
             session: Mutex::new(None),
+            releases: Mutex::new(Vec::new()),
         }
     }
 
@@ -133,6 +136,24 @@ impl Transport {
         if guard.as_ref().is_some_and(|s| Arc::ptr_eq(s, stale)) {
             *guard = None;
         }
+    }
+
+    /// Notes that the held snapshot at `at` is no longer read; the next read tells the server.
+    /// Past [`tuplekv_wire::RELEASES_PER_READ_MAX`] waiting, the oldest is forgotten (the
+    /// server drops it when it has been idle long enough).
+    pub(crate) fn release(&self, at: Versionstamp) {
+        let mut releases = self.releases.lock().unwrap_or_else(PoisonError::into_inner);
+        if releases.len() >= tuplekv_wire::RELEASES_PER_READ_MAX {
+            releases.remove(0);
+        }
+        releases.push(at);
+    }
+
+    /// The releases to send with a read (taken: a read that fails loses them, and the server's
+    /// idle timeout drops those snapshots instead).
+    pub(crate) fn take_releases(&self) -> Vec<Vec<u8>> {
+        let mut releases = self.releases.lock().unwrap_or_else(PoisonError::into_inner);
+        releases.drain(..).map(|v| v.as_bytes().to_vec()).collect()
     }
 
     /// The current session: cached, or from a metadata exchange (retried on transport

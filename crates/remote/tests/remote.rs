@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tuplekv_engine::{
-    CommitResult, Database, Error, KeyWatch, ListOptions, ReadView, Selector, Store, key,
+    CommitResult, Database, Error, KeyWatch, ListOptions, ReadView, Selector, Store,
+    TransactionOptions, key,
 };
 use tuplekv_remote::{ConnectError, RemoteOptions, RemoteStore};
 use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
@@ -207,9 +208,15 @@ fn without_the_extension_transactions_that_read_keys_work_and_ones_that_list_are
         .map(|_| {
             let store = store.clone();
             std::thread::spawn(move || {
+                // Four threads on two keys conflict a lot: the bound on attempts is raised so
+                // that only a livelock (not bad luck under load) could exhaust it.
+                let retry = TransactionOptions {
+                    max_attempts: 10_000,
+                    ..TransactionOptions::default()
+                };
                 for _ in 0..25 {
                     store
-                        .transaction(|tx| {
+                        .transaction_with(&retry, |tx| {
                             let n = tx
                                 .get(&key!["n"])?
                                 .and_then(|e| e.value.as_u64())
@@ -280,4 +287,21 @@ fn a_watch_carries_on_across_a_server_restart() {
     let _ = store.atomic().set(&key!["w"], 9u64).commit().unwrap();
     let update = watch.next_blocking().unwrap();
     assert_eq!(update.entries[0].as_ref().unwrap().value.as_u64(), Some(9));
+}
+
+#[test]
+fn a_dropped_snapshot_is_released_on_the_server_with_the_next_read() {
+    let (_db, server, store) = served();
+    let stats = Arc::clone(server.stats());
+    let snap = store.snapshot();
+    let _ = snap.get(&key!["a"]).unwrap();
+    let clone = snap.clone();
+    drop(snap);
+    let _ = clone.get(&key!["a"]).unwrap(); // a clone keeps it held
+    assert_eq!(stats.held_snapshots(), 1);
+    drop(clone);
+    let other = store.snapshot();
+    let _ = other.get(&key!["a"]).unwrap(); // carries the release, and holds its own
+    assert_eq!(stats.held_snapshots(), 1);
+    assert_ne!(other.versionstamp(), None);
 }

@@ -341,13 +341,19 @@ async fn snapshot_read<S: Store + 'static>(
         false => None,
     };
     drop(body);
-    let snapshot = match mode.and_then(|m| m.at) {
+    if let Some(m) = &mode {
+        m.release.iter().for_each(|&v| state.held.release(v));
+    }
+    let snapshot = match mode.as_ref().and_then(|m| m.at) {
         Some(at) => state.held.get(at).ok_or_else(|| snapshot_gone(at))?,
         None => state.store.snapshot(),
     };
     let versionstamp = S::snapshot_versionstamp(&snapshot);
-    if mode.is_some_and(|m| m.hold) {
+    if mode.as_ref().is_some_and(|m| m.hold) {
         state.held.hold(versionstamp, &snapshot);
+    }
+    if mode.is_some() {
+        state.stats().set_held_snapshots(state.held.len());
     }
     let mut out = Vec::with_capacity(ranges.len());
     let mut expires_at_ms = Vec::new();

@@ -85,3 +85,5 @@ pub const SNAPSHOTS_HELD_MAX: usize = 4096;
 pub const SNAPSHOT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most range checks in one `atomic_write` of tuplekv's extension.
 pub const RANGE_CHECKS_MAX: usize = 1024;
+/// Most snapshot releases one `snapshot_read` of tuplekv's extension may carry.
+pub const RELEASES_PER_READ_MAX: usize = tuplekv_wire::RELEASES_PER_READ_MAX;

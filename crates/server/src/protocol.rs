@@ -17,7 +17,8 @@ use tuplekv_engine::{
 use crate::error::{ApiError, text};
 use crate::limits::{
     CHECKS_MAX, MUTATIONS_MAX, RANGE_CHECKS_MAX, READ_ENTRIES_MAX, READ_KEY_SIZE_MAX,
-    READ_RANGES_MAX, TOTAL_MUTATION_SIZE_MAX, VALUE_SIZE_MAX, WATCHED_KEYS_MAX, WRITE_KEY_SIZE_MAX,
+    READ_RANGES_MAX, RELEASES_PER_READ_MAX, TOTAL_MUTATION_SIZE_MAX, VALUE_SIZE_MAX,
+    WATCHED_KEYS_MAX, WRITE_KEY_SIZE_MAX,
 };
 
 /// One range of a snapshot read: up to `limit` entries of `range`, from the end with `reverse`.
@@ -68,12 +69,14 @@ pub fn decode_snapshot_read(body: &[u8]) -> Result<Vec<ReadRange>, ApiError> {
 }
 
 /// How a `snapshot_read` of tuplekv's extension reads (see [`tuplekv_wire`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadMode {
     /// Hold the state read for later reads.
     pub hold: bool,
     /// Read the held state at this versionstamp.
     pub at: Option<Versionstamp>,
+    /// Held snapshots the client is done with.
+    pub release: Vec<Versionstamp>,
 }
 
 /// Decodes the extension field of a `SnapshotRead` body: `None` for a plain read.
@@ -90,7 +93,21 @@ pub fn decode_read_mode(body: &[u8]) -> Result<Option<ReadMode>, ApiError> {
         0 => None,
         _ => Some(versionstamp(&ext.at)?),
     };
-    Ok(Some(ReadMode { hold: ext.hold, at }))
+    if ext.release.len() > RELEASES_PER_READ_MAX {
+        return Err(ApiError::bad_request(format!(
+            "Too many snapshot releases (max {RELEASES_PER_READ_MAX})."
+        )));
+    }
+    let release = ext
+        .release
+        .iter()
+        .map(|v| versionstamp(v))
+        .collect::<Result<_, _>>()?;
+    Ok(Some(ReadMode {
+        hold: ext.hold,
+        at,
+        release,
+    }))
 }
 
 /// Decodes the extension field of an `AtomicWrite` body: `None` for a plain write, else its

@@ -1,7 +1,8 @@
 //! The snapshots the server holds for clients of tuplekv's extension (see `tuplekv_wire`):
-//! keyed by versionstamp, so every client reading one state shares one engine snapshot, and
-//! dropped when idle for [`SNAPSHOT_IDLE_TIMEOUT`](crate::limits::SNAPSHOT_IDLE_TIMEOUT) or,
-//! least recently used first, when more than the configured maximum are held.
+//! keyed by versionstamp, so every client reading one state shares one engine snapshot;
+//! dropped when every hold on it is released, or when idle for
+//! [`SNAPSHOT_IDLE_TIMEOUT`](crate::limits::SNAPSHOT_IDLE_TIMEOUT) (a client that died never
+//! releases), or, least recently used first, when more than the configured maximum are held.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -11,9 +12,16 @@ use tuplekv_engine::Versionstamp;
 
 /// Held snapshots of type `T`.
 pub(crate) struct Held<T> {
-    inner: Mutex<HashMap<Versionstamp, (T, Instant)>>,
+    inner: Mutex<HashMap<Versionstamp, Slot<T>>>,
     max: usize,
     idle: Duration,
+}
+
+/// One held snapshot: when it was last used, and how many holds are on it.
+struct Slot<T> {
+    snapshot: T,
+    used: Instant,
+    holds: u32,
 }
 
 impl<T: Clone> Held<T> {
@@ -25,33 +33,50 @@ impl<T: Clone> Held<T> {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Versionstamp, (T, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Versionstamp, Slot<T>>> {
         self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Holds `snapshot` at `at` (a snapshot already held there stays, fresher).
+    /// Holds `snapshot` at `at` once more (a snapshot already held there stays, fresher).
     pub(crate) fn hold(&self, at: Versionstamp, snapshot: &T) {
         let now = Instant::now();
         let mut map = self.lock();
-        if let Some(held) = map.get_mut(&at) {
-            held.1 = now;
+        if let Some(slot) = map.get_mut(&at) {
+            slot.used = now;
+            slot.holds = slot.holds.saturating_add(1);
             return;
         }
         if map.len() >= self.max {
             let idle = self.idle;
-            map.retain(|_, (_, used)| now.duration_since(*used) < idle);
+            map.retain(|_, slot| now.duration_since(slot.used) < idle);
         }
         if map.len() >= self.max
-            && let Some(oldest) = map
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| *k)
+            && let Some(oldest) = map.iter().min_by_key(|(_, s)| s.used).map(|(k, _)| *k)
         {
             map.remove(&oldest);
         }
-        map.insert(at, (snapshot.clone(), now));
+        map.insert(
+            at,
+            Slot {
+                snapshot: snapshot.clone(),
+                used: now,
+                holds: 1,
+            },
+        );
+    }
+
+    /// Undoes one hold on the snapshot at `at`; the last one drops it. Unknown ones (dropped
+    /// already, or held before a restart) are ignored.
+    pub(crate) fn release(&self, at: Versionstamp) {
+        let mut map = self.lock();
+        if let Some(slot) = map.get_mut(&at) {
+            slot.holds = slot.holds.saturating_sub(1);
+            if slot.holds == 0 {
+                map.remove(&at);
+            }
+        }
     }
 
     /// The snapshot held at `at`, if it is still held (and not idle past the timeout); the
@@ -61,9 +86,9 @@ impl<T: Clone> Held<T> {
         let mut map = self.lock();
         let idle = self.idle;
         match map.get_mut(&at) {
-            Some((snapshot, used)) if now.duration_since(*used) < idle => {
-                *used = now;
-                Some(snapshot.clone())
+            Some(slot) if now.duration_since(slot.used) < idle => {
+                slot.used = now;
+                Some(slot.snapshot.clone())
             }
             Some(_) => {
                 map.remove(&at);
@@ -74,7 +99,6 @@ impl<T: Clone> Held<T> {
     }
 
     /// How many are held (idle ones not yet swept included).
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
@@ -99,6 +123,19 @@ mod tests {
         assert_eq!(held.get(vs(2)), None);
         assert_eq!(held.get(vs(1)), Some("one"));
         assert_eq!(held.get(vs(3)), Some("three"));
+    }
+
+    #[test]
+    fn a_snapshot_is_dropped_when_its_last_hold_is_released() {
+        let held = Held::new(8, Duration::from_secs(60));
+        held.hold(vs(1), &1);
+        held.hold(vs(1), &1);
+        held.release(vs(1));
+        assert_eq!(held.get(vs(1)), Some(1));
+        held.release(vs(1));
+        assert_eq!(held.get(vs(1)), None);
+        held.release(vs(7)); // unknown: ignored
+        assert_eq!(held.len(), 0);
     }
 
     #[test]

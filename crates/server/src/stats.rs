@@ -17,6 +17,7 @@ pub struct ServerStats {
     open_connections: AtomicUsize,
     open_watch_streams: AtomicUsize,
     request_bodies_waiting: AtomicUsize,
+    held_snapshots: AtomicUsize,
 }
 
 /// Which endpoint a request went to.
@@ -29,6 +30,15 @@ pub(crate) enum Endpoint {
 }
 
 impl ServerStats {
+    /// Snapshots held for clients of tuplekv's extension now (as of the last hold or release).
+    pub fn held_snapshots(&self) -> usize {
+        self.held_snapshots.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_held_snapshots(&self, n: usize) {
+        self.held_snapshots.store(n, Ordering::Relaxed);
+    }
+
     /// Metadata exchanges (`POST /`) received.
     pub fn metadata_requests(&self) -> u64 {
         self.metadata.load(Ordering::Relaxed)

@@ -12,7 +12,7 @@ use denokv_proto::datapath as pb;
 use prost::Message;
 use tuplekv_engine::Database;
 use tuplekv_server::ServerConfig;
-use tuplekv_server::limits::RANGE_CHECKS_MAX;
+use tuplekv_server::limits::{RANGE_CHECKS_MAX, RELEASES_PER_READ_MAX};
 use tuplekv_wire::{
     AtomicWriteExtension, AtomicWriteOutputExtension, RangeCheck, ReadExtension,
     SnapshotReadExtension, SnapshotReadOutputExtension, WriteExtension,
@@ -27,14 +27,21 @@ fn extended_read(ranges: Vec<pb::ReadRange>, ext: ReadExtension) -> Vec<u8> {
 fn hold() -> ReadExtension {
     ReadExtension {
         hold: true,
-        at: Vec::new(),
+        ..ReadExtension::default()
     }
 }
 
 fn at(vs: &[u8]) -> ReadExtension {
     ReadExtension {
-        hold: false,
         at: vs.to_vec(),
+        ..ReadExtension::default()
+    }
+}
+
+fn release(vs: Vec<Vec<u8>>) -> ReadExtension {
+    ReadExtension {
+        release: vs,
+        ..ReadExtension::default()
     }
 }
 
@@ -269,5 +276,68 @@ async fn range_checks_are_limited_and_need_a_held_snapshot() {
     assert_eq!(reply.status, 410);
     let entry = c.get(&key("q")).await.expect("q");
     assert_eq!(entry.value, 1u64.to_le_bytes().to_vec());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_released_snapshot_is_dropped_when_its_last_hold_goes() {
+    let server = TestServer::start().await;
+    let mut c = server.h2().await;
+    let read = |ext| extended_read(vec![], ext);
+    let (_, vs) = read_output(&c.data("snapshot_read", read(hold())).await.body);
+    // A second client holds the same state.
+    let (_, same) = read_output(&c.data("snapshot_read", read(at(&vs))).await.body);
+    assert_eq!(same, vs);
+    let _ = c
+        .data(
+            "snapshot_read",
+            read(ReadExtension {
+                hold: true,
+                at: vs.clone(),
+                release: Vec::new(),
+            }),
+        )
+        .await;
+    assert_eq!(server.stats.held_snapshots(), 1);
+    let _ = c
+        .data("snapshot_read", read(release(vec![vs.clone()])))
+        .await;
+    assert_eq!(
+        c.data("snapshot_read", read(at(&vs))).await.status,
+        200,
+        "one hold is left"
+    );
+    let _ = c
+        .data("snapshot_read", read(release(vec![vs.clone()])))
+        .await;
+    assert_eq!(c.data("snapshot_read", read(at(&vs))).await.status, 410);
+    assert_eq!(server.stats.held_snapshots(), 0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn releases_are_limited_per_read() {
+    let server = TestServer::start().await;
+    let mut c = server.h2().await;
+    let v = tuplekv_engine::Versionstamp::from_version(5)
+        .as_bytes()
+        .to_vec();
+    let ok = c
+        .data(
+            "snapshot_read",
+            extended_read(vec![], release(vec![v.clone(); RELEASES_PER_READ_MAX])),
+        )
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let past = c
+        .data(
+            "snapshot_read",
+            extended_read(vec![], release(vec![v; RELEASES_PER_READ_MAX + 1])),
+        )
+        .await;
+    past.assert_error(
+        400,
+        &format!("Too many snapshot releases (max {RELEASES_PER_READ_MAX})."),
+    );
     server.stop().await;
 }

@@ -18,8 +18,10 @@
 //! - **Snapshots.** A read with [`ReadExtension::hold`] reads the latest state, and the server
 //!   holds that state for later reads that name its versionstamp in [`ReadExtension::at`], as
 //!   long as they keep coming (an idle snapshot is dropped after a while, and all of them when
-//!   the server restarts; a read of a dropped one fails with HTTP 410 Gone). The output says
-//!   which versionstamp a read saw ([`ReadOutputExtension`]).
+//!   the server restarts; a read of a dropped one fails with HTTP 410 Gone). A client releases
+//!   the snapshots it is done with ([`ReadExtension::release`], sent with its next read), so
+//!   the server drops them at once. The output says which versionstamp a read saw
+//!   ([`ReadOutputExtension`]).
 //! - **Range checks.** An `AtomicWrite` may carry [`RangeCheck`]s: "no key of `[start, end)`
 //!   changed after `since`", where `since` is a snapshot the server still holds.
 
@@ -41,6 +43,9 @@ pub const EXTENSION_FIELD: u32 = 1000;
 /// say which mutation it was.
 pub const MUTATION_INDEX_HEADER: &str = "x-tuplekv-mutation-index";
 
+/// Most snapshot releases one read carries ([`ReadExtension::release`]).
+pub const RELEASES_PER_READ_MAX: usize = 1024;
+
 /// The HTTP status of a read or write that names a snapshot the server no longer holds.
 pub const SNAPSHOT_GONE_STATUS: u16 = 410;
 
@@ -61,6 +66,10 @@ pub struct ReadExtension {
     /// Read the held state at this versionstamp (10 bytes) instead of the latest.
     #[prost(bytes = "vec", tag = "2")]
     pub at: Vec<u8>,
+    /// Snapshots the client no longer reads (versionstamps it was given by reads with
+    /// `hold`): each undoes one `hold`, and the server drops a snapshot no hold is left on.
+    #[prost(bytes = "vec", repeated, tag = "3")]
+    pub release: Vec<Vec<u8>>,
 }
 
 /// `SnapshotReadOutput`'s extension field.
@@ -233,6 +242,7 @@ mod tests {
             tuplekv: Some(ReadExtension {
                 hold: true,
                 at: vec![7; 10],
+                release: vec![vec![1; 10]],
             }),
         };
         let mut body = plain.encode_to_vec();
