@@ -68,7 +68,7 @@ impl Config {
     pub(crate) const EXAMPLE: Config = Config {
         apps: 4,
         threads: 4,
-        iterations: 90,
+        iterations: 200,
     };
     /// The CI test's run: two app servers, still with the kill and restart.
     #[allow(dead_code, reason = "the example uses the full configuration")]
@@ -290,11 +290,11 @@ fn work(ctx: &AppCtx, thread: usize, iterations: usize, tick: impl Fn()) -> Resu
         let seq = &ctx.fast[i % ctx.fast.len()];
         let n = issue_fast(ctx, seq)?;
         lines.push(format!("fast {} {n}", seq.prefix()));
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             let n = issue_gapless(ctx, thread, i)?;
             lines.push(format!("gapless {GAPLESS_PREFIX} {n}"));
         }
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             let user = user_for(ctx.app, thread, i);
             let inserted = insert_user(ctx, &user)?;
             let verdict = if inserted { "inserted" } else { "refused" };
@@ -309,7 +309,7 @@ fn work(ctx: &AppCtx, thread: usize, iterations: usize, tick: impl Fn()) -> Resu
 /// that every app wants for one user in [`SHARED_EMAIL_EVERY`].
 fn user_for(app: usize, thread: usize, i: usize) -> User {
     let id = (app as u64) * 1_000_000 + (thread as u64) * 10_000 + i as u64;
-    let email = if (i / 3) % SHARED_EMAIL_EVERY == 0 {
+    let email = if (i / 3).is_multiple_of(SHARED_EMAIL_EVERY) {
         format!("shared{}@example.com", i / 3)
     } else {
         format!("app{app}.t{thread}.i{i}@example.com")
@@ -601,10 +601,11 @@ fn parent(config: Config) -> Result<()> {
 
     // Half way through the first app's work: kill -9, wait, restart on the same port.
     wait_for_halfway(&rx)?;
+    println!("server: kill -9 (pid {})", server.0.id());
     let killed = Instant::now();
+    // `Child::kill` is SIGKILL on Unix: no shutdown, no final sync.
     server.0.kill().context("killing the server")?;
     server.0.wait()?;
-    println!("server: killed with SIGKILL");
     std::thread::sleep(DOWN_PAUSE);
     let (restarted, again) = start_server(&data, addr.port(), &token)?;
     let down = killed.elapsed();
