@@ -406,12 +406,15 @@ impl Client {
                     assert_eq!(retry(|| self.users.get(&pk)).as_ref(), Some(user));
                     return true;
                 }
-                Err(tuplekv_index::Error::Store(e)) => {
+                Err(
+                    e @ (tuplekv_index::Error::Store(_)
+                    | tuplekv_index::Error::OutcomeUnknown { .. }),
+                ) => {
                     if retry(|| self.users.get(&pk)).as_ref() == Some(user) {
                         return true;
                     }
                     assert!(
-                        engine_maybe(&e) && started.elapsed() < OPERATION_RETRY_FOR,
+                        e.is_fault() && started.elapsed() < OPERATION_RETRY_FOR,
                         "insert {}: {e}",
                         user.id
                     );
@@ -470,7 +473,11 @@ impl IsFault for tuplekv_sequence::Error {
 
 impl IsFault for tuplekv_index::Error {
     fn is_fault(&self) -> bool {
-        matches!(self, tuplekv_index::Error::Store(e) if engine_maybe(e))
+        match self {
+            tuplekv_index::Error::Store(e) => engine_maybe(e),
+            tuplekv_index::Error::OutcomeUnknown { .. } => true,
+            _ => false,
+        }
     }
 }
 

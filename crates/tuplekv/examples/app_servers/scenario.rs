@@ -472,6 +472,15 @@ fn insert_user(ctx: &AppCtx, user: &User) -> Result<bool> {
                 ctx.faults.landed.fetch_add(1, Ordering::Relaxed);
                 return Ok(true);
             }
+            // The collection re-read the record and did not find what it wrote (or could
+            // not read): resend; a resend of a write that did land meets our own record.
+            Err(e @ index::Error::OutcomeUnknown { .. }) => {
+                ctx.faults.note("user insert", &e, true);
+                if ctx.users.get(&pk)?.as_ref() == Some(user) {
+                    ctx.faults.landed.fetch_add(1, Ordering::Relaxed);
+                    return Ok(true);
+                }
+            }
             Err(index::Error::Store(e)) if engine_maybe(&e) => {
                 ctx.faults.note(
                     "user insert",
