@@ -28,3 +28,29 @@ pub fn skip(group: &str, peer: &str, reason: &str) {
         let _ = writeln!(file, "{group}\t{peer}\t{reason}");
     }
 }
+
+/// The `q`-quantile of sorted latencies (nearest rank); 0 when there are none.
+pub fn quantile<T: Copy + Default>(sorted: &[T], q: f64) -> T {
+    if sorted.is_empty() {
+        return T::default();
+    }
+    let rank = ((sorted.len() as f64) * q).ceil() as usize;
+    sorted
+        .get(rank.clamp(1, sorted.len()) - 1)
+        .copied()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_use_the_nearest_rank() {
+        let sorted: Vec<u32> = (1..=100).collect();
+        assert_eq!(quantile(&sorted, 0.5), 50);
+        assert_eq!(quantile(&sorted, 0.99), 99);
+        assert_eq!(quantile::<u32>(&[], 0.5), 0);
+        assert_eq!(quantile(&[7u64], 0.99), 7);
+    }
+}

@@ -7,6 +7,7 @@
 //! options. Only std and anyhow are used; arguments are parsed by hand in [`parse`].
 
 mod bench;
+mod bench_remote;
 mod bench_server;
 mod ci;
 mod clients;
@@ -48,7 +49,8 @@ COMMANDS:
     fuzz --all [--seconds N]      run every fuzz target, N seconds each
     fuzz --list                   print the fuzz targets
     bench [--quick] [GROUP...]    run criterion bench groups (default: all of them);
-                                  the group `server` compares KV Connect servers
+                                  the group `server` compares KV Connect servers,
+                                  `remote` code sequences through `RemoteStore`
     soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
                                   long runs: many property cases, crash and stress rounds,
                                   the engine under AddressSanitizer and ThreadSanitizer, loom
@@ -138,6 +140,15 @@ into $TUPLEKV_TOOLS_DIR (default target/tools) when missing, and runs the Deno c
 side-by-side table with the goals of issue 22 marked met or not, and writes it to
 target/bench-reports/server.md (about 4 minutes; `--quick` is a smoke run of under a minute).
 TUPLEKV_BENCH_SERVER_BIN=<path> uses that `tuplekv` binary instead of building one.
+
+The group `remote` (never run by default) builds `tuplekv` and the load process
+`remote_codes` in release mode, starts `tuplekv serve --durability sync` on loopback and runs
+4 processes x 4 threads issuing codes through `RemoteStore` (fast mode, then gapless mode),
+then the same for Redis `INCR` (unpipelined; a redis-server is started for it when installed)
+and PostgreSQL `nextval` through pgbench (a throw-away cluster, when PostgreSQL is installed),
+and the sequential get and commit latency of `RemoteStore` against an in-process `Database`.
+It prints a table with the goals (fast >= 10x Redis, gapless >= Redis) marked met or not and
+writes it to target/bench-reports/remote.md (about a minute; `--quick`: 1 s per workload).
 
 OPTIONS:
     --quick    criterion's `--quick` with short warm-up/measurement (a smoke run of ~2 minutes)";

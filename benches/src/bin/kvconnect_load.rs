@@ -31,6 +31,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
+use tuplekv_benches::quantile;
 use tuplekv_codec::{encode_key, key};
 
 /// The protocol versions offered in the metadata exchange (the data path is the same for both).
@@ -630,15 +631,6 @@ impl Point {
     }
 }
 
-/// The `q`-quantile of sorted latencies (nearest rank); 0 when there are none.
-fn quantile(sorted: &[u32], q: f64) -> u32 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((sorted.len() as f64) * q).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// Runs one point: `concurrency` workers issuing `op` for the warm-up and then `seconds`.
 async fn run_point(
     workload: &Arc<Workload>,
@@ -816,15 +808,6 @@ mod tests {
         ] {
             assert!(parse_args(&argv(bad)).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn quantiles_use_the_nearest_rank() {
-        let sorted: Vec<u32> = (1..=100).collect();
-        assert_eq!(quantile(&sorted, 0.5), 50);
-        assert_eq!(quantile(&sorted, 0.99), 99);
-        assert_eq!(quantile(&[], 0.5), 0);
-        assert_eq!(quantile(&[7], 0.99), 7);
     }
 
     #[test]
