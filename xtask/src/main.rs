@@ -18,6 +18,7 @@ mod handoff;
 mod miri;
 mod nightly;
 mod perf_doc;
+mod remote_denokv;
 mod report;
 mod sanitizer;
 mod server_process;
@@ -57,6 +58,8 @@ COMMANDS:
     conformance [--against tuplekv|denokv|both] [--keep-output DIR]
                                   KV Connect conformance scripts with the real Deno and Node
                                   clients against tuplekv serve and/or denokv
+    remote-denokv                 RemoteStore's denokv tests (crates/remote/tests/denokv.rs)
+                                  against a real denokv started for the run
     help [COMMAND]                print this help, or a command's
 
 Run `cargo xtask <COMMAND> --help` for details.";
@@ -196,6 +199,8 @@ enum Task {
     Soak(SoakArgs),
     /// `cargo xtask conformance`.
     Conformance(conformance::ConformanceArgs),
+    /// `cargo xtask remote-denokv`.
+    RemoteDenokv,
 }
 
 /// A command line that does not parse; the message says why.
@@ -229,6 +234,11 @@ fn parse(args: &[String]) -> Result<Task, UsageError> {
             Ok(None) => Ok(Task::Help(conformance::HELP)),
             Err(message) => usage(message),
         },
+        "remote-denokv" => match rest {
+            [] => Ok(Task::RemoteDenokv),
+            [a] if is_help(a) => Ok(Task::Help(remote_denokv::HELP)),
+            [other, ..] => usage(format!("`remote-denokv` does not take `{other}`")),
+        },
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -242,6 +252,7 @@ fn help_for(topic: &str) -> Result<&'static str, UsageError> {
         "bench" => Ok(BENCH_HELP),
         "soak" => Ok(SOAK_HELP),
         "conformance" => Ok(conformance::HELP),
+        "remote-denokv" => Ok(remote_denokv::HELP),
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -389,6 +400,7 @@ fn main() -> ExitCode {
         Task::Bench(args) => bench::run(args),
         Task::Soak(args) => soak::run(args),
         Task::Conformance(args) => conformance::run(args),
+        Task::RemoteDenokv => remote_denokv::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -519,6 +531,16 @@ mod tests {
         ] {
             assert!(parse_str(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn remote_denokv() {
+        assert_eq!(parse_str("remote-denokv"), Ok(Task::RemoteDenokv));
+        assert_eq!(
+            parse_str("help remote-denokv"),
+            Ok(Task::Help(remote_denokv::HELP))
+        );
+        assert!(parse_str("remote-denokv --fast").is_err());
     }
 
     #[test]
