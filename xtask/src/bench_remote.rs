@@ -43,6 +43,16 @@ const GOAL_GAPLESS: f64 = 1.0;
 /// The sequence prefixes of the two modes (one sequence per mode for the whole run).
 const PREFIX_FAST: &str = "FAST";
 const PREFIX_GAPLESS: &str = "GAPLESS";
+/// The rows of the latency table: label, the remote series, the in-process series.
+const LATENCY_ROWS: [(&str, &str, &str); 3] = [
+    ("get", "get", "get"),
+    ("commit", "commit", "commit"),
+    (
+        "commit; in process through `commit_async`, the path `tuplekv serve` commits by",
+        "commit",
+        "commit_async",
+    ),
+];
 /// The user of the throw-away PostgreSQL cluster.
 const PG_USER: &str = "bench";
 /// The system user PostgreSQL runs as when xtask runs as root (it refuses to run as root).
@@ -91,6 +101,29 @@ struct Measured {
     per_sec: f64,
     errors: u64,
     first_error: Option<String>,
+    /// Store commits and refused commits, summed, where the processes reported them.
+    commits: Option<u64>,
+    conflicts: Option<u64>,
+}
+
+impl Measured {
+    fn zero() -> Measured {
+        Measured {
+            per_sec: 0.0,
+            errors: 0,
+            first_error: None,
+            commits: None,
+            conflicts: None,
+        }
+    }
+}
+
+/// `a + b` where either is known.
+fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    }
 }
 
 /// p50 and p99 in µs of one op on one store.
@@ -102,11 +135,7 @@ struct Latency {
 
 /// Sums the JSON lines of the `remote_codes` processes.
 fn sum_rates(outputs: &[String]) -> Result<Measured> {
-    let mut total = Measured {
-        per_sec: 0.0,
-        errors: 0,
-        first_error: None,
-    };
+    let mut total = Measured::zero();
     for out in outputs {
         let line = out
             .lines()
@@ -121,6 +150,8 @@ fn sum_rates(outputs: &[String]) -> Result<Measured> {
         if total.first_error.is_none() {
             total.first_error = v["first_error"].as_str().map(str::to_owned);
         }
+        total.commits = add(total.commits, v["commits"].as_u64());
+        total.conflicts = add(total.conflicts, v["conflicts"].as_u64());
     }
     Ok(total)
 }
@@ -297,11 +328,7 @@ impl Postgres {
                 c
             })
             .collect();
-        let mut total = Measured {
-            per_sec: 0.0,
-            errors: 0,
-            first_error: None,
-        };
+        let mut total = Measured::zero();
         // No token to hide: NUL never occurs in an argument.
         for out in run_at_once(commands, "\0")? {
             total.per_sec += parse_pgbench_tps(&out)
@@ -474,7 +501,7 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
         "\n## What the network costs\n\nSequential, one thread: a point read \
          (`Store::get_latest_raw`) and a commit of one 100-byte set, through `RemoteStore` to \
          the server above, and on an in-process durable `Database` (sync durability, same \
-         disk). µs, p50 / p99.\n\n",
+         disk), in alternating turns of 100. µs, p50 / p99.\n\n",
     );
     match &results.latency {
         Ok(lines) => {
@@ -482,8 +509,8 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
                 "| op | RemoteStore | in-process Database | added by the network (p50) |\n\
                  |---|---|---|---|\n",
             );
-            for op in ["get", "commit"] {
-                let find = |store: &str| {
+            for (label, remote_op, local_op) in LATENCY_ROWS {
+                let find = |store: &str, op: &str| {
                     lines
                         .iter()
                         .find(|(s, o, _)| s == store && o == op)
@@ -495,14 +522,14 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
                         |l| format!("{:.1} / {:.1}", l.p50, l.p99),
                     )
                 };
-                let (remote, local) = (find("remote"), find("in_process"));
+                let (remote, local) = (find("remote", remote_op), find("in_process", local_op));
                 let added = match (remote, local) {
                     (Some(r), Some(l)) => format!("{:+.1}", r.p50 - l.p50),
                     _ => "—".to_owned(),
                 };
                 let _ = writeln!(
                     out,
-                    "| {op} | {} | {} | {added} |",
+                    "| {label} | {} | {} | {added} |",
                     cell(remote),
                     cell(local)
                 );
@@ -518,17 +545,25 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
     }
     for row in &results.rows {
         match &row.result {
-            Ok(Measured {
-                first_error: Some(e),
-                errors,
-                ..
-            }) => {
-                let _ = writeln!(out, "- {}: {errors} errors, the first: {e}", row.label);
+            Ok(m) => {
+                if let Some(e) = &m.first_error {
+                    let _ = writeln!(out, "- {}: {} errors, the first: {e}", row.label, m.errors);
+                }
+                if let Some(commits) = m.commits {
+                    let _ = write!(
+                        out,
+                        "- {}: {commits} store commits over the run, warm-up included",
+                        row.label
+                    );
+                    if let Some(conflicts) = m.conflicts {
+                        let _ = write!(out, ", {conflicts} refused by a check (conflicts)");
+                    }
+                    out.push_str(".\n");
+                }
             }
             Err(e) => {
                 let _ = writeln!(out, "- {}: not measured: {e}", row.label);
             }
-            Ok(_) => {}
         }
     }
     out.push_str(
@@ -592,6 +627,7 @@ mod tests {
             )
         };
         let total = sum_rates(&[line(100.0, 0), line(50.5, 2)]).expect("sums");
+        assert_eq!(total.commits, None);
         assert_eq!(total.per_sec, 150.5);
         assert_eq!(total.errors, 2);
         assert_eq!(total.first_error.as_deref(), Some("boom"));
@@ -611,8 +647,9 @@ mod tests {
         let ok = |per_sec| {
             Ok(Measured {
                 per_sec,
-                errors: 0,
-                first_error: None,
+                commits: Some(7),
+                conflicts: Some(2),
+                ..Measured::zero()
             })
         };
         let results = Results {
@@ -661,5 +698,9 @@ mod tests {
             "{report}"
         );
         assert!(report.contains("| commit | — | — | — |"), "{report}");
+        assert!(
+            report.contains("| commit; in process through `commit_async`"),
+            "{report}"
+        );
     }
 }

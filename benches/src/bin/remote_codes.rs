@@ -156,6 +156,10 @@ struct Tally {
     ops: u64,
     errors: u64,
     first_error: Option<String>,
+    /// Store commits and refused commits over the whole run (warm-up included), where the
+    /// workload knows them: a fast handle's block reservations, a gapless handle's stats.
+    commits: Option<u64>,
+    conflicts: Option<u64>,
 }
 
 /// Runs `op` on `threads` threads: unmeasured for the warm-up, then counted for `seconds`.
@@ -248,10 +252,16 @@ fn codes(args: &Args) -> Result<(Tally, f64), String> {
         .map_err(|e| format!("creating sequence {}: {e}", args.prefix))?;
     if mode == Mode::Fast {
         let seq = seqs.fast(&args.prefix).map_err(|e| e.to_string())?;
-        run_rate(args, || Ok(()), |_: &mut ()| seq.next_number().map(drop))
+        let (mut tally, seconds) =
+            run_rate(args, || Ok(()), |_: &mut ()| seq.next_number().map(drop))?;
+        tally.commits = Some(seq.reservations());
+        Ok((tally, seconds))
     } else {
         let seq = seqs.gapless(&args.prefix).map_err(|e| e.to_string())?;
-        run_rate(args, || Ok(()), |_: &mut ()| seq.next().map(drop))
+        let (mut tally, seconds) = run_rate(args, || Ok(()), |_: &mut ()| seq.next().map(drop))?;
+        let stats = seq.stats();
+        (tally.commits, tally.conflicts) = (Some(stats.commits), Some(stats.conflicts));
+        Ok((tally, seconds))
     }
 }
 
@@ -310,6 +320,25 @@ fn commit_turn<S: Store>(
     })
 }
 
+/// [`commit_turn`] through [`Store::commit_async`], awaited on `runtime`: the path
+/// `tuplekv serve` commits by (its commit mode `Inline`).
+fn commit_async_turn(
+    db: &Database,
+    runtime: &tokio::runtime::Runtime,
+    range: std::ops::Range<usize>,
+    nanos: &mut Vec<u64>,
+) -> Result<(), String> {
+    let value = vec![7u8; VALUE_SIZE];
+    time_calls(range, nanos, |i| {
+        let write = db
+            .atomic()
+            .set(&latency_key(i), value.clone())
+            .as_write()
+            .clone();
+        runtime.block_on(db.commit_async(write)).map(drop)
+    })
+}
+
 /// One turn of `range` point reads of keys written before on `store`.
 fn get_turn<S: Store>(
     store: &S,
@@ -334,13 +363,24 @@ fn latencies(args: &Args) -> Result<(), String> {
     let dir = args.data_dir.as_deref().unwrap_or(".");
     let local = Database::open(dir, Options::default())
         .map_err(|e| format!("opening a database in {dir}: {e}"))?;
-    let mut series: [Vec<u64>; 4] = Default::default();
-    let [remote_commit, local_commit, remote_get, local_get] = &mut series;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("a runtime for commit_async: {e}"))?;
+    let mut series: [Vec<u64>; 5] = Default::default();
+    let [
+        remote_commit,
+        local_commit,
+        local_async,
+        remote_get,
+        local_get,
+    ] = &mut series;
     let mut from = 0;
     while from < args.ops {
         let turn = from..(from + LATENCY_TURN).min(args.ops);
         commit_turn(&remote, turn.clone(), remote_commit)?;
-        commit_turn(&local, turn, local_commit)?;
+        commit_turn(&local, turn.clone(), local_commit)?;
+        commit_async_turn(&local, &runtime, turn, local_async)?;
         from += LATENCY_TURN;
     }
     from = 0;
@@ -350,12 +390,19 @@ fn latencies(args: &Args) -> Result<(), String> {
         get_turn(&local, turn, local_get)?;
         from += LATENCY_TURN;
     }
-    let [remote_commit, local_commit, remote_get, local_get] = series;
+    let [
+        remote_commit,
+        local_commit,
+        local_async,
+        remote_get,
+        local_get,
+    ] = series;
     for (store, op, nanos) in [
         ("remote", "get", remote_get),
         ("in_process", "get", local_get),
         ("remote", "commit", remote_commit),
         ("in_process", "commit", local_commit),
+        ("in_process", "commit_async", local_async),
     ] {
         let ops = nanos.len();
         let (p50, p99) = quantiles_us(nanos);
@@ -404,6 +451,8 @@ fn main() -> ExitCode {
                     "ops_per_sec": tally.ops as f64 / seconds,
                     "errors": tally.errors,
                     "first_error": tally.first_error,
+                    "commits": tally.commits,
+                    "conflicts": tally.conflicts,
                 })
             );
             ExitCode::SUCCESS
