@@ -21,9 +21,9 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 
-use crate::bench::{self, Redis};
+use crate::bench::Redis;
 use crate::bench_server::{
-    CLI_BIN, CLI_PACKAGE, LOAD_PACKAGE, build_release, load_average, rate, run_client,
+    CLI_BIN, CLI_PACKAGE, LOAD_PACKAGE, build_release, load_average, publish, rate, run_client,
 };
 use crate::server_process::{Running, Stderr, generate_token, scratch_dir};
 use crate::{cmd, report};
@@ -596,17 +596,7 @@ pub(crate) fn run(quick: bool) -> Result<()> {
          work competed with this run.",
         load_average()
     )];
-    let report = render(&results, command, started, &notes);
-    println!("{report}");
-    let out_dir = bench::target_dir().join("bench-reports");
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let path = out_dir.join("remote.md");
-    std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
-    eprintln!(
-        "report: {} ({:.0} s)",
-        cmd::relative(&path),
-        started.elapsed().map_or(0.0, |d| d.as_secs_f64())
-    );
+    publish(&render(&results, command, started, &notes), GROUP, started)?;
     let ours_failed = results.rows.iter().take(2).any(|r| r.result.is_err());
     if ours_failed || results.latency.is_err() {
         bail!("the remote bench failed; see the notes of the report");

@@ -616,6 +616,22 @@ pub(crate) fn load_average() -> String {
         .unwrap_or_else(|| "?".to_owned())
 }
 
+/// Prints `report` and writes it to `target/bench-reports/<name>.md`, saying where and how
+/// long the run since `started` took.
+pub(crate) fn publish(report: &str, name: &str, started: SystemTime) -> Result<()> {
+    println!("{report}");
+    let dir = bench::target_dir().join("bench-reports");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!("{name}.md"));
+    std::fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!(
+        "report: {} ({:.0} s)",
+        cmd::relative(&path),
+        started.elapsed().map_or(0.0, |d| d.as_secs_f64())
+    );
+    Ok(())
+}
+
 /// Runs `cargo xtask bench server` (with `--quick`: a smoke run).
 pub(crate) fn run(quick: bool) -> Result<()> {
     let started = SystemTime::now();
@@ -647,17 +663,11 @@ pub(crate) fn run(quick: bool) -> Result<()> {
          above the core count, other work competed with this run.",
         load_average()
     ));
-    let report = render(&results, command, started, &extra_notes);
-    println!("{report}");
-    let dir = bench::target_dir().join("bench-reports");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join("server.md");
-    std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
-    eprintln!(
-        "report: {} ({:.0} s)",
-        cmd::relative(&path),
-        started.elapsed().map_or(0.0, |d| d.as_secs_f64())
-    );
+    publish(
+        &render(&results, command, started, &extra_notes),
+        GROUP,
+        started,
+    )?;
     let failed: Vec<&str> = results
         .iter()
         .filter(|(_, m)| m.failure.is_some())

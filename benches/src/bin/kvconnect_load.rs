@@ -31,7 +31,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
-use tuplekv_benches::quantile;
+use tuplekv_benches::{flag_pairs, quantile};
 use tuplekv_codec::{encode_key, key};
 
 /// The protocol versions offered in the metadata exchange (the data path is the same for both).
@@ -151,17 +151,10 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         server_pid: None,
         label: String::from("server"),
     };
-    let mut it = argv.iter();
-    while let Some(flag) = it.next() {
-        if flag == "-h" || flag == "--help" {
-            return Err(USAGE.to_owned());
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("`{flag}` needs a value\n{USAGE}"))?;
-        match flag.as_str() {
+    for (flag, value) in flag_pairs(argv, USAGE)? {
+        match flag {
             "--url" => args.url = value.trim_end_matches('/').to_owned(),
-            "--token" => args.token = value.clone(),
+            "--token" => args.token = value.to_owned(),
             "--seconds" => args.seconds = parse_seconds(flag, value, 0.1)?,
             "--warmup" => args.warmup = parse_seconds(flag, value, 0.0)?,
             "--concurrency" => {
@@ -201,7 +194,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
                 }
             }
             "--server-pid" => args.server_pid = Some(parse_number(flag, value)?),
-            "--label" => args.label = value.clone(),
+            "--label" => args.label = value.to_owned(),
             other => return Err(format!("unknown option `{other}`\n{USAGE}")),
         }
     }

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tuplekv_benches::quantile;
 use tuplekv_benches::redis::Redis;
+use tuplekv_benches::{flag_pairs, quantile};
 use tuplekv_engine::{Database, Options, Store, key};
 use tuplekv_remote::RemoteStore;
 use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
@@ -122,21 +122,14 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         data_dir: None,
         ops: LATENCY_OPS_DEFAULT,
     };
-    let mut it = rest.iter();
-    while let Some(flag) = it.next() {
-        if flag == "-h" || flag == "--help" {
-            return Err(USAGE.to_owned());
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("`{flag}` needs a value\n{USAGE}"))?;
-        match flag.as_str() {
+    for (flag, value) in flag_pairs(rest, USAGE)? {
+        match flag {
             "--url" => args.url = value.trim_end_matches('/').to_owned(),
             "--threads" => args.threads = parse_number(flag, value, 1, THREADS_MAX)?,
             "--seconds" => args.seconds = parse_number(flag, value, 0.1, SECONDS_MAX)?,
             "--warmup" => args.warmup = parse_number(flag, value, 0.0, SECONDS_MAX)?,
-            "--prefix" => args.prefix = value.clone(),
-            "--data-dir" => args.data_dir = Some(value.clone()),
+            "--prefix" => args.prefix = value.to_owned(),
+            "--data-dir" => args.data_dir = Some(value.to_owned()),
             "--ops" => args.ops = parse_number(flag, value, 1, LATENCY_OPS_MAX)?,
             other => return Err(format!("unknown flag `{other}`\n{USAGE}")),
         }
@@ -299,6 +292,13 @@ fn quantiles_us(mut nanos: Vec<u64>) -> (f64, f64) {
     (us(0.50), us(0.99))
 }
 
+/// `0..ops` in turns of [`LATENCY_TURN`].
+fn turns(ops: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..ops)
+        .step_by(LATENCY_TURN)
+        .map(move |from| from..(from + LATENCY_TURN).min(ops))
+}
+
 /// The latency keys: a hundred keys written over and over.
 fn latency_key(i: usize) -> tuplekv_engine::Key {
     key!["bench_latency", (i % LATENCY_TURN) as u64]
@@ -367,36 +367,17 @@ fn latencies(args: &Args) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("a runtime for commit_async: {e}"))?;
-    let mut series: [Vec<u64>; 5] = Default::default();
-    let [
-        remote_commit,
-        local_commit,
-        local_async,
-        remote_get,
-        local_get,
-    ] = &mut series;
-    let mut from = 0;
-    while from < args.ops {
-        let turn = from..(from + LATENCY_TURN).min(args.ops);
-        commit_turn(&remote, turn.clone(), remote_commit)?;
-        commit_turn(&local, turn.clone(), local_commit)?;
-        commit_async_turn(&local, &runtime, turn, local_async)?;
-        from += LATENCY_TURN;
+    let (mut remote_commit, mut local_commit, mut local_async) = (vec![], vec![], vec![]);
+    for turn in turns(args.ops) {
+        commit_turn(&remote, turn.clone(), &mut remote_commit)?;
+        commit_turn(&local, turn.clone(), &mut local_commit)?;
+        commit_async_turn(&local, &runtime, turn, &mut local_async)?;
     }
-    from = 0;
-    while from < args.ops {
-        let turn = from..(from + LATENCY_TURN).min(args.ops);
-        get_turn(&remote, turn.clone(), remote_get)?;
-        get_turn(&local, turn, local_get)?;
-        from += LATENCY_TURN;
+    let (mut remote_get, mut local_get) = (vec![], vec![]);
+    for turn in turns(args.ops) {
+        get_turn(&remote, turn.clone(), &mut remote_get)?;
+        get_turn(&local, turn, &mut local_get)?;
     }
-    let [
-        remote_commit,
-        local_commit,
-        local_async,
-        remote_get,
-        local_get,
-    ] = series;
     for (store, op, nanos) in [
         ("remote", "get", remote_get),
         ("in_process", "get", local_get),
@@ -499,6 +480,13 @@ mod tests {
         let (p50, p99) = quantiles_us(nanos);
         assert!(p50 <= p99);
         assert!(time_calls(0..3, &mut Vec::new(), |_| Err::<(), _>("broken")).is_err());
+    }
+
+    #[test]
+    fn turns_cover_every_op_once() {
+        let all: Vec<_> = turns(250).collect();
+        assert_eq!(all, vec![0..100, 100..200, 200..250]);
+        assert_eq!(turns(0).count(), 0);
     }
 
     #[test]
