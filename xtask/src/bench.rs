@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{bench_server, cmd, handoff, perf_doc, report};
+use crate::{bench_remote, bench_server, cmd, handoff, perf_doc, report};
 
 /// The package holding the benches.
 const PACKAGE: &str = "tuplekv-benches";
@@ -112,14 +112,19 @@ pub(crate) fn target_dir() -> PathBuf {
 }
 
 /// A `redis-server` started for the run; stopped when dropped.
-struct Redis {
+pub(crate) struct Redis {
     child: Child,
     url: String,
 }
 
 impl Redis {
+    /// Its address, `redis://127.0.0.1:PORT`.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Starts `redis-server` on a free loopback port without persistence, or says why not.
-    fn start() -> Result<Redis, String> {
+    pub(crate) fn start() -> Result<Redis, String> {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("no free loopback port: {e}"))?
@@ -160,21 +165,30 @@ impl Drop for Redis {
 /// Runs the requested bench groups in order, stopping at the first failure, then writes the
 /// report of what this run measured.
 pub(crate) fn run(args: &BenchArgs) -> Result<()> {
-    // `server` is not a criterion group: it compares KV Connect servers (bench_server.rs).
-    if args.groups.iter().any(|g| g == bench_server::GROUP) {
-        let rest: Vec<String> = args
-            .groups
-            .iter()
-            .filter(|g| *g != bench_server::GROUP)
-            .cloned()
-            .collect();
-        if !rest.is_empty() {
-            run(&BenchArgs {
-                quick: args.quick,
-                groups: rest,
-            })?;
+    // `server` and `remote` are not criterion groups: they start servers and processes
+    // (bench_server.rs, bench_remote.rs).
+    for (group, run_group) in [
+        (
+            bench_server::GROUP,
+            bench_server::run as fn(bool) -> Result<()>,
+        ),
+        (bench_remote::GROUP, bench_remote::run),
+    ] {
+        if args.groups.iter().any(|g| g == group) {
+            let rest: Vec<String> = args
+                .groups
+                .iter()
+                .filter(|g| *g != group)
+                .cloned()
+                .collect();
+            if !rest.is_empty() {
+                run(&BenchArgs {
+                    quick: args.quick,
+                    groups: rest,
+                })?;
+            }
+            return run_group(args.quick);
         }
-        return bench_server::run(args.quick);
     }
     let groups = plan(args)?;
     let started_at = SystemTime::now();

@@ -25,10 +25,11 @@ use crate::{bench, clients, cmd, report};
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "server";
 /// The package and binary of the tuplekv server.
-const CLI_PACKAGE: &str = "tuplekv-cli";
-const CLI_BIN: &str = "tuplekv";
-/// The package and binary of the load generator.
-const LOAD_PACKAGE: &str = "tuplekv-benches";
+pub(crate) const CLI_PACKAGE: &str = "tuplekv-cli";
+pub(crate) const CLI_BIN: &str = "tuplekv";
+/// The package of the load generators.
+pub(crate) const LOAD_PACKAGE: &str = "tuplekv-benches";
+/// The load generator of this bench.
 const LOAD_BIN: &str = "kvconnect_load";
 /// The Deno client bench, relative to the workspace root.
 const DENO_SCRIPT: &str = "bench/server/deno_bench.ts";
@@ -148,6 +149,12 @@ fn release_bin(name: &str) -> PathBuf {
     bench::target_dir().join("release").join(name)
 }
 
+/// Builds binary `bin` of `package` in release mode and returns its path.
+pub(crate) fn build_release(package: &str, bin: &str) -> Result<PathBuf> {
+    cmd::run(cmd::cargo().args(["build", "--release", "-p", package, "--bin", bin]))?;
+    Ok(release_bin(bin))
+}
+
 /// Builds what is not given and installs the clients.
 fn binaries() -> Result<Binaries> {
     let (tuplekv, tuplekv_note) = match std::env::var_os(SERVER_BIN_ENV) {
@@ -165,23 +172,12 @@ fn binaries() -> Result<Binaries> {
             eprintln!("xtask: {note}");
             (path, Some(note))
         }
-        None => {
-            cmd::run(cmd::cargo().args([
-                "build",
-                "--release",
-                "-p",
-                CLI_PACKAGE,
-                "--bin",
-                CLI_BIN,
-            ]))?;
-            (release_bin(CLI_BIN), None)
-        }
+        None => (build_release(CLI_PACKAGE, CLI_BIN)?, None),
     };
-    cmd::run(cmd::cargo().args(["build", "--release", "-p", LOAD_PACKAGE, "--bin", LOAD_BIN]))?;
     Ok(Binaries {
         tuplekv,
         tuplekv_note,
-        load: release_bin(LOAD_BIN),
+        load: build_release(LOAD_PACKAGE, LOAD_BIN)?,
         deno: clients::deno()?,
         denokv: clients::denokv()?,
     })
@@ -209,7 +205,7 @@ fn start(server: Server, bins: &Binaries, dir: &Path, log: &Path, token: &str) -
 
 /// Runs a client with its standard output captured (standard error inherited), killing it
 /// after `CLIENT_TIMEOUT`; fails unless it exits successfully.
-fn run_client(command: &mut Command, token: &str) -> Result<String> {
+pub(crate) fn run_client(command: &mut Command, token: &str) -> Result<String> {
     let shown = cmd::display(command).replace(token, "<token>");
     eprintln!("$ {shown}");
     let mut child = command
@@ -357,7 +353,7 @@ fn measure_in(server: Server, bins: &Binaries, d: Durations, dir: &Path) -> Resu
 }
 
 /// `rate` ops/s for a table cell: `1.23 k`, `845`.
-fn rate(ops_per_sec: f64) -> String {
+pub(crate) fn rate(ops_per_sec: f64) -> String {
     if ops_per_sec >= 1000.0 {
         format!("{:.2} k", ops_per_sec / 1000.0)
     } else {
@@ -613,11 +609,27 @@ fn notes(results: &BTreeMap<Server, Measured>, extra_notes: &[String]) -> String
 }
 
 /// The one-minute load average from `/proc/loadavg`, or `?`.
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_owned))
         .unwrap_or_else(|| "?".to_owned())
+}
+
+/// Prints `report` and writes it to `target/bench-reports/<name>.md`, saying where and how
+/// long the run since `started` took.
+pub(crate) fn publish(report: &str, name: &str, started: SystemTime) -> Result<()> {
+    println!("{report}");
+    let dir = bench::target_dir().join("bench-reports");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!("{name}.md"));
+    std::fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!(
+        "report: {} ({:.0} s)",
+        cmd::relative(&path),
+        started.elapsed().map_or(0.0, |d| d.as_secs_f64())
+    );
+    Ok(())
 }
 
 /// Runs `cargo xtask bench server` (with `--quick`: a smoke run).
@@ -651,17 +663,11 @@ pub(crate) fn run(quick: bool) -> Result<()> {
          above the core count, other work competed with this run.",
         load_average()
     ));
-    let report = render(&results, command, started, &extra_notes);
-    println!("{report}");
-    let dir = bench::target_dir().join("bench-reports");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join("server.md");
-    std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
-    eprintln!(
-        "report: {} ({:.0} s)",
-        cmd::relative(&path),
-        started.elapsed().map_or(0.0, |d| d.as_secs_f64())
-    );
+    publish(
+        &render(&results, command, started, &extra_notes),
+        GROUP,
+        started,
+    )?;
     let failed: Vec<&str> = results
         .iter()
         .filter(|(_, m)| m.failure.is_some())

@@ -7,6 +7,7 @@
 //! options. Only std and anyhow are used; arguments are parsed by hand in [`parse`].
 
 mod bench;
+mod bench_remote;
 mod bench_server;
 mod ci;
 mod clients;
@@ -17,6 +18,7 @@ mod handoff;
 mod miri;
 mod nightly;
 mod perf_doc;
+mod remote_denokv;
 mod report;
 mod sanitizer;
 mod server_process;
@@ -48,13 +50,16 @@ COMMANDS:
     fuzz --all [--seconds N]      run every fuzz target, N seconds each
     fuzz --list                   print the fuzz targets
     bench [--quick] [GROUP...]    run criterion bench groups (default: all of them);
-                                  the group `server` compares KV Connect servers
+                                  the group `server` compares KV Connect servers,
+                                  `remote` code sequences through `RemoteStore`
     soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
                                   long runs: many property cases, crash and stress rounds,
                                   the engine under AddressSanitizer and ThreadSanitizer, loom
     conformance [--against tuplekv|denokv|both] [--keep-output DIR]
                                   KV Connect conformance scripts with the real Deno and Node
                                   clients against tuplekv serve and/or denokv
+    remote-denokv                 RemoteStore's denokv tests (crates/remote/tests/denokv.rs)
+                                  against a real denokv started for the run
     help [COMMAND]                print this help, or a command's
 
 Run `cargo xtask <COMMAND> --help` for details.";
@@ -139,6 +144,15 @@ side-by-side table with the goals of issue 22 marked met or not, and writes it t
 target/bench-reports/server.md (about 4 minutes; `--quick` is a smoke run of under a minute).
 TUPLEKV_BENCH_SERVER_BIN=<path> uses that `tuplekv` binary instead of building one.
 
+The group `remote` (never run by default) builds `tuplekv` and the load process
+`remote_codes` in release mode, starts `tuplekv serve --durability sync` on loopback and runs
+4 processes x 4 threads issuing codes through `RemoteStore` (fast mode, then gapless mode),
+then the same for Redis `INCR` (unpipelined; a redis-server is started for it when installed)
+and PostgreSQL `nextval` through pgbench (a throw-away cluster, when PostgreSQL is installed),
+and the sequential get and commit latency of `RemoteStore` against an in-process `Database`.
+It prints a table with the goals (fast >= 10x Redis, gapless >= Redis) marked met or not and
+writes it to target/bench-reports/remote.md (about a minute; `--quick`: 1 s per workload).
+
 OPTIONS:
     --quick    criterion's `--quick` with short warm-up/measurement (a smoke run of ~2 minutes)";
 
@@ -185,6 +199,8 @@ enum Task {
     Soak(SoakArgs),
     /// `cargo xtask conformance`.
     Conformance(conformance::ConformanceArgs),
+    /// `cargo xtask remote-denokv`.
+    RemoteDenokv,
 }
 
 /// A command line that does not parse; the message says why.
@@ -218,6 +234,11 @@ fn parse(args: &[String]) -> Result<Task, UsageError> {
             Ok(None) => Ok(Task::Help(conformance::HELP)),
             Err(message) => usage(message),
         },
+        "remote-denokv" => match rest {
+            [] => Ok(Task::RemoteDenokv),
+            [a] if is_help(a) => Ok(Task::Help(remote_denokv::HELP)),
+            [other, ..] => usage(format!("`remote-denokv` does not take `{other}`")),
+        },
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -231,6 +252,7 @@ fn help_for(topic: &str) -> Result<&'static str, UsageError> {
         "bench" => Ok(BENCH_HELP),
         "soak" => Ok(SOAK_HELP),
         "conformance" => Ok(conformance::HELP),
+        "remote-denokv" => Ok(remote_denokv::HELP),
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -378,6 +400,7 @@ fn main() -> ExitCode {
         Task::Bench(args) => bench::run(args),
         Task::Soak(args) => soak::run(args),
         Task::Conformance(args) => conformance::run(args),
+        Task::RemoteDenokv => remote_denokv::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -508,6 +531,16 @@ mod tests {
         ] {
             assert!(parse_str(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn remote_denokv() {
+        assert_eq!(parse_str("remote-denokv"), Ok(Task::RemoteDenokv));
+        assert_eq!(
+            parse_str("help remote-denokv"),
+            Ok(Task::Help(remote_denokv::HELP))
+        );
+        assert!(parse_str("remote-denokv --fast").is_err());
     }
 
     #[test]

@@ -242,7 +242,7 @@ fn spawn(
 }
 
 /// The last [`LOG_TAIL_LINES`] lines of the file at `log`.
-fn log_tail(log: &Path) -> String {
+pub(crate) fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")

@@ -31,6 +31,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
+use tuplekv_benches::{flag_pairs, quantile};
 use tuplekv_codec::{encode_key, key};
 
 /// The protocol versions offered in the metadata exchange (the data path is the same for both).
@@ -150,17 +151,10 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         server_pid: None,
         label: String::from("server"),
     };
-    let mut it = argv.iter();
-    while let Some(flag) = it.next() {
-        if flag == "-h" || flag == "--help" {
-            return Err(USAGE.to_owned());
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("`{flag}` needs a value\n{USAGE}"))?;
-        match flag.as_str() {
+    for (flag, value) in flag_pairs(argv, USAGE)? {
+        match flag {
             "--url" => args.url = value.trim_end_matches('/').to_owned(),
-            "--token" => args.token = value.clone(),
+            "--token" => args.token = value.to_owned(),
             "--seconds" => args.seconds = parse_seconds(flag, value, 0.1)?,
             "--warmup" => args.warmup = parse_seconds(flag, value, 0.0)?,
             "--concurrency" => {
@@ -200,7 +194,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
                 }
             }
             "--server-pid" => args.server_pid = Some(parse_number(flag, value)?),
-            "--label" => args.label = value.clone(),
+            "--label" => args.label = value.to_owned(),
             other => return Err(format!("unknown option `{other}`\n{USAGE}")),
         }
     }
@@ -630,15 +624,6 @@ impl Point {
     }
 }
 
-/// The `q`-quantile of sorted latencies (nearest rank); 0 when there are none.
-fn quantile(sorted: &[u32], q: f64) -> u32 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((sorted.len() as f64) * q).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// Runs one point: `concurrency` workers issuing `op` for the warm-up and then `seconds`.
 async fn run_point(
     workload: &Arc<Workload>,
@@ -816,15 +801,6 @@ mod tests {
         ] {
             assert!(parse_args(&argv(bad)).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn quantiles_use_the_nearest_rank() {
-        let sorted: Vec<u32> = (1..=100).collect();
-        assert_eq!(quantile(&sorted, 0.5), 50);
-        assert_eq!(quantile(&sorted, 0.99), 99);
-        assert_eq!(quantile(&[], 0.5), 0);
-        assert_eq!(quantile(&[7], 0.99), 7);
     }
 
     #[test]

@@ -1,0 +1,504 @@
+//! `remote_codes`: one process of `cargo xtask bench remote`. It issues codes through a
+//! `RemoteStore` (fast or gapless mode), or Redis `INCR`s, from T threads for D seconds and
+//! prints one JSON line with the rate; or it measures the sequential latency of a get and a
+//! commit through a `RemoteStore` and against an in-process durable `Database`.
+//!
+//! ```text
+//! remote_codes fast|gapless --url http://HOST:PORT [--threads 4] [--seconds 5] [--warmup 0.5]
+//!                           [--prefix BENCH]
+//! remote_codes redis-incr --url redis://HOST:PORT [--threads 4] [--seconds 5] [--warmup 0.5]
+//! remote_codes latency --url http://HOST:PORT --data-dir DIR [--ops 2000]
+//! ```
+//! The KV Connect token is `$DENO_KV_ACCESS_TOKEN`. xtask runs several of these processes at
+//! once and sums their rates; each process measures its own window after its warm-up.
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Barrier, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tuplekv_benches::redis::Redis;
+use tuplekv_benches::{flag_pairs, quantile};
+use tuplekv_engine::{Database, Options, Store, key};
+use tuplekv_remote::RemoteStore;
+use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
+
+/// Threads per process unless `--threads` says otherwise.
+const THREADS_DEFAULT: usize = 4;
+/// Most threads one process may run.
+const THREADS_MAX: usize = 256;
+/// Measured seconds unless `--seconds` says otherwise.
+const SECONDS_DEFAULT: f64 = 5.0;
+/// Unmeasured seconds before the window unless `--warmup` says otherwise.
+const WARMUP_DEFAULT: f64 = 0.5;
+/// Longest window `--seconds` or `--warmup` may ask for.
+const SECONDS_MAX: f64 = 600.0;
+/// Operations per latency series unless `--ops` says otherwise.
+const LATENCY_OPS_DEFAULT: usize = 2000;
+/// Most operations per latency series.
+const LATENCY_OPS_MAX: usize = 1_000_000;
+/// Sequence prefix unless `--prefix` says otherwise (the xtask gives each mode its own).
+const PREFIX_DEFAULT: &str = "BENCH";
+/// Digits of the codes: wide enough that a run never widens them.
+const CODE_WIDTH: usize = 12;
+/// A thread stops after this many failed operations (a broken server must not spin).
+const ERRORS_MAX: u64 = 100;
+/// Bytes of the value each latency commit writes.
+const VALUE_SIZE: usize = 100;
+
+const USAGE: &str = "\
+usage: remote_codes fast|gapless --url http://HOST:PORT [--threads N] [--seconds S] [--warmup S] [--prefix P]
+       remote_codes redis-incr --url redis://HOST:PORT [--threads N] [--seconds S] [--warmup S]
+       remote_codes latency --url http://HOST:PORT --data-dir DIR [--ops N]
+The KV Connect token is $DENO_KV_ACCESS_TOKEN. Prints JSON lines on stdout.";
+
+/// What this process measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    Fast,
+    Gapless,
+    RedisIncr,
+    Latency,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Fast => "fast",
+            Workload::Gapless => "gapless",
+            Workload::RedisIncr => "redis-incr",
+            Workload::Latency => "latency",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Args {
+    workload: Workload,
+    url: String,
+    token: String,
+    threads: usize,
+    seconds: f64,
+    warmup: f64,
+    prefix: String,
+    data_dir: Option<String>,
+    ops: usize,
+}
+
+fn parse_number<T: std::str::FromStr + PartialOrd>(
+    flag: &str,
+    value: &str,
+    min: T,
+    max: T,
+) -> Result<T, String> {
+    match value.parse::<T>() {
+        Ok(n) if n >= min && n <= max => Ok(n),
+        _ => Err(format!("`{flag}` needs a number in range, not `{value}`")),
+    }
+}
+
+fn parse_args(argv: &[String]) -> Result<Args, String> {
+    let (workload, rest) = match argv.split_first() {
+        Some((w, rest)) => (
+            match w.as_str() {
+                "fast" => Workload::Fast,
+                "gapless" => Workload::Gapless,
+                "redis-incr" => Workload::RedisIncr,
+                "latency" => Workload::Latency,
+                other => return Err(format!("unknown workload `{other}`\n{USAGE}")),
+            },
+            rest,
+        ),
+        None => return Err(USAGE.to_owned()),
+    };
+    let mut args = Args {
+        workload,
+        url: String::new(),
+        token: std::env::var("DENO_KV_ACCESS_TOKEN").unwrap_or_default(),
+        threads: THREADS_DEFAULT,
+        seconds: SECONDS_DEFAULT,
+        warmup: WARMUP_DEFAULT,
+        prefix: PREFIX_DEFAULT.to_owned(),
+        data_dir: None,
+        ops: LATENCY_OPS_DEFAULT,
+    };
+    for (flag, value) in flag_pairs(rest, USAGE)? {
+        match flag {
+            "--url" => args.url = value.trim_end_matches('/').to_owned(),
+            "--threads" => args.threads = parse_number(flag, value, 1, THREADS_MAX)?,
+            "--seconds" => args.seconds = parse_number(flag, value, 0.1, SECONDS_MAX)?,
+            "--warmup" => args.warmup = parse_number(flag, value, 0.0, SECONDS_MAX)?,
+            "--prefix" => args.prefix = value.to_owned(),
+            "--data-dir" => args.data_dir = Some(value.to_owned()),
+            "--ops" => args.ops = parse_number(flag, value, 1, LATENCY_OPS_MAX)?,
+            other => return Err(format!("unknown flag `{other}`\n{USAGE}")),
+        }
+    }
+    if args.url.is_empty() {
+        return Err(format!("`--url` is required\n{USAGE}"));
+    }
+    if workload == Workload::Latency && args.data_dir.is_none() {
+        return Err(format!("`latency` needs `--data-dir`\n{USAGE}"));
+    }
+    Ok(args)
+}
+
+/// What the threads of one rate run counted.
+#[derive(Debug, Default)]
+struct Tally {
+    ops: u64,
+    errors: u64,
+    first_error: Option<String>,
+    /// Store commits and refused commits over the whole run (warm-up included), where the
+    /// workload knows them: a fast handle's block reservations, a gapless handle's stats.
+    commits: Option<u64>,
+    conflicts: Option<u64>,
+}
+
+/// Runs `op` on `threads` threads: unmeasured for the warm-up, then counted for `seconds`.
+/// Each thread gets its own state from `setup` (a connection, a handle).
+fn run_rate<S, E: std::fmt::Display>(
+    args: &Args,
+    setup: impl Fn() -> Result<S, String> + Sync,
+    op: impl Fn(&mut S) -> Result<(), E> + Sync,
+) -> Result<(Tally, f64), String> {
+    let tally = Mutex::new(Tally::default());
+    let barrier = Barrier::new(args.threads);
+    let failed = AtomicBool::new(false);
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let window = Duration::from_secs_f64(args.seconds);
+    let setup_error = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..args.threads {
+            scope.spawn(|| {
+                let state = setup();
+                if let Err(e) = &state {
+                    failed.store(true, Ordering::Relaxed);
+                    *setup_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.clone());
+                }
+                barrier.wait();
+                let Ok(mut state) = state else { return };
+                if failed.load(Ordering::Relaxed) {
+                    return;
+                }
+                let measure_from = Instant::now() + warmup;
+                let until = measure_from + window;
+                let mut mine = Tally::default();
+                loop {
+                    let now = Instant::now();
+                    if now >= until || mine.errors >= ERRORS_MAX {
+                        break;
+                    }
+                    let result = op(&mut state);
+                    if now < measure_from {
+                        continue;
+                    }
+                    match result {
+                        Ok(()) => mine.ops += 1,
+                        Err(e) => {
+                            mine.errors += 1;
+                            mine.first_error.get_or_insert_with(|| e.to_string());
+                        }
+                    }
+                }
+                let mut total = tally.lock().unwrap_or_else(PoisonError::into_inner);
+                total.ops += mine.ops;
+                total.errors += mine.errors;
+                if total.first_error.is_none() {
+                    total.first_error = mine.first_error;
+                }
+            });
+        }
+    });
+    if let Some(e) = setup_error
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+    {
+        return Err(e);
+    }
+    Ok((
+        tally.into_inner().unwrap_or_else(PoisonError::into_inner),
+        args.seconds,
+    ))
+}
+
+/// Connects to the KV Connect server of `args`.
+fn connect(args: &Args) -> Result<RemoteStore, String> {
+    RemoteStore::connect(&args.url, &args.token).map_err(|e| format!("connect {}: {e}", args.url))
+}
+
+/// Issues codes of one sequence (created if missing) from every thread; one handle per
+/// process, shared by its threads, as a server would.
+fn codes(args: &Args) -> Result<(Tally, f64), String> {
+    let store = connect(args)?;
+    let mode = match args.workload {
+        Workload::Gapless => Mode::Gapless,
+        _ => Mode::Fast,
+    };
+    let seqs = Sequences::new(store);
+    let options = SequenceOptions {
+        mode,
+        width: CODE_WIDTH,
+        ..SequenceOptions::default()
+    };
+    seqs.create(&args.prefix, options)
+        .map_err(|e| format!("creating sequence {}: {e}", args.prefix))?;
+    if mode == Mode::Fast {
+        let seq = seqs.fast(&args.prefix).map_err(|e| e.to_string())?;
+        let (mut tally, seconds) =
+            run_rate(args, || Ok(()), |_: &mut ()| seq.next_number().map(drop))?;
+        tally.commits = Some(seq.reservations());
+        Ok((tally, seconds))
+    } else {
+        let seq = seqs.gapless(&args.prefix).map_err(|e| e.to_string())?;
+        let (mut tally, seconds) = run_rate(args, || Ok(()), |_: &mut ()| seq.next().map(drop))?;
+        let stats = seq.stats();
+        (tally.commits, tally.conflicts) = (Some(stats.commits), Some(stats.conflicts));
+        Ok((tally, seconds))
+    }
+}
+
+/// Unpipelined `INCR` on one key, one connection per thread.
+fn redis_incr(args: &Args) -> Result<(Tally, f64), String> {
+    run_rate(
+        args,
+        || Redis::connect(&args.url),
+        |conn| conn.incr("bench:codes").map(drop),
+    )
+}
+
+/// Operations per turn when the two stores' latency series alternate, so that drift in the
+/// machine's load (a shared disk's fsync time moves a lot) hits both alike.
+const LATENCY_TURN: usize = 100;
+
+/// The nanoseconds of sequential calls `op(i)` for `i` in `range`, appended to `nanos`.
+fn time_calls<E: std::fmt::Display>(
+    range: std::ops::Range<usize>,
+    nanos: &mut Vec<u64>,
+    mut op: impl FnMut(usize) -> Result<(), E>,
+) -> Result<(), String> {
+    for i in range {
+        let started = Instant::now();
+        op(i).map_err(|e| e.to_string())?;
+        nanos.push(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+    Ok(())
+}
+
+/// p50 and p99 in µs (to the nanosecond) of `nanos`.
+fn quantiles_us(mut nanos: Vec<u64>) -> (f64, f64) {
+    nanos.sort_unstable();
+    let us = |q| quantile(&nanos, q) as f64 / 1000.0;
+    (us(0.50), us(0.99))
+}
+
+/// `0..ops` in turns of [`LATENCY_TURN`].
+fn turns(ops: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..ops)
+        .step_by(LATENCY_TURN)
+        .map(move |from| from..(from + LATENCY_TURN).min(ops))
+}
+
+/// The latency keys: a hundred keys written over and over.
+fn latency_key(i: usize) -> tuplekv_engine::Key {
+    key!["bench_latency", (i % LATENCY_TURN) as u64]
+}
+
+/// One turn of `range` commits (a 100-byte set each) on `store`.
+fn commit_turn<S: Store>(
+    store: &S,
+    range: std::ops::Range<usize>,
+    nanos: &mut Vec<u64>,
+) -> Result<(), String> {
+    let value = vec![7u8; VALUE_SIZE];
+    time_calls(range, nanos, |i| {
+        store
+            .atomic()
+            .set(&latency_key(i), value.clone())
+            .commit()
+            .map(drop)
+    })
+}
+
+/// [`commit_turn`] through [`Store::commit_async`], awaited on `runtime`: the path
+/// `tuplekv serve` commits by (its commit mode `Inline`).
+fn commit_async_turn(
+    db: &Database,
+    runtime: &tokio::runtime::Runtime,
+    range: std::ops::Range<usize>,
+    nanos: &mut Vec<u64>,
+) -> Result<(), String> {
+    let value = vec![7u8; VALUE_SIZE];
+    time_calls(range, nanos, |i| {
+        let write = db
+            .atomic()
+            .set(&latency_key(i), value.clone())
+            .as_write()
+            .clone();
+        runtime.block_on(db.commit_async(write)).map(drop)
+    })
+}
+
+/// One turn of `range` point reads of keys written before on `store`.
+fn get_turn<S: Store>(
+    store: &S,
+    range: std::ops::Range<usize>,
+    nanos: &mut Vec<u64>,
+) -> Result<(), String> {
+    time_calls(range, nanos, |i| {
+        let k = tuplekv_engine::codec::encode_key(&latency_key(i));
+        match store.get_latest_raw(&k) {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err("a key written before was not found".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+}
+
+/// Sequential get and commit latency through the server and against an in-process durable
+/// database (sync, as the server's) in `--data-dir`, in alternating turns; one JSON line per
+/// store and op.
+fn latencies(args: &Args) -> Result<(), String> {
+    let remote = connect(args)?;
+    let dir = args.data_dir.as_deref().unwrap_or(".");
+    let local = Database::open(dir, Options::default())
+        .map_err(|e| format!("opening a database in {dir}: {e}"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("a runtime for commit_async: {e}"))?;
+    let (mut remote_commit, mut local_commit, mut local_async) = (vec![], vec![], vec![]);
+    for turn in turns(args.ops) {
+        commit_turn(&remote, turn.clone(), &mut remote_commit)?;
+        commit_turn(&local, turn.clone(), &mut local_commit)?;
+        commit_async_turn(&local, &runtime, turn, &mut local_async)?;
+    }
+    let (mut remote_get, mut local_get) = (vec![], vec![]);
+    for turn in turns(args.ops) {
+        get_turn(&remote, turn.clone(), &mut remote_get)?;
+        get_turn(&local, turn, &mut local_get)?;
+    }
+    for (store, op, nanos) in [
+        ("remote", "get", remote_get),
+        ("in_process", "get", local_get),
+        ("remote", "commit", remote_commit),
+        ("in_process", "commit", local_commit),
+        ("in_process", "commit_async", local_async),
+    ] {
+        let ops = nanos.len();
+        let (p50, p99) = quantiles_us(nanos);
+        println!(
+            "{}",
+            serde_json::json!({
+                "workload": "latency", "store": store, "op": op, "ops": ops,
+                "p50_us": p50, "p99_us": p99,
+            })
+        );
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse_args(&argv) {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("remote_codes: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match args.workload {
+        Workload::Fast | Workload::Gapless => codes(&args),
+        Workload::RedisIncr => redis_incr(&args),
+        Workload::Latency => {
+            return match latencies(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("remote_codes: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+    };
+    match result {
+        Ok((tally, seconds)) => {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "workload": args.workload.name(),
+                    "threads": args.threads,
+                    "ops": tally.ops,
+                    "seconds": seconds,
+                    "ops_per_sec": tally.ops as f64 / seconds,
+                    "errors": tally.errors,
+                    "first_error": tally.first_error,
+                    "commits": tally.commits,
+                    "conflicts": tally.conflicts,
+                })
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("remote_codes: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn parses_workloads_and_refuses_bad_flags() {
+        let args = parse_args(&argv("gapless --url http://x/ --threads 8")).expect("parses");
+        assert_eq!(args.workload, Workload::Gapless);
+        assert_eq!(args.url, "http://x");
+        assert_eq!(args.threads, 8);
+        for bad in [
+            "",
+            "slow --url http://x",
+            "fast",
+            "fast --url http://x --threads 0",
+            "fast --url http://x --seconds -1",
+            "latency --url http://x",
+            "fast --url http://x --nope 1",
+        ] {
+            assert!(parse_args(&argv(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn latency_reports_quantiles() {
+        let mut nanos = Vec::new();
+        time_calls(0..10, &mut nanos, |_| Ok::<(), String>(())).expect("runs");
+        assert_eq!(nanos.len(), 10);
+        let (p50, p99) = quantiles_us(nanos);
+        assert!(p50 <= p99);
+        assert!(time_calls(0..3, &mut Vec::new(), |_| Err::<(), _>("broken")).is_err());
+    }
+
+    #[test]
+    fn turns_cover_every_op_once() {
+        let all: Vec<_> = turns(250).collect();
+        assert_eq!(all, vec![0..100, 100..200, 200..250]);
+        assert_eq!(turns(0).count(), 0);
+    }
+
+    #[test]
+    fn latency_runs_against_an_in_process_store() {
+        let db = Database::in_memory();
+        let mut commits = Vec::new();
+        let mut gets = Vec::new();
+        commit_turn(&db, 0..5, &mut commits).expect("commits");
+        get_turn(&db, 0..5, &mut gets).expect("reads what it wrote");
+        assert!(
+            get_turn(&db, 5..6, &mut gets).is_err(),
+            "key 5 was never written"
+        );
+    }
+}

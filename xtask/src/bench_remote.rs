@@ -1,0 +1,696 @@
+//! `cargo xtask bench remote`: code sequences through one `tuplekv serve` from several client
+//! processes, beside Redis `INCR` and PostgreSQL `nextval`, and what the network adds to a
+//! get and a commit.
+//!
+//! Builds `tuplekv` and the load process `remote_codes` in release mode, starts `tuplekv serve
+//! --durability sync` on a free loopback port in a scratch directory, and runs
+//! [`PROCESSES`] processes of `remote_codes` at once per workload (fast mode, gapless mode),
+//! each with [`THREADS`] threads; their rates are summed. The same for Redis `INCR`
+//! (unpipelined, a `redis-server` started for the run as the criterion benches do) and, when
+//! PostgreSQL is installed, `SELECT nextval(...)` through `pgbench` processes against a
+//! throw-away cluster. Last, one `remote_codes latency` process measures sequential get and
+//! commit latency through the server and against an in-process durable `Database`. The
+//! markdown report goes to standard output and `target/bench-reports/remote.md`.
+
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+use anyhow::{Context, Result, bail};
+
+use crate::bench::Redis;
+use crate::bench_server::{
+    CLI_BIN, CLI_PACKAGE, LOAD_PACKAGE, build_release, load_average, publish, rate, run_client,
+};
+use crate::server_process::{Running, Stderr, generate_token, scratch_dir};
+use crate::{cmd, report};
+
+/// The name `cargo xtask bench` routes here.
+pub(crate) const GROUP: &str = "remote";
+/// The load process.
+const LOAD_BIN: &str = "remote_codes";
+/// Client processes per workload, run at once.
+const PROCESSES: usize = 4;
+/// Threads (connections, for Redis and PostgreSQL) per process.
+const THREADS: usize = 4;
+/// Goal: fast mode's codes/s over Redis `INCR`'s.
+const GOAL_FAST: f64 = 10.0;
+/// Goal: gapless mode's codes/s over Redis `INCR`'s.
+const GOAL_GAPLESS: f64 = 1.0;
+/// The sequence prefixes of the two modes (one sequence per mode for the whole run).
+const PREFIX_FAST: &str = "FAST";
+const PREFIX_GAPLESS: &str = "GAPLESS";
+/// The rows of the latency table: label, the remote series, the in-process series.
+const LATENCY_ROWS: [(&str, &str, &str); 3] = [
+    ("get", "get", "get"),
+    ("commit", "commit", "commit"),
+    (
+        "commit; in process through `commit_async`, the path `tuplekv serve` commits by",
+        "commit",
+        "commit_async",
+    ),
+];
+/// The user of the throw-away PostgreSQL cluster.
+const PG_USER: &str = "bench";
+/// The system user PostgreSQL runs as when xtask runs as root (it refuses to run as root).
+const PG_SYSTEM_USER: &str = "postgres";
+/// The script each pgbench connection repeats.
+const PG_SCRIPT: &str = "SELECT nextval('codes');\n";
+
+/// How long each workload runs.
+#[derive(Debug, Clone, Copy)]
+struct Durations {
+    /// Measured seconds per rate workload (whole seconds: pgbench's `-T` takes no fraction).
+    seconds: u32,
+    /// Unmeasured seconds before each rate window.
+    warmup: f64,
+    /// Sequential operations per latency series.
+    latency_ops: u32,
+}
+
+/// A full run: about a minute of measuring.
+const FULL: Durations = Durations {
+    seconds: 5,
+    warmup: 0.5,
+    latency_ops: 2000,
+};
+
+/// `--quick`: a smoke run.
+const QUICK: Durations = Durations {
+    seconds: 1,
+    warmup: 0.2,
+    latency_ops: 200,
+};
+
+/// One row of the rate table.
+#[derive(Debug, Clone, PartialEq)]
+struct RateRow {
+    label: &'static str,
+    /// Summed codes/s, or why there is none.
+    result: Result<Measured, String>,
+    /// Goal over Redis `INCR`, if the row has one.
+    goal: Option<f64>,
+}
+
+/// A summed rate.
+#[derive(Debug, Clone, PartialEq)]
+struct Measured {
+    per_sec: f64,
+    errors: u64,
+    first_error: Option<String>,
+    /// Store commits and refused commits, summed, where the processes reported them.
+    commits: Option<u64>,
+    conflicts: Option<u64>,
+}
+
+impl Measured {
+    fn zero() -> Measured {
+        Measured {
+            per_sec: 0.0,
+            errors: 0,
+            first_error: None,
+            commits: None,
+            conflicts: None,
+        }
+    }
+}
+
+/// `a + b` where either is known.
+fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    }
+}
+
+/// p50 and p99 in µs of one op on one store.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+}
+
+/// Sums the JSON lines of the `remote_codes` processes.
+fn sum_rates(outputs: &[String]) -> Result<Measured> {
+    let mut total = Measured::zero();
+    for out in outputs {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with('{'))
+            .context("a load process printed no result line")?;
+        let v: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("result line `{line}`"))?;
+        total.per_sec += v["ops_per_sec"]
+            .as_f64()
+            .with_context(|| format!("no `ops_per_sec` in `{line}`"))?;
+        total.errors += v["errors"].as_u64().unwrap_or(0);
+        if total.first_error.is_none() {
+            total.first_error = v["first_error"].as_str().map(str::to_owned);
+        }
+        total.commits = add(total.commits, v["commits"].as_u64());
+        total.conflicts = add(total.conflicts, v["conflicts"].as_u64());
+    }
+    Ok(total)
+}
+
+/// Runs `commands` at once, each with its output captured, and returns the outputs.
+fn run_at_once(commands: Vec<Command>, token: &str) -> Result<Vec<String>> {
+    std::thread::scope(|scope| {
+        let running: Vec<_> = commands
+            .into_iter()
+            .map(|mut c| scope.spawn(move || run_client(&mut c, token)))
+            .collect();
+        running
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
+            })
+            .collect()
+    })
+}
+
+/// [`PROCESSES`] `remote_codes WORKLOAD` processes against `url`, summed.
+fn codes(
+    load: &Path,
+    workload: &str,
+    url: &str,
+    extra: &[&str],
+    token: &str,
+    d: Durations,
+) -> Result<Measured> {
+    let commands = (0..PROCESSES)
+        .map(|_| {
+            let mut c = Command::new(load);
+            c.args([workload, "--url", url])
+                .args(["--threads", &THREADS.to_string()])
+                .args(["--seconds", &d.seconds.to_string()])
+                .args(["--warmup", &d.warmup.to_string()])
+                .args(extra)
+                .env("DENO_KV_ACCESS_TOKEN", token);
+            c
+        })
+        .collect();
+    sum_rates(&run_at_once(commands, token)?)
+}
+
+/// Parses the latency lines: (store, op) to p50/p99.
+fn parse_latency(output: &str) -> Result<Vec<(String, String, Latency)>> {
+    output
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|line| {
+            let v: serde_json::Value =
+                serde_json::from_str(line).with_context(|| format!("latency line `{line}`"))?;
+            let text = |k: &str| {
+                v[k].as_str()
+                    .map(str::to_owned)
+                    .with_context(|| format!("no `{k}` in `{line}`"))
+            };
+            let num = |k: &str| {
+                v[k].as_f64()
+                    .with_context(|| format!("no `{k}` in `{line}`"))
+            };
+            Ok((
+                text("store")?,
+                text("op")?,
+                Latency {
+                    p50: num("p50_us")?,
+                    p99: num("p99_us")?,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// A throw-away PostgreSQL cluster on a free loopback port; stopped when dropped.
+struct Postgres {
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+    /// Run the server's commands as [`PG_SYSTEM_USER`] (xtask runs as root).
+    as_postgres: bool,
+}
+
+impl Postgres {
+    /// The directory holding `initdb`, `pg_ctl` and `pgbench`, if PostgreSQL is installed.
+    fn find_bin() -> Option<PathBuf> {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .map(|rd| rd.flatten().map(|e| e.path().join("bin")).collect())
+            .unwrap_or_default();
+        dirs.sort();
+        dirs.reverse();
+        if let Some(path) = std::env::var_os("PATH") {
+            dirs.extend(std::env::split_paths(&path));
+        }
+        dirs.into_iter().find(|d| {
+            ["initdb", "pg_ctl", "pgbench"]
+                .iter()
+                .all(|b| d.join(b).is_file())
+        })
+    }
+
+    /// A command running `program` of the cluster's binaries, as the right user.
+    fn command(&self, program: &str) -> Command {
+        let path = self.bin.join(program);
+        if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", PG_SYSTEM_USER, "--"]).arg(path);
+            c
+        } else {
+            Command::new(path)
+        }
+    }
+
+    /// Creates and starts a cluster in `dir` with the sequence `codes`, or says why not.
+    fn start(dir: &Path) -> Result<Postgres, String> {
+        let bin = Postgres::find_bin().ok_or("not installed (no initdb, pg_ctl and pgbench)")?;
+        let as_postgres = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("no free loopback port: {e}"))?
+            .port();
+        let pg = Postgres {
+            bin,
+            data: dir.join("pgdata"),
+            port,
+            as_postgres,
+        };
+        if as_postgres {
+            cmd::run(Command::new("chown").args([PG_SYSTEM_USER]).arg(dir))
+                .map_err(|e| format!("chown of the scratch directory failed: {e:#}"))?;
+        }
+        let quiet = |c: &mut Command| {
+            c.stdout(std::process::Stdio::null());
+            cmd::run(c).map_err(|e| format!("{e:#}"))
+        };
+        quiet(
+            pg.command("initdb")
+                .args(["-A", "trust", "-U", PG_USER, "--no-sync", "-D"])
+                .arg(&pg.data),
+        )?;
+        let options = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=100",
+            dir.display()
+        );
+        quiet(
+            pg.command("pg_ctl")
+                .args(["-w", "-D"])
+                .arg(&pg.data)
+                .args(["-l"])
+                .arg(dir.join("postgres.log"))
+                .args(["-o", &options, "start"]),
+        )?;
+        quiet(
+            pg.command("psql")
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", PG_USER])
+                .args(["-d", "postgres", "-c", "CREATE SEQUENCE codes"]),
+        )?;
+        Ok(pg)
+    }
+
+    /// [`PROCESSES`] pgbench processes of [`THREADS`] connections each, summed.
+    fn nextval(&self, dir: &Path, d: Durations) -> Result<Measured> {
+        let script = dir.join("nextval.sql");
+        std::fs::write(&script, PG_SCRIPT).context("writing the pgbench script")?;
+        let commands = (0..PROCESSES)
+            .map(|_| {
+                let mut c = Command::new(self.bin.join("pgbench"));
+                c.args(["-n", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                    .args(["-U", PG_USER, "-c", &THREADS.to_string()])
+                    .args(["-j", &THREADS.to_string(), "-T", &d.seconds.to_string()])
+                    .arg("-f")
+                    .arg(&script)
+                    .arg("postgres");
+                c
+            })
+            .collect();
+        let mut total = Measured::zero();
+        // No token to hide: NUL never occurs in an argument.
+        for out in run_at_once(commands, "\0")? {
+            total.per_sec += parse_pgbench_tps(&out)
+                .with_context(|| format!("no `tps = ` line in pgbench's output:\n{out}"))?;
+        }
+        Ok(total)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .args(["-w", "-m", "fast", "-D"])
+            .arg(&self.data)
+            .arg("stop")
+            .stdout(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// The rate of a pgbench report's `tps = N (without initial connection time)` line.
+fn parse_pgbench_tps(output: &str) -> Option<f64> {
+    output.lines().find_map(|l| {
+        l.trim()
+            .strip_prefix("tps = ")?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// The rate rows and the latency lines of one run.
+struct Results {
+    rows: Vec<RateRow>,
+    latency: Result<Vec<(String, String, Latency)>, String>,
+}
+
+/// Measures everything against the server and the peers.
+fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Results> {
+    let (tuplekv, load) = bins;
+    let token = generate_token()?;
+    let server_dir = dir.join("server");
+    let args = [
+        "--path".into(),
+        server_dir.join("data").into_os_string(),
+        "--durability".into(),
+        "sync".into(),
+    ];
+    std::fs::create_dir_all(&server_dir)?;
+    let running = Running::tuplekv(tuplekv, &args, &token, Stderr::Log(dir.join("server.log")))?;
+    let url = running.url();
+    eprintln!("\n[bench remote] tuplekv serve --durability sync at {url}");
+    let fast = codes(load, "fast", &url, &["--prefix", PREFIX_FAST], &token, d);
+    let gapless = codes(
+        load,
+        "gapless",
+        &url,
+        &["--prefix", PREFIX_GAPLESS],
+        &token,
+        d,
+    );
+    let latency = run_client(
+        Command::new(load)
+            .args([
+                "latency",
+                "--url",
+                &url,
+                "--ops",
+                &d.latency_ops.to_string(),
+            ])
+            .arg("--data-dir")
+            .arg(dir.join("in-process"))
+            .env("DENO_KV_ACCESS_TOKEN", &token),
+        &token,
+    )
+    .and_then(|out| parse_latency(&out))
+    .map_err(|e| format!("{e:#}"));
+    let status = running.stop()?;
+    eprintln!("xtask: tuplekv stopped ({status})");
+    let redis = match Redis::start() {
+        Ok(redis) => {
+            eprintln!("\n[bench remote] redis-server at {}", redis.url());
+            codes(load, "redis-incr", redis.url(), &[], &token, d).map_err(|e| format!("{e:#}"))
+        }
+        Err(reason) => Err(reason),
+    };
+    let pg_dir = dir.join("postgres");
+    std::fs::create_dir_all(&pg_dir)?;
+    let postgres = match Postgres::start(&pg_dir) {
+        Ok(pg) => {
+            eprintln!("\n[bench remote] PostgreSQL on 127.0.0.1:{}", pg.port);
+            pg.nextval(&pg_dir, d).map_err(|e| format!("{e:#}"))
+        }
+        Err(reason) => Err(reason),
+    };
+    let err = |r: Result<Measured>| r.map_err(|e| format!("{e:#}"));
+    Ok(Results {
+        rows: vec![
+            RateRow {
+                label: "tuplekv fast mode, RemoteStore",
+                result: err(fast),
+                goal: Some(GOAL_FAST),
+            },
+            RateRow {
+                label: "tuplekv gapless mode, RemoteStore",
+                result: err(gapless),
+                goal: Some(GOAL_GAPLESS),
+            },
+            RateRow {
+                label: "Redis `INCR`, unpipelined",
+                result: redis,
+                goal: None,
+            },
+            RateRow {
+                label: "PostgreSQL `nextval`",
+                result: postgres,
+                goal: None,
+            },
+        ],
+        latency,
+    })
+}
+
+/// The markdown report.
+fn render(results: &Results, command: &str, started: SystemTime, notes: &[String]) -> String {
+    let mut out = String::from("# Code sequences over KV Connect\n\n");
+    let _ = writeln!(
+        out,
+        "`{command}`, {}, {}. {PROCESSES} client processes at once, {THREADS} threads (or \
+         connections) each, against one `tuplekv serve --durability sync` (fsync before \
+         acknowledging), one `redis-server` (no persistence) and one PostgreSQL cluster, all \
+         on loopback. One run; codes/s summed over the processes.\n",
+        report::utc_date(started),
+        report::machine(),
+    );
+    let redis = results
+        .rows
+        .iter()
+        .find(|r| r.label.starts_with("Redis"))
+        .and_then(|r| r.result.as_ref().ok())
+        .map(|m| m.per_sec)
+        .filter(|r| *r > 0.0);
+    out.push_str("| workload | codes/s | vs Redis `INCR` | goal |\n|---|---|---|---|\n");
+    for row in &results.rows {
+        let (cell, ratio) = match &row.result {
+            Ok(m) => {
+                let mut cell = rate(m.per_sec);
+                if m.errors > 0 {
+                    let _ = write!(cell, " ({} errors)", m.errors);
+                }
+                (cell, redis.map(|r| m.per_sec / r))
+            }
+            Err(why) => (
+                format!("— ({})", why.lines().next().unwrap_or("failed")),
+                None,
+            ),
+        };
+        let goal = match (row.goal, ratio) {
+            (None, _) => String::new(),
+            (Some(g), None) => format!("≥ {g}x Redis: not measured"),
+            (Some(g), Some(r)) if r >= g => format!("≥ {g}x Redis: **met**"),
+            (Some(g), Some(_)) => format!("≥ {g}x Redis: not met"),
+        };
+        let ratio = ratio.map_or_else(|| "—".to_owned(), |r| format!("{r:.2}x"));
+        let _ = writeln!(out, "| {} | {cell} | {ratio} | {goal} |", row.label);
+    }
+    out.push_str(
+        "\n## What the network costs\n\nSequential, one thread: a point read \
+         (`Store::get_latest_raw`) and a commit of one 100-byte set, through `RemoteStore` to \
+         the server above, and on an in-process durable `Database` (sync durability, same \
+         disk), in alternating turns of 100. µs, p50 / p99.\n\n",
+    );
+    match &results.latency {
+        Ok(lines) => {
+            out.push_str(
+                "| op | RemoteStore | in-process Database | added by the network (p50) |\n\
+                 |---|---|---|---|\n",
+            );
+            for (label, remote_op, local_op) in LATENCY_ROWS {
+                let find = |store: &str, op: &str| {
+                    lines
+                        .iter()
+                        .find(|(s, o, _)| s == store && o == op)
+                        .map(|(_, _, l)| *l)
+                };
+                let cell = |l: Option<Latency>| {
+                    l.map_or_else(
+                        || "—".to_owned(),
+                        |l| format!("{:.1} / {:.1}", l.p50, l.p99),
+                    )
+                };
+                let (remote, local) = (find("remote", remote_op), find("in_process", local_op));
+                let added = match (remote, local) {
+                    (Some(r), Some(l)) => format!("{:+.1}", r.p50 - l.p50),
+                    _ => "—".to_owned(),
+                };
+                let _ = writeln!(
+                    out,
+                    "| {label} | {} | {} | {added} |",
+                    cell(remote),
+                    cell(local)
+                );
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(out, "Not measured: {e}");
+        }
+    }
+    out.push_str("\n## Notes\n\n");
+    for note in notes {
+        let _ = writeln!(out, "- {note}");
+    }
+    for row in &results.rows {
+        match &row.result {
+            Ok(m) => {
+                if let Some(e) = &m.first_error {
+                    let _ = writeln!(out, "- {}: {} errors, the first: {e}", row.label, m.errors);
+                }
+                if let Some(commits) = m.commits {
+                    let _ = write!(
+                        out,
+                        "- {}: {commits} store commits over the run, warm-up included",
+                        row.label
+                    );
+                    if let Some(conflicts) = m.conflicts {
+                        let _ = write!(out, ", {conflicts} refused by a check (conflicts)");
+                    }
+                    out.push_str(".\n");
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(out, "- {}: not measured: {e}", row.label);
+            }
+        }
+    }
+    out.push_str(
+        "- Client processes and servers share the machine's cores; absolute rates on a shared \
+         2-core machine move ±20–40% between runs. Compare within the table.\n",
+    );
+    out
+}
+
+/// Runs `cargo xtask bench remote` (with `--quick`: a smoke run).
+pub(crate) fn run(quick: bool) -> Result<()> {
+    let started = SystemTime::now();
+    let d = if quick { QUICK } else { FULL };
+    let bins = (
+        build_release(CLI_PACKAGE, CLI_BIN)?,
+        build_release(LOAD_PACKAGE, LOAD_BIN)?,
+    );
+    let load_before = load_average();
+    let dir = scratch_dir("bench-remote")?;
+    let results = measure(&bins, &dir, d);
+    let _ = std::fs::remove_dir_all(&dir);
+    let results = results?;
+    let command = if quick {
+        "cargo xtask bench --quick remote"
+    } else {
+        "cargo xtask bench remote"
+    };
+    let notes = [format!(
+        "Load average (1 min): {load_before} before, {} after; above the core count, other \
+         work competed with this run.",
+        load_average()
+    )];
+    publish(&render(&results, command, started, &notes), GROUP, started)?;
+    let ours_failed = results.rows.iter().take(2).any(|r| r.result.is_err());
+    if ours_failed || results.latency.is_err() {
+        bail!("the remote bench failed; see the notes of the report");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_the_processes_lines() {
+        let line = |r: f64, e: u64| {
+            format!(
+                "{{\"workload\":\"fast\",\"ops_per_sec\":{r},\"errors\":{e},\"first_error\":{}}}\n",
+                if e > 0 { "\"boom\"" } else { "null" }
+            )
+        };
+        let total = sum_rates(&[line(100.0, 0), line(50.5, 2)]).expect("sums");
+        assert_eq!(total.commits, None);
+        assert_eq!(total.per_sec, 150.5);
+        assert_eq!(total.errors, 2);
+        assert_eq!(total.first_error.as_deref(), Some("boom"));
+        assert!(sum_rates(&["no json".to_owned()]).is_err());
+    }
+
+    #[test]
+    fn reads_pgbench_tps() {
+        let out = "number of failed transactions: 0 (0.000%)\n\
+                   tps = 12345.678901 (without initial connection time)\n";
+        assert_eq!(parse_pgbench_tps(out), Some(12345.678901));
+        assert_eq!(parse_pgbench_tps("nothing"), None);
+    }
+
+    #[test]
+    fn report_marks_the_goals_against_redis() {
+        let ok = |per_sec| {
+            Ok(Measured {
+                per_sec,
+                commits: Some(7),
+                conflicts: Some(2),
+                ..Measured::zero()
+            })
+        };
+        let results = Results {
+            rows: vec![
+                RateRow {
+                    label: "tuplekv fast mode, RemoteStore",
+                    result: ok(200_000.0),
+                    goal: Some(GOAL_FAST),
+                },
+                RateRow {
+                    label: "tuplekv gapless mode, RemoteStore",
+                    result: ok(5_000.0),
+                    goal: Some(GOAL_GAPLESS),
+                },
+                RateRow {
+                    label: "Redis `INCR`, unpipelined",
+                    result: ok(10_000.0),
+                    goal: None,
+                },
+                RateRow {
+                    label: "PostgreSQL `nextval`",
+                    result: Err("not installed".into()),
+                    goal: None,
+                },
+            ],
+            latency: parse_latency(
+                "{\"store\":\"remote\",\"op\":\"get\",\"p50_us\":150.5,\"p99_us\":900}\n\
+                 {\"store\":\"in_process\",\"op\":\"get\",\"p50_us\":0.5,\"p99_us\":2}\n",
+            )
+            .map_err(|e| e.to_string()),
+        };
+        let report = render(&results, "cargo xtask bench remote", SystemTime::now(), &[]);
+        assert!(
+            report.contains(
+                "| tuplekv fast mode, RemoteStore | 200.00 k | 20.00x | ≥ 10x Redis: **met** |"
+            ),
+            "{report}"
+        );
+        assert!(report.contains("0.50x | ≥ 1x Redis: not met |"), "{report}");
+        assert!(
+            report.contains("| PostgreSQL `nextval` | — (not installed) |"),
+            "{report}"
+        );
+        assert!(
+            report.contains("| get | 150.5 / 900.0 | 0.5 / 2.0 | +150.0 |"),
+            "{report}"
+        );
+        assert!(report.contains("| commit | — | — | — |"), "{report}");
+        assert!(
+            report.contains("| commit; in process through `commit_async`"),
+            "{report}"
+        );
+    }
+}
