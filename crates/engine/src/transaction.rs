@@ -222,6 +222,13 @@ impl<'s, S: Store> Transaction<'s, S> {
     /// # Errors
     /// An invalid selector, cursor or option.
     pub fn list(&mut self, selector: &Selector, options: ListOptions) -> Result<Vec<Entry>, Error> {
+        if !self.snapshot.reads_one_state() {
+            // Its commit would need a range check, which such a store cannot make.
+            return Err(Error::Unsupported {
+                operation: "a list inside a transaction",
+                needs: "a store whose reads see one state (a remote server with tuplekv's extension)",
+            });
+        }
         let limit = options.limit;
         let reverse = options.reverse;
         let range = selector.resume(options.cursor.as_deref().unwrap_or(""), reverse)?;
@@ -364,32 +371,29 @@ impl<'s, S: Store> Transaction<'s, S> {
         });
     }
 
-    /// Whether a closure that gave up should run again rather than report its error: a read
-    /// failed for the moment ([`Error::is_transient`]), or the reads were not all of one state
-    /// ([`ReadView::reads_one_state`]) and are no longer all current, so what the closure saw
-    /// may never have been true at once. The second is asked of the store with a commit of the
-    /// key checks alone (nothing is written); an error then is the closure's to report.
-    fn should_rerun(&self, store: &S) -> bool {
-        if self.transient {
-            return true;
-        }
+    /// Whether the keys this transaction read may have changed since, when its reads were
+    /// not all of one state ([`ReadView::reads_one_state`]): then what a closure that gave up
+    /// saw may never have been true at once. Asked of the store with commits of the key
+    /// checks alone, [`CHECKS_MAX`] at a time (nothing is written); if every chunk holds,
+    /// every key still had the value read when the first chunk committed, so the reads were
+    /// all true then. A check commit that fails for another reason answers "no".
+    fn reads_changed(&self, store: &S) -> bool {
         if self.snapshot.reads_one_state() || self.points.is_empty() {
             return false;
         }
-        let checks = self
-            .points
-            .iter()
-            .take(CHECKS_MAX)
-            .map(|p| Check {
-                key: p.key.clone(),
-                versionstamp: p.versionstamp,
-            })
-            .collect();
-        let write = AtomicWrite {
-            checks,
-            ..AtomicWrite::default()
-        };
-        matches!(store.commit(write), Ok(CommitResult::Conflict(_)))
+        self.points.chunks(CHECKS_MAX).any(|chunk| {
+            let write = AtomicWrite {
+                checks: chunk
+                    .iter()
+                    .map(|p| Check {
+                        key: p.key.clone(),
+                        versionstamp: p.versionstamp,
+                    })
+                    .collect(),
+                ..AtomicWrite::default()
+            };
+            matches!(store.commit(write), Ok(CommitResult::Conflict(_)))
+        })
     }
 
     /// The commit, and the snapshot it read from if the commit has range checks. The caller
@@ -470,10 +474,23 @@ where
         let mut tx = Transaction::new(store);
         let out = match f(&mut tx) {
             Ok(out) => out,
-            Err(e) if attempt < attempts && tx.should_rerun(store) => {
+            // A read failed for the moment: run again, or report it after the last attempt.
+            Err(e) if tx.transient => {
+                if attempt < attempts {
+                    pause(&mut backoff, options);
+                    continue;
+                }
+                return Err(e);
+            }
+            // The closure gave up on reads that were not of one state and are no longer
+            // current: its reason may never have been true; run again, or report a conflict.
+            Err(e) if tx.reads_changed(store) => {
                 drop(e);
-                pause(&mut backoff, options);
-                continue;
+                if attempt < attempts {
+                    pause(&mut backoff, options);
+                    continue;
+                }
+                return Err(Error::TransactionConflict { attempts }.into());
             }
             Err(e) => return Err(e),
         };

@@ -599,6 +599,11 @@ where
     /// a primary key or an index value too long for the engine's key limit, a store error (a
     /// record too large for the value limit, too many index entries for one commit), or a
     /// conflict past the retry bound. Nothing is written then.
+    ///
+    /// On a remote store whose connection failed after the insert was sent, the record is
+    /// re-read: `Ok` if it holds exactly this record (the insert landed, or an identical record
+    /// was there already: either way the store holds what was asked), else
+    /// [`Error::OutcomeUnknown`] saying what the re-read found.
     pub fn insert(&self, record: &T) -> Result<(), Error> {
         let pk = (self.def.primary_key)(record);
         let record_key = self.write_record_key(&pk)?;

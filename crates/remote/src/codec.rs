@@ -162,8 +162,9 @@ pub(crate) fn decode_write_output(write: &AtomicWrite, body: &[u8]) -> Result<Co
                 range_changed: ext.is_some_and(|e| e.range_changed),
             }))
         }
+        // A definite refusal (the status says nothing was applied): reported as a 400 would be.
         _ => Err(Error::Remote {
-            status: 200,
+            status: 400,
             message: format!("the server did not apply the write (status {})", out.status),
         }),
     }

@@ -69,7 +69,7 @@ pub use snapshot::RemoteSnapshot;
 pub use watch::{RemoteWatch, WATCH_SILENCE_MAX};
 
 use crate::codec::{decode_write_output, encode_write};
-use crate::snapshot::{Mode, get_many_raw};
+use crate::snapshot::{Purpose, get_many_raw};
 use crate::transport::{Kind, Transport};
 
 /// What an operation that needs tuplekv's extension names as missing.
@@ -80,27 +80,60 @@ pub const EXTENSION_NEEDED: &str =
 #[derive(Debug, Clone)]
 pub struct RemoteOptions {
     /// Longest wait for one request's answer (and its body). A write that times out has an
-    /// unknown outcome. Default 10 s.
+    /// unknown outcome. Default [`REQUEST_TIMEOUT_DEFAULT`].
     pub request_timeout: Duration,
-    /// Longest wait for a TCP connection. Default 3 s.
+    /// Longest wait for a TCP connection. Default [`CONNECT_TIMEOUT_DEFAULT`].
     pub connect_timeout: Duration,
     /// How long a request that did not reach the store is retried before
-    /// [`Error::Unavailable`] (a server restart takes about a second). Default 30 s.
+    /// [`Error::Unavailable`] (a server restart takes about a second); the metadata exchange
+    /// a request may need first has a budget of its own. Default [`RETRY_FOR_DEFAULT`].
     pub retry_for: Duration,
-    /// How often an idle connection is pinged, to find a dead server. Default 10 s.
+    /// How often an idle connection is pinged, to find a dead server. Default
+    /// [`KEEP_ALIVE_INTERVAL_DEFAULT`].
     pub keep_alive_interval: Duration,
-    /// Threads of the client's own runtime. Default 2.
+    /// Threads of the client's own runtime (at most [`IO_THREADS_MAX`]). Default
+    /// [`IO_THREADS_DEFAULT`].
     pub io_threads: usize,
 }
+
+/// [`RemoteOptions::request_timeout`]'s default.
+pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// [`RemoteOptions::connect_timeout`]'s default.
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(3);
+/// [`RemoteOptions::retry_for`]'s default.
+pub const RETRY_FOR_DEFAULT: Duration = Duration::from_secs(30);
+/// [`RemoteOptions::keep_alive_interval`]'s default.
+pub const KEEP_ALIVE_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);
+/// [`RemoteOptions::io_threads`]'s default.
+pub const IO_THREADS_DEFAULT: usize = 2;
+/// The most threads a client's runtime may have; more are lowered to it.
+pub const IO_THREADS_MAX: usize = 64;
+/// The least any of [`RemoteOptions`]' durations may be; shorter ones are raised to it.
+pub const DURATION_MIN: Duration = Duration::from_millis(1);
 
 impl Default for RemoteOptions {
     fn default() -> Self {
         RemoteOptions {
-            request_timeout: Duration::from_secs(10),
-            connect_timeout: Duration::from_secs(3),
-            retry_for: Duration::from_secs(30),
-            keep_alive_interval: Duration::from_secs(10),
-            io_threads: 2,
+            request_timeout: REQUEST_TIMEOUT_DEFAULT,
+            connect_timeout: CONNECT_TIMEOUT_DEFAULT,
+            retry_for: RETRY_FOR_DEFAULT,
+            keep_alive_interval: KEEP_ALIVE_INTERVAL_DEFAULT,
+            io_threads: IO_THREADS_DEFAULT,
+        }
+    }
+}
+
+impl RemoteOptions {
+    /// The options with every duration at least [`DURATION_MIN`] and the threads within
+    /// `1..=IO_THREADS_MAX` (a zero timeout would fail every request; hyper refuses a zero
+    /// keep-alive interval).
+    fn bounded(self) -> Self {
+        RemoteOptions {
+            request_timeout: self.request_timeout.max(DURATION_MIN),
+            connect_timeout: self.connect_timeout.max(DURATION_MIN),
+            retry_for: self.retry_for.max(DURATION_MIN),
+            keep_alive_interval: self.keep_alive_interval.max(DURATION_MIN),
+            io_threads: self.io_threads.clamp(1, IO_THREADS_MAX),
         }
     }
 }
@@ -125,7 +158,7 @@ pub enum ConnectError {
     Store(#[from] Error),
 }
 
-/// Owns the runtime; dropped with the last handle, snapshot or watch.
+/// Owns the runtime; dropped with the last handle, snapshot or watch (each holds a handle).
 struct Inner {
     runtime: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
@@ -190,8 +223,9 @@ impl RemoteStore {
         if uri.host().is_none() {
             return Err(invalid("no host"));
         }
+        let options = options.bounded();
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(options.io_threads.max(1))
+            .worker_threads(options.io_threads)
             .thread_name("tuplekv-remote")
             .enable_all()
             .build()
@@ -211,13 +245,11 @@ impl RemoteStore {
     }
 
     /// Whether the server speaks tuplekv's extension (as of the last metadata exchange).
-    pub fn has_extension(&self) -> bool {
-        if let Some(session) = self.inner.transport.cached() {
-            return session.extension;
-        }
-        let transport = Arc::clone(&self.inner.transport);
-        self.block_on(async move { transport.session().await.map(|s| s.extension) })
-            .unwrap_or(false)
+    ///
+    /// # Errors
+    /// If the server cannot be reached for a metadata exchange.
+    pub fn has_extension(&self) -> Result<bool, Error> {
+        self.extension()
     }
 
     /// Runs `fut` on the client's runtime and waits for it on this thread.
@@ -225,23 +257,37 @@ impl RemoteStore {
         &self,
         fut: impl Future<Output = Result<T, Error>> + Send + 'static,
     ) -> Result<T, Error> {
+        self.block_on_or(fut, || Error::Unavailable {
+            reason: "the client's runtime stopped".into(),
+        })
+    }
+
+    /// [`RemoteStore::block_on`] with the error to give if the task is lost before it
+    /// answers (for a write: its outcome is unknown).
+    fn block_on_or<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T, Error>> + Send + 'static,
+        lost: impl FnOnce() -> Error,
+    ) -> Result<T, Error> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.inner.handle.spawn(async move {
             let _ = tx.send(fut.await);
         });
-        rx.recv().unwrap_or_else(|_| {
-            Err(Error::Unavailable {
-                reason: "the client's runtime stopped".into(),
-            })
-        })
+        rx.recv().unwrap_or_else(|_| Err(lost()))
     }
 
-    fn snapshot_with(&self, mode: Mode) -> RemoteSnapshot {
-        RemoteSnapshot::new(self.clone(), mode)
+    fn snapshot_with(&self, purpose: Purpose) -> RemoteSnapshot {
+        RemoteSnapshot::new(self.clone(), purpose)
     }
 
-    fn extension(&self) -> bool {
-        self.has_extension()
+    /// Whether the server speaks the extension: from the current session, or a metadata
+    /// exchange (whose failure is passed on, not taken for "no").
+    pub(crate) fn extension(&self) -> Result<bool, Error> {
+        if let Some(session) = self.inner.transport.cached() {
+            return Ok(session.extension);
+        }
+        let transport = Arc::clone(&self.inner.transport);
+        self.block_on(async move { transport.session().await.map(|s| s.extension) })
     }
 
     /// The commit as a future on the client's runtime.
@@ -272,7 +318,14 @@ impl RemoteStore {
                 }
                 Err(e) => return Err(e),
             };
-            decode_write_output(&write, &reply.body)
+            // A success status with an answer that does not decode may be a commit.
+            decode_write_output(&write, &reply.body).map_err(|e| match e {
+                Error::Remote {
+                    status: 200,
+                    message,
+                } => Error::OutcomeUnknown { reason: message },
+                e => e,
+            })
         }
     }
 }
@@ -282,21 +335,11 @@ impl Store for RemoteStore {
     type Watch = RemoteWatch;
 
     fn snapshot(&self) -> RemoteSnapshot {
-        let mode = if self.extension() {
-            Mode::Held
-        } else {
-            Mode::Once
-        };
-        self.snapshot_with(mode)
+        self.snapshot_with(Purpose::Snapshot)
     }
 
     fn transaction_snapshot(&self) -> RemoteSnapshot {
-        let mode = if self.extension() {
-            Mode::Held
-        } else {
-            Mode::Latest
-        };
-        self.snapshot_with(mode)
+        self.snapshot_with(Purpose::Transaction)
     }
 
     fn watch_raw(&self, keys: Vec<KeyBytes>) -> Result<RemoteWatch, Error> {
@@ -306,11 +349,7 @@ impl Store for RemoteStore {
         if let Some(k) = keys.iter().find(|k| k.len() > KEY_SIZE_MAX_WRITE) {
             return Err(Error::KeyTooLargeForWrite { size: k.len() });
         }
-        Ok(RemoteWatch::start(
-            &self.inner.handle,
-            Arc::clone(&self.inner.transport),
-            keys,
-        ))
+        Ok(RemoteWatch::start(self, keys))
     }
 
     fn snapshot_versionstamp(snapshot: &RemoteSnapshot) -> Versionstamp {
@@ -319,12 +358,14 @@ impl Store for RemoteStore {
 
     fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
         // One plain read: no snapshot is held for it.
-        let view = self.snapshot_with(Mode::Once);
+        let view = self.snapshot_with(Purpose::Latest);
         tuplekv_engine::ReadView::get_raw(&view, key)
     }
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
-        self.block_on(self.commit_task(write))
+        self.block_on_or(self.commit_task(write), || Error::OutcomeUnknown {
+            reason: "the client's runtime stopped during the commit".into(),
+        })
     }
 
     fn commit_async(
@@ -357,6 +398,6 @@ impl Store for RemoteStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        get_many_raw(&self.snapshot_with(Mode::Once), &encoded)
+        get_many_raw(&self.snapshot_with(Purpose::Latest), &encoded)
     }
 }

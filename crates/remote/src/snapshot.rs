@@ -10,50 +10,61 @@ use crate::codec::{ReadOutput, decode_read_output, encode_read};
 use crate::transport::{Kind, Transport};
 use crate::{EXTENSION_NEEDED, RemoteStore};
 
-/// How a snapshot reads.
+/// What a snapshot is for, which decides how it reads once the server's offer is known (at
+/// its first read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// With the extension: the first read fixes the state (the server holds it), later reads
-    /// read that state.
-    Held,
-    /// Without the extension: one read, of the latest state; a second read is refused.
-    Once,
-    /// Without the extension, for transactions: every read reads the latest state (the
-    /// transaction's commit checks what it read).
+pub(crate) enum Purpose {
+    /// [`Store::snapshot`](tuplekv_engine::Store::snapshot): one state, or (without the
+    /// extension) one read.
+    Snapshot,
+    /// [`Store::transaction_snapshot`](tuplekv_engine::Store::transaction_snapshot): one
+    /// state, or (without the extension) the latest state on each read.
+    Transaction,
+    /// One read of the latest state, never held ([`Store::get_latest_raw`] and `get_many`).
+    ///
+    /// [`Store::get_latest_raw`]: tuplekv_engine::Store::get_latest_raw
     Latest,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// Nothing read yet.
     Unread,
+    /// Held by the server at this versionstamp (with the extension).
     At(Versionstamp),
-    /// A `Once` snapshot that has read.
+    /// One read done, without the extension: a second is refused.
     Spent,
+    /// Each read sees the latest state.
+    Latest,
 }
 
 /// A consistent view of a remote store (see the crate docs for what each server offers).
 ///
 /// Cheap to create: nothing is sent until the first read. With tuplekv's extension the first
 /// read fixes the state every later read of this snapshot (and its clones) sees; the server
-/// holds that state while reads keep coming. Against a server without the extension a
-/// snapshot serves one read, and a second fails with [`Error::Unsupported`].
+/// holds that state until the last clone is dropped (or it stays idle too long). Against a
+/// server without the extension a snapshot serves one read, and a second fails with
+/// [`Error::Unsupported`].
 #[derive(Clone)]
 pub struct RemoteSnapshot {
     store: RemoteStore,
-    mode: Mode,
+    purpose: Purpose,
     state: Arc<Shared>,
 }
 
 /// What clones share; the last one to go releases the server's hold.
 struct Shared {
     state: Mutex<State>,
+    /// The id of this snapshot's hold on the server (random, so a retried request holds
+    /// once and a release removes exactly this hold).
+    hold_id: u64,
     transport: Arc<Transport>,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
         if let State::At(v) = *self.state.lock().unwrap_or_else(PoisonError::into_inner) {
-            self.transport.release(v);
+            self.transport.release(v, self.hold_id);
         }
     }
 }
@@ -61,20 +72,25 @@ impl Drop for Shared {
 impl std::fmt::Debug for RemoteSnapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteSnapshot")
-            .field("mode", &self.mode)
+            .field("purpose", &self.purpose)
             .field("state", &*self.lock())
             .finish_non_exhaustive()
     }
 }
 
 impl RemoteSnapshot {
-    pub(crate) fn new(store: RemoteStore, mode: Mode) -> Self {
+    pub(crate) fn new(store: RemoteStore, purpose: Purpose) -> Self {
         let transport = Arc::clone(&store.inner.transport);
+        let initial = match purpose {
+            Purpose::Latest => State::Latest,
+            _ => State::Unread,
+        };
         RemoteSnapshot {
             store,
-            mode,
+            purpose,
             state: Arc::new(Shared {
-                state: Mutex::new(State::Unread),
+                state: Mutex::new(initial),
+                hold_id: fastrand::u64(..),
                 transport,
             }),
         }
@@ -96,15 +112,23 @@ impl RemoteSnapshot {
         }
     }
 
+    /// Whether every read so far saw one state (`false` once a transaction's snapshot has
+    /// read without the extension).
+    pub(crate) fn one_state(&self) -> bool {
+        *self.lock() != State::Latest
+    }
+
     /// The versionstamp, fixing it now (one request) if no read has yet. `ZERO` when it
-    /// cannot be known (no extension, or the request failed): a range check made with it
-    /// conflicts with any key in its range, which is safe.
+    /// cannot be known (the server does not hold snapshots, or the request failed): a range
+    /// check made with it names no held snapshot, so the write is refused (410, or
+    /// `Unsupported` without the extension) and a transaction runs again or reports it.
     pub(crate) fn versionstamp_or_fix(&self) -> Versionstamp {
-        if self.mode != Mode::Held {
-            return Versionstamp::ZERO;
-        }
         if let Some(v) = self.versionstamp() {
             return v;
+        }
+        let held = matches!(*self.lock(), State::Unread) && self.store.extension().unwrap_or(false);
+        if !held {
+            return Versionstamp::ZERO;
         }
         match self.read(Vec::new()) {
             Ok(_) => self.versionstamp().unwrap_or(Versionstamp::ZERO),
@@ -112,40 +136,53 @@ impl RemoteSnapshot {
         }
     }
 
-    /// One snapshot read of `ranges`, as this snapshot's mode says.
+    /// One snapshot read of `ranges`, as this snapshot's state says; the first read decides
+    /// the state from what the server offers.
     fn read(&self, ranges: Vec<pb::ReadRange>) -> Result<Vec<Vec<Entry>>, Error> {
         // Held across the request, so the first reads of clones fix one state.
         let mut state = self.lock();
-        let extension = match (self.mode, *state) {
-            (Mode::Held, State::Unread) => Some(tuplekv_wire::ReadExtension {
+        let transport = &self.state.transport;
+        let extension = match *state {
+            State::Unread if self.store.extension()? => Some(tuplekv_wire::ReadExtension {
                 hold: true,
-                at: Vec::new(),
-                release: self.state.transport.take_releases(),
+                hold_id: self.state.hold_id,
+                release: transport.take_releases(),
+                ..Default::default()
             }),
-            (Mode::Held, State::At(v)) => Some(tuplekv_wire::ReadExtension {
-                hold: false,
+            State::At(v) => Some(tuplekv_wire::ReadExtension {
                 at: v.as_bytes().to_vec(),
-                release: self.state.transport.take_releases(),
+                release: transport.take_releases(),
+                ..Default::default()
             }),
-            (Mode::Once, State::Spent) => {
+            State::Spent => {
                 return Err(Error::Unsupported {
                     operation: "a second read of one snapshot",
                     needs: EXTENSION_NEEDED,
                 });
             }
-            _ => None,
+            State::Unread | State::Latest => None,
         };
         let held = extension.is_some();
         let body = encode_read(ranges, extension);
-        let transport = Arc::clone(&self.state.transport);
+        let transport = Arc::clone(transport);
         let out: ReadOutput = self.store.block_on(async move {
             let (_, reply) = transport.call("snapshot_read", body, Kind::Read).await?;
             decode_read_output(&reply.body)
         })?;
-        match (*state, out.versionstamp) {
-            (State::Unread, Some(v)) if held => *state = State::At(v),
-            (State::Unread, _) if self.mode == Mode::Once => *state = State::Spent,
-            _ => {}
+        if *state == State::Unread {
+            *state = match (held, out.versionstamp, self.purpose) {
+                (true, Some(v), _) => State::At(v),
+                (true, None, _) => {
+                    return Err(Error::Remote {
+                        status: 200,
+                        message: "the server agreed on tuplekv's extension but did not say \
+                                  which state it read"
+                            .into(),
+                    });
+                }
+                (false, _, Purpose::Transaction) => State::Latest,
+                (false, _, _) => State::Spent,
+            };
         }
         Ok(out.ranges)
     }
@@ -162,19 +199,15 @@ fn check_bound(key: &[u8]) -> Result<(), Error> {
 impl ReadView for RemoteSnapshot {
     fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
         check_bound(key)?;
-        if key.len() > KEY_SIZE_MAX_WRITE {
-            // No stored key is that long, and its one-key range would end past the limit.
+        let Some(range) = key_range(key) else {
             return Ok(None);
-        }
-        let mut end = key.to_vec();
-        end.push(0);
-        let ranges = self.read(vec![pb::ReadRange {
-            start: key.to_vec(),
-            end,
-            limit: 1,
-            reverse: false,
-        }])?;
-        Ok(ranges.into_iter().next().and_then(|r| r.into_iter().next()))
+        };
+        let ranges = self.read(vec![range])?;
+        Ok(ranges
+            .into_iter()
+            .next()
+            .and_then(|r| r.into_iter().next())
+            .filter(|e| e.key.as_slice() == key))
     }
 
     fn scan(&self, range: &ByteRange, reverse: bool, limit: usize) -> Result<Vec<Entry>, Error> {
@@ -212,8 +245,36 @@ impl ReadView for RemoteSnapshot {
     }
 
     fn reads_one_state(&self) -> bool {
-        self.mode != Mode::Latest
+        self.one_state()
     }
+}
+
+/// The one-key read range of `key` (limit 1; the caller keeps the entry only if its key is
+/// `key`), or `None` for a key no entry can have. Usually `[key, key ++ 00)`; a key longer
+/// than the write limit (only a versionstamped key can be: its prefix plus the suffix) would
+/// make that end one byte past the read limit, so it reads `[key, key with its last byte
+/// raised)` instead, whose first entry is `key` if it exists. Such keys end with the suffix
+/// string's terminator `00`, so one that does not cannot exist.
+fn key_range(key: &[u8]) -> Option<pb::ReadRange> {
+    let end = if key.len() <= KEY_SIZE_MAX_WRITE {
+        let mut end = key.to_vec();
+        end.push(0);
+        end
+    } else {
+        let (&last, head) = key.split_last()?;
+        if last != 0 {
+            return None;
+        }
+        let mut end = head.to_vec();
+        end.push(1);
+        end
+    };
+    Some(pb::ReadRange {
+        start: key.to_vec(),
+        end,
+        limit: 1,
+        reverse: false,
+    })
 }
 
 /// Reads up to ten keys in one request (one state), in request order.
@@ -221,30 +282,21 @@ pub(crate) fn get_many_raw(
     snapshot: &RemoteSnapshot,
     keys: &[Vec<u8>],
 ) -> Result<Vec<Option<Entry>>, Error> {
-    // Keys too long to be stored are not asked for (their ranges would end past the limit).
-    let asked: Vec<&Vec<u8>> = keys
-        .iter()
-        .filter(|k| k.len() <= KEY_SIZE_MAX_WRITE)
-        .collect();
-    let ranges = asked
-        .iter()
-        .map(|k| {
-            let mut end = k.to_vec();
-            end.push(0);
-            pb::ReadRange {
-                start: k.to_vec(),
-                end,
-                limit: 1,
-                reverse: false,
-            }
-        })
-        .collect();
-    let mut out = snapshot.read(ranges)?.into_iter();
+    let ranges: Vec<Option<pb::ReadRange>> = keys.iter().map(|k| key_range(k)).collect();
+    let asked: Vec<pb::ReadRange> = ranges.iter().flatten().cloned().collect();
+    let mut out = match asked.is_empty() {
+        true => Vec::new().into_iter(),
+        false => snapshot.read(asked)?.into_iter(),
+    };
     Ok(keys
         .iter()
-        .map(|k| match k.len() <= KEY_SIZE_MAX_WRITE {
-            true => out.next().and_then(|r| r.into_iter().next()),
-            false => None,
+        .zip(&ranges)
+        .map(|(k, range)| {
+            range.as_ref()?;
+            out.next()?
+                .into_iter()
+                .next()
+                .filter(|e| e.key.as_slice() == k.as_slice())
         })
         .collect())
 }

@@ -65,14 +65,18 @@ enum Failure {
     Status(StatusCode, String, Option<usize>),
 }
 
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
 pub(crate) struct Transport {
-    client: Client<HttpConnector, Full<Bytes>>,
+    /// The pooled client (one HTTP/2 connection); replaced, connection and all, after a
+    /// request met a fault that leaves the connection suspect.
+    client: Mutex<HttpClient>,
     metadata_url: Uri,
     access_token: String,
     pub(crate) options: RemoteOptions,
     session: Mutex<Option<Arc<Session>>>,
-    /// Held snapshots dropped since the last read told the server.
-    releases: Mutex<Vec<Versionstamp>>,
+    /// Holds of snapshots dropped since the last read told the server: (snapshot, hold id).
+    releases: Mutex<Vec<(Versionstamp, u64)>>,
 }
 
 #[derive(Serialize)]
@@ -102,24 +106,28 @@ struct Endpoint {
 
 impl Transport {
     pub(crate) fn new(metadata_url: Uri, access_token: String, options: RemoteOptions) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(options.connect_timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .http2_only(true)
-            .http2_keep_alive_interval(Some(options.keep_alive_interval))
-            .http2_keep_alive_timeout(options.request_timeout)
-            .build(connector);
         Transport {
-            client,
+            client: Mutex::new(build_client(&options)),
             metadata_url,
             access_token,
             options,
             session: Mutex::new(None),
             releases: Mutex::new(Vec::new()),
         }
+    }
+
+    fn client(&self) -> HttpClient {
+        self.client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Drops the connection (a new one is made for the next request): after a request met a
+    /// fault with no answer, the connection may be silently dead, and reusing it would only
+    /// make the next writes' outcomes unknown too.
+    fn reset_connection(&self) {
+        *self.client.lock().unwrap_or_else(PoisonError::into_inner) = build_client(&self.options);
     }
 
     /// The session, if one is current (no request is made).
@@ -141,19 +149,26 @@ impl Transport {
     /// Notes that the held snapshot at `at` is no longer read; the next read tells the server.
     /// Past [`tuplekv_wire::RELEASES_PER_READ_MAX`] waiting, the oldest is forgotten (the
     /// server drops it when it has been idle long enough).
-    pub(crate) fn release(&self, at: Versionstamp) {
+    pub(crate) fn release(&self, at: Versionstamp, hold_id: u64) {
         let mut releases = self.releases.lock().unwrap_or_else(PoisonError::into_inner);
         if releases.len() >= tuplekv_wire::RELEASES_PER_READ_MAX {
             releases.remove(0);
         }
-        releases.push(at);
+        releases.push((at, hold_id));
     }
 
     /// The releases to send with a read (taken: a read that fails loses them, and the server's
-    /// idle timeout drops those snapshots instead).
-    pub(crate) fn take_releases(&self) -> Vec<Vec<u8>> {
+    /// idle timeout drops those snapshots instead; a retried read sends them again, which
+    /// removes nothing more, as each names its hold).
+    pub(crate) fn take_releases(&self) -> Vec<tuplekv_wire::Hold> {
         let mut releases = self.releases.lock().unwrap_or_else(PoisonError::into_inner);
-        releases.drain(..).map(|v| v.as_bytes().to_vec()).collect()
+        releases
+            .drain(..)
+            .map(|(v, hold_id)| tuplekv_wire::Hold {
+                versionstamp: v.as_bytes().to_vec(),
+                hold_id,
+            })
+            .collect()
     }
 
     /// The current session: cached, or from a metadata exchange (retried on transport
@@ -179,6 +194,7 @@ impl Transport {
                     });
                 }
                 Err(Failure::NotSent(reason) | Failure::Unknown(reason)) => {
+                    self.reset_connection();
                     if started.elapsed() + backoff > self.options.retry_for {
                         return Err(Error::Unavailable { reason });
                     }
@@ -233,6 +249,17 @@ impl Transport {
                 )
             })?;
         let base = self.resolve(&endpoint.url);
+        let usable = HeaderValue::from_str(&format!("Bearer {}", meta.token)).is_ok()
+            && HeaderValue::from_str(&meta.database_id).is_ok()
+            && base.parse::<Uri>().is_ok();
+        if !usable {
+            return Err(Failure::Status(
+                StatusCode::BAD_GATEWAY,
+                "the metadata exchange gave a token, database id or endpoint that cannot be sent"
+                    .into(),
+                None,
+            ));
+        }
         let lifetime = chrono::DateTime::parse_from_rfc3339(&meta.expires_at)
             .ok()
             .and_then(|at| {
@@ -281,7 +308,7 @@ impl Transport {
     async fn round_trip(&self, req: Request<Full<Bytes>>) -> Result<Bytes, Failure> {
         let timeout = self.options.request_timeout;
         let attempt = async {
-            let resp = self.client.request(req).await.map_err(classify)?;
+            let resp = self.client().request(req).await.map_err(classify)?;
             let status = resp.status();
             let mutation_index = resp
                 .headers()
@@ -312,19 +339,24 @@ impl Transport {
         }
     }
 
-    fn data_request(&self, session: &Session, path: &str, body: Bytes) -> Request<Full<Bytes>> {
-        let mut builder = Request::builder()
+    fn data_request(
+        &self,
+        session: &Session,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, Error> {
+        Request::builder()
             .method(Method::POST)
             .uri(format!("{}/{path}", session.base))
             .header(AUTHORIZATION, format!("Bearer {}", session.token))
             .header(CONTENT_TYPE, PROTOBUF)
-            .header("x-denokv-database-id", session.database_id.as_str());
-        if let Ok(v) = HeaderValue::from_str(&session.version.to_string()) {
-            builder = builder.header("x-denokv-version", v);
-        }
-        builder
+            .header("x-denokv-database-id", session.database_id.as_str())
+            .header("x-denokv-version", session.version)
             .body(Full::new(body))
-            .unwrap_or_else(|_| Request::new(Full::new(Bytes::new())))
+            .map_err(|e| Error::Remote {
+                status: StatusCode::BAD_GATEWAY.as_u16(),
+                message: format!("the metadata exchange gave an unusable endpoint or token: {e}"),
+            })
     }
 
     /// Opens a streaming data path request (a watch): the response, its body unread.
@@ -334,8 +366,8 @@ impl Transport {
         body: Bytes,
     ) -> Result<Response<Incoming>, Error> {
         let session = self.session().await?;
-        let req = self.data_request(&session, path, body);
-        let resp = tokio::time::timeout(self.options.request_timeout, self.client.request(req))
+        let req = self.data_request(&session, path, body)?;
+        let resp = tokio::time::timeout(self.options.request_timeout, self.client().request(req))
             .await
             .map_err(|_| Error::Unavailable {
                 reason: "no answer to the watch request".into(),
@@ -377,7 +409,7 @@ impl Transport {
         let mut renewed = false;
         loop {
             let session = self.session().await?;
-            let req = self.data_request(&session, path, body.clone());
+            let req = self.data_request(&session, path, body.clone())?;
             let reason = match self.round_trip(req).await {
                 Ok(body) => return Ok((session, Reply { body })),
                 Err(Failure::Status(StatusCode::UNAUTHORIZED, _, _)) if !renewed => {
@@ -386,17 +418,34 @@ impl Transport {
                     self.forget(&session);
                     continue;
                 }
+                // tuplekv's 503 (the store is closing) comes before the write is applied.
                 Err(Failure::Status(StatusCode::SERVICE_UNAVAILABLE, message, _)) => message,
+                // Any other 5xx to a write may come after it was applied (a proxy's 502 or 504
+                // after forwarding it, a server failing after its commit): unknown.
+                Err(Failure::Status(status, message, _))
+                    if kind == Kind::Write && status.is_server_error() =>
+                {
+                    return Err(Error::OutcomeUnknown {
+                        reason: format!("the server answered {status}: {message}"),
+                    });
+                }
+                Err(Failure::Status(
+                    status @ (StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT),
+                    message,
+                    _,
+                )) => format!("{status}: {message}"),
                 Err(Failure::Status(status, message, index)) => {
                     return Err(status_error(status, message, index));
                 }
                 Err(Failure::NotSent(reason)) => reason,
                 Err(Failure::Unknown(reason)) if kind == Kind::Write => {
-                    // The connection is suspect: the next request makes a new one.
-                    self.forget(&session);
+                    self.reset_connection();
                     return Err(Error::OutcomeUnknown { reason });
                 }
-                Err(Failure::Unknown(reason)) => reason,
+                Err(Failure::Unknown(reason)) => {
+                    self.reset_connection();
+                    reason
+                }
             };
             self.forget(&session);
             if started.elapsed() + backoff > self.options.retry_for {
@@ -407,6 +456,20 @@ impl Transport {
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
+}
+
+/// A client that speaks HTTP/2 only (h2c), with this store's timeouts.
+fn build_client(options: &RemoteOptions) -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(options.connect_timeout));
+    Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .http2_only(true)
+        .http2_keep_alive_interval(Some(options.keep_alive_interval))
+        .http2_keep_alive_timeout(options.request_timeout)
+        .build(connector)
 }
 
 /// The error for a non-success status. A 400 about a mutation that failed on a non-U64 value

@@ -28,11 +28,14 @@ struct Shared {
 
 /// A watch of keys of a [`RemoteStore`](crate::RemoteStore): the current entries, then the
 /// latest state after each change (a slow reader gets the latest, never a backlog). The stream
-/// is reopened after a network fault or a server restart; ends (`None`) only when the store's
-/// last handle is dropped or the server refuses the watch.
+/// is reopened after a network fault or a server restart; ends (`None`) only when the server
+/// refuses the watch. A watch keeps the store's connection (and runtime) alive: it outlives
+/// the [`RemoteStore`](crate::RemoteStore) it came from.
 pub struct RemoteWatch {
     shared: Arc<Mutex<Shared>>,
     task: tokio::task::AbortHandle,
+    /// Keeps the runtime the watch's task runs on.
+    _store: crate::RemoteStore,
 }
 
 impl Drop for RemoteWatch {
@@ -113,11 +116,9 @@ impl RemoteWatch {
         }
     }
 
-    pub(crate) fn start(
-        runtime: &tokio::runtime::Handle,
-        transport: Arc<Transport>,
-        keys: Vec<KeyBytes>,
-    ) -> Self {
+    pub(crate) fn start(store: &crate::RemoteStore, keys: Vec<KeyBytes>) -> Self {
+        let runtime = &store.inner.handle;
+        let transport = Arc::clone(&store.inner.transport);
         let shared = Arc::new(Mutex::new(Shared::default()));
         let body = Bytes::from(
             pb::Watch {
@@ -131,7 +132,11 @@ impl RemoteWatch {
         let task = runtime
             .spawn(run(transport, body, keys.len(), Arc::clone(&shared)))
             .abort_handle();
-        RemoteWatch { shared, task }
+        RemoteWatch {
+            shared,
+            task,
+            _store: store.clone(),
+        }
     }
 }
 

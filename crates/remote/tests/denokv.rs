@@ -94,7 +94,7 @@ fn denokv_does_not_speak_the_extension() {
     let Some(store) = denokv("denokv_does_not_speak_the_extension") else {
         return;
     };
-    assert!(!store.has_extension());
+    assert!(!store.has_extension().unwrap());
 }
 
 #[test]

@@ -22,7 +22,7 @@ fn served() -> (Arc<Database>, TestServer, RemoteStore) {
 #[test]
 fn a_tuplekv_server_agrees_on_the_extension() {
     let (_db, _server, store) = served();
-    assert!(store.has_extension());
+    assert!(store.has_extension().unwrap());
 }
 
 #[test]
@@ -184,7 +184,7 @@ fn plain() -> (Arc<Database>, TestServer, RemoteStore) {
 #[test]
 fn without_the_extension_a_snapshot_serves_one_read_and_names_what_a_second_needs() {
     let (_db, _server, store) = plain();
-    assert!(!store.has_extension());
+    assert!(!store.has_extension().unwrap());
     let _ = store.atomic().set(&key!["a"], 1u64).commit().unwrap();
     let snap = store.snapshot();
     assert!(snap.get(&key!["a"]).unwrap().is_some());
@@ -304,4 +304,103 @@ fn a_dropped_snapshot_is_released_on_the_server_with_the_next_read() {
     let _ = other.get(&key!["a"]).unwrap(); // carries the release, and holds its own
     assert_eq!(stats.held_snapshots(), 1);
     assert_ne!(other.versionstamp(), None);
+}
+
+#[test]
+fn a_watch_outlives_the_store_it_came_from() {
+    let (_db, _server, store) = served();
+    let k = tuplekv_engine::codec::encode_key(&key!["w"]);
+    let mut watch = store.watch_raw(vec![k.into()]).unwrap();
+    let writer = store.clone();
+    drop(store);
+    assert_eq!(watch.next_blocking().unwrap().entries, vec![None]);
+    let _ = writer.atomic().set(&key!["w"], 1u64).commit().unwrap();
+    drop(writer);
+    let update = watch.next_blocking().unwrap();
+    assert_eq!(update.entries[0].as_ref().unwrap().value.as_u64(), Some(1));
+}
+
+#[test]
+fn a_write_answered_with_a_gateway_error_has_an_unknown_outcome_and_is_not_resent() {
+    let db = Arc::new(Database::in_memory());
+    let server = TestServer::start_answering_writes_with(Arc::clone(&db), 502);
+    let stats = Arc::clone(server.stats());
+    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    let err = store.atomic().set(&key!["k"], 1u64).commit().unwrap_err();
+    assert!(matches!(err, Error::OutcomeUnknown { .. }), "{err:?}");
+    assert_eq!(stats.atomic_write_requests(), 1, "never resent");
+    // It did commit: only a read can tell.
+    assert_eq!(db.get(&key!["k"]).unwrap().unwrap().value.as_u64(), Some(1));
+}
+
+#[test]
+fn a_read_answered_with_a_release_twice_keeps_other_holds() {
+    // Two snapshots of one state on one server: releasing one (even if its release were
+    // sent twice) leaves the other's hold.
+    let (_db, server, store) = served();
+    let stats = Arc::clone(server.stats());
+    let a = store.snapshot();
+    let b = store.snapshot();
+    let _ = a.get(&key!["x"]).unwrap();
+    let _ = b.get(&key!["x"]).unwrap();
+    assert_eq!(a.versionstamp(), b.versionstamp());
+    drop(a);
+    let _ = store.snapshot().get(&key!["x"]).unwrap(); // carries a's release
+    assert!(b.get(&key!["x"]).is_ok(), "b's hold is still there");
+    assert!(stats.held_snapshots() >= 1);
+}
+
+#[test]
+fn options_out_of_range_are_brought_within_bounds() {
+    let (_db, server, _store) = served();
+    let options = RemoteOptions {
+        request_timeout: Duration::ZERO,
+        connect_timeout: Duration::ZERO,
+        retry_for: Duration::ZERO,
+        keep_alive_interval: Duration::ZERO,
+        io_threads: 0,
+    };
+    // Zero timeouts are raised to DURATION_MIN: a loopback exchange may or may not fit in a
+    // millisecond, but nothing panics, and a sane configuration works.
+    let _ = RemoteStore::connect_with(&server.url(), TEST_TOKEN, options);
+    let sane = RemoteOptions {
+        io_threads: 10_000,
+        ..RemoteOptions::default()
+    };
+    let store = RemoteStore::connect_with(&server.url(), TEST_TOKEN, sane).unwrap();
+    assert!(store.get_many(&[key!["a"]]).unwrap()[0].is_none());
+}
+
+#[test]
+fn a_key_longer_than_the_write_limit_is_read_back_when_a_versionstamped_set_made_it() {
+    let (db, _server, store) = served();
+    // A prefix of 2027 bytes plus the 22-byte suffix part makes a 2049-byte key (the read
+    // limit) that only a versionstamped set can write.
+    let prefix = key![String::from_utf8(vec![b'p'; 2025]).unwrap()];
+    assert_eq!(tuplekv_engine::codec::encode_key(&prefix).len(), 2027);
+    let _ = store
+        .atomic()
+        .set_versionstamped(&prefix, 7u64)
+        .commit()
+        .unwrap();
+    let stored = db
+        .snapshot()
+        .scan(
+            &tuplekv_engine::ByteRange {
+                start: vec![0],
+                end: vec![0xff],
+            },
+            false,
+            10,
+        )
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    let long = stored[0].key.to_vec();
+    assert_eq!(long.len(), tuplekv_engine::limits::KEY_SIZE_MAX_READ);
+    let got = store.snapshot().get_raw(&long).unwrap().unwrap();
+    assert_eq!(got.value.as_u64(), Some(7));
+    // A key of that length that does not end like a versionstamped key cannot exist.
+    let mut other = long.clone();
+    *other.last_mut().unwrap() = 1;
+    assert_eq!(store.snapshot().get_raw(&other).unwrap(), None);
 }

@@ -51,7 +51,10 @@ impl Backend for Remote {
             c.with_extension(extension)
         });
         let store = RemoteStore::connect(&server.url(), TEST_TOKEN).expect("the client connects");
-        assert_eq!(store.has_extension(), extension);
+        assert_eq!(
+            store.has_extension().expect("a metadata exchange"),
+            extension
+        );
         self.servers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

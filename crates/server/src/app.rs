@@ -342,15 +342,17 @@ async fn snapshot_read<S: Store + 'static>(
     };
     drop(body);
     if let Some(m) = &mode {
-        m.release.iter().for_each(|&v| state.held.release(v));
+        m.release
+            .iter()
+            .for_each(|&(v, id)| state.held.release(v, id));
     }
     let snapshot = match mode.as_ref().and_then(|m| m.at) {
         Some(at) => state.held.get(at).ok_or_else(|| snapshot_gone(at))?,
         None => state.store.snapshot(),
     };
     let versionstamp = S::snapshot_versionstamp(&snapshot);
-    if mode.as_ref().is_some_and(|m| m.hold) {
-        state.held.hold(versionstamp, &snapshot);
+    if let Some(m) = mode.as_ref().filter(|m| m.hold) {
+        state.held.hold(versionstamp, m.hold_id, &snapshot);
     }
     if mode.is_some() {
         state.stats().set_held_snapshots(state.held.len());

@@ -87,3 +87,10 @@ pub const SNAPSHOT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const RANGE_CHECKS_MAX: usize = 1024;
 /// Most snapshot releases one `snapshot_read` of tuplekv's extension may carry.
 pub const RELEASES_PER_READ_MAX: usize = tuplekv_wire::RELEASES_PER_READ_MAX;
+/// Most holds (client snapshots) recorded on one held snapshot. Past it, further holds are
+/// served but not recorded, and the snapshot is no longer dropped by releases, only when idle
+/// or too old (so no reader loses it early).
+pub const HOLDS_PER_SNAPSHOT_MAX: usize = 65_536;
+/// The longest a snapshot stays held, however often it is read: past it, its reads get 410
+/// Gone (a transaction runs again), so a client cannot pin old versions for ever.
+pub const SNAPSHOT_AGE_MAX: Duration = Duration::from_secs(10 * 60);

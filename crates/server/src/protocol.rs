@@ -75,8 +75,10 @@ pub struct ReadMode {
     pub hold: bool,
     /// Read the held state at this versionstamp.
     pub at: Option<Versionstamp>,
-    /// Held snapshots the client is done with.
-    pub release: Vec<Versionstamp>,
+    /// With `hold`: the hold's id.
+    pub hold_id: u64,
+    /// Holds the client is done with: (snapshot, hold id).
+    pub release: Vec<(Versionstamp, u64)>,
 }
 
 /// Decodes the extension field of a `SnapshotRead` body: `None` for a plain read.
@@ -101,10 +103,11 @@ pub fn decode_read_mode(body: &[u8]) -> Result<Option<ReadMode>, ApiError> {
     let release = ext
         .release
         .iter()
-        .map(|v| versionstamp(v))
-        .collect::<Result<_, _>>()?;
+        .map(|h| Ok((versionstamp(&h.versionstamp)?, h.hold_id)))
+        .collect::<Result<_, ApiError>>()?;
     Ok(Some(ReadMode {
         hold: ext.hold,
+        hold_id: ext.hold_id,
         at,
         release,
     }))

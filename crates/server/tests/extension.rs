@@ -14,7 +14,7 @@ use tuplekv_engine::Database;
 use tuplekv_server::ServerConfig;
 use tuplekv_server::limits::{RANGE_CHECKS_MAX, RELEASES_PER_READ_MAX};
 use tuplekv_wire::{
-    AtomicWriteExtension, AtomicWriteOutputExtension, RangeCheck, ReadExtension,
+    AtomicWriteExtension, AtomicWriteOutputExtension, Hold, RangeCheck, ReadExtension,
     SnapshotReadExtension, SnapshotReadOutputExtension, WriteExtension,
 };
 
@@ -25,8 +25,13 @@ fn extended_read(ranges: Vec<pb::ReadRange>, ext: ReadExtension) -> Vec<u8> {
 }
 
 fn hold() -> ReadExtension {
+    hold_as(1)
+}
+
+fn hold_as(hold_id: u64) -> ReadExtension {
     ReadExtension {
         hold: true,
+        hold_id,
         ..ReadExtension::default()
     }
 }
@@ -38,9 +43,15 @@ fn at(vs: &[u8]) -> ReadExtension {
     }
 }
 
-fn release(vs: Vec<Vec<u8>>) -> ReadExtension {
+fn release(holds: Vec<(Vec<u8>, u64)>) -> ReadExtension {
     ReadExtension {
-        release: vs,
+        release: holds
+            .into_iter()
+            .map(|(versionstamp, hold_id)| Hold {
+                versionstamp,
+                hold_id,
+            })
+            .collect(),
         ..ReadExtension::default()
     }
 }
@@ -284,31 +295,34 @@ async fn a_released_snapshot_is_dropped_when_its_last_hold_goes() {
     let server = TestServer::start().await;
     let mut c = server.h2().await;
     let read = |ext| extended_read(vec![], ext);
-    let (_, vs) = read_output(&c.data("snapshot_read", read(hold())).await.body);
-    // A second client holds the same state.
-    let (_, same) = read_output(&c.data("snapshot_read", read(at(&vs))).await.body);
-    assert_eq!(same, vs);
-    let _ = c
-        .data(
+    let (_, vs) = read_output(&c.data("snapshot_read", read(hold_as(1))).await.body);
+    // A second client holds the same state (reading at it with a hold of its own).
+    let (_, same) = read_output(
+        &c.data(
             "snapshot_read",
             read(ReadExtension {
-                hold: true,
                 at: vs.clone(),
-                release: Vec::new(),
+                ..hold_as(2)
             }),
         )
-        .await;
+        .await
+        .body,
+    );
+    assert_eq!(same, vs);
     assert_eq!(server.stats.held_snapshots(), 1);
-    let _ = c
-        .data("snapshot_read", read(release(vec![vs.clone()])))
-        .await;
+    // The first client's release, sent twice (a retried request), removes only its hold.
+    for _ in 0..2 {
+        let _ = c
+            .data("snapshot_read", read(release(vec![(vs.clone(), 1)])))
+            .await;
+    }
     assert_eq!(
         c.data("snapshot_read", read(at(&vs))).await.status,
         200,
-        "one hold is left"
+        "the second hold is left"
     );
     let _ = c
-        .data("snapshot_read", read(release(vec![vs.clone()])))
+        .data("snapshot_read", read(release(vec![(vs.clone(), 2)])))
         .await;
     assert_eq!(c.data("snapshot_read", read(at(&vs))).await.status, 410);
     assert_eq!(server.stats.held_snapshots(), 0);
@@ -325,14 +339,14 @@ async fn releases_are_limited_per_read() {
     let ok = c
         .data(
             "snapshot_read",
-            extended_read(vec![], release(vec![v.clone(); RELEASES_PER_READ_MAX])),
+            extended_read(vec![], release(vec![(v.clone(), 1); RELEASES_PER_READ_MAX])),
         )
         .await;
     assert_eq!(ok.status, 200, "{}", ok.text());
     let past = c
         .data(
             "snapshot_read",
-            extended_read(vec![], release(vec![v; RELEASES_PER_READ_MAX + 1])),
+            extended_read(vec![], release(vec![(v, 1); RELEASES_PER_READ_MAX + 1])),
         )
         .await;
     past.assert_error(

@@ -62,10 +62,54 @@ impl TestServer {
         TestServer::start_at(store, Some(addr), configure)
     }
 
+    /// [`TestServer::start`], but every `atomic_write` is answered with `status` after the
+    /// server has handled it (applied it, if it was valid), as a proxy in front of a server
+    /// may answer 502 or 504 after forwarding a request: the client cannot know the outcome.
+    ///
+    /// # Panics
+    /// As [`TestServer::start`].
+    pub fn start_answering_writes_with<S: Store + 'static>(store: Arc<S>, status: u16) -> TestServer
+    where
+        S::Watch: 'static,
+    {
+        let status = axum::http::StatusCode::from_u16(status).expect("a valid status");
+        TestServer::start_layered(
+            store,
+            None,
+            |c| c,
+            move |router| {
+                router.layer(axum::middleware::map_response(
+                    move |uri: axum::http::Uri, response: axum::response::Response| async move {
+                        if uri.path().ends_with("/atomic_write") {
+                            let mut replaced =
+                                axum::response::Response::new(axum::body::Body::empty());
+                            *replaced.status_mut() = status;
+                            replaced
+                        } else {
+                            response
+                        }
+                    },
+                ))
+            },
+        )
+    }
+
     fn start_at<S: Store + 'static>(
         store: Arc<S>,
         at: Option<SocketAddr>,
         configure: impl FnOnce(ServerConfig) -> ServerConfig,
+    ) -> TestServer
+    where
+        S::Watch: 'static,
+    {
+        TestServer::start_layered(store, at, configure, |r| r)
+    }
+
+    fn start_layered<S: Store + 'static>(
+        store: Arc<S>,
+        at: Option<SocketAddr>,
+        configure: impl FnOnce(ServerConfig) -> ServerConfig,
+        layer: impl FnOnce(axum::Router) -> axum::Router,
     ) -> TestServer
     where
         S::Watch: 'static,
@@ -100,7 +144,7 @@ impl TestServer {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let options = config.serve_options();
         let stats = Arc::clone(config.stats());
-        let router = tuplekv_server::router(store, config);
+        let router = layer(tuplekv_server::router(store, config));
         let thread = std::thread::Builder::new()
             .name("test-server".into())
             .spawn(move || {

@@ -66,10 +66,25 @@ pub struct ReadExtension {
     /// Read the held state at this versionstamp (10 bytes) instead of the latest.
     #[prost(bytes = "vec", tag = "2")]
     pub at: Vec<u8>,
-    /// Snapshots the client no longer reads (versionstamps it was given by reads with
-    /// `hold`): each undoes one `hold`, and the server drops a snapshot no hold is left on.
-    #[prost(bytes = "vec", repeated, tag = "3")]
-    pub release: Vec<Vec<u8>>,
+    /// Holds the client no longer needs: each removes one hold, and the server drops a
+    /// snapshot no hold is left on. Removing a hold twice (a retried request) does nothing.
+    #[prost(message, repeated, tag = "3")]
+    pub release: Vec<Hold>,
+    /// With `hold`: the hold's id, random per client snapshot, so a retried request does not
+    /// hold twice and a release removes exactly this hold.
+    #[prost(uint64, tag = "4")]
+    pub hold_id: u64,
+}
+
+/// One hold on a held snapshot.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Hold {
+    /// The snapshot's versionstamp (10 bytes).
+    #[prost(bytes = "vec", tag = "1")]
+    pub versionstamp: Vec<u8>,
+    /// The id the hold was made with.
+    #[prost(uint64, tag = "2")]
+    pub hold_id: u64,
 }
 
 /// `SnapshotReadOutput`'s extension field.
@@ -242,7 +257,11 @@ mod tests {
             tuplekv: Some(ReadExtension {
                 hold: true,
                 at: vec![7; 10],
-                release: vec![vec![1; 10]],
+                release: vec![Hold {
+                    versionstamp: vec![1; 10],
+                    hold_id: 9,
+                }],
+                hold_id: 3,
             }),
         };
         let mut body = plain.encode_to_vec();
