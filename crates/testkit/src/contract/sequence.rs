@@ -332,7 +332,17 @@ fn assert_distinct_and_increasing_per_thread(per_thread: &[Vec<u64>]) -> HashSet
     all
 }
 
-fn create<S: Store + Clone>(store: &S, mode: Mode) {
+/// A fresh store with both [`PREFIXES`] created in `mode`, and [`HANDLES`] handles on them
+/// (servers), each opened by `open` from a clone of the store of its own.
+fn open_handles<B: Backend, H>(
+    backend: &B,
+    mode: Mode,
+    open: impl Fn(&Sequences<B::Store>, &str) -> H,
+) -> (B::Store, Vec<[H; 2]>)
+where
+    B::Store: Clone,
+{
+    let store = backend.open();
     let seqs = Sequences::new(store.clone());
     for p in PREFIXES {
         let options = SequenceOptions {
@@ -341,6 +351,13 @@ fn create<S: Store + Clone>(store: &S, mode: Mode) {
         };
         seqs.create(p, options).expect("created");
     }
+    let handles = (0..HANDLES)
+        .map(|_| {
+            let seqs = Sequences::new(store.clone());
+            PREFIXES.map(|p| open(&seqs, p))
+        })
+        .collect();
+    (store, handles)
 }
 
 /// Threads on [`HANDLES`] handles (servers) draw from two fast sequences at once: no number
@@ -349,14 +366,9 @@ pub fn fast_handles_never_hand_out_a_number_twice<B: Backend>(backend: &B)
 where
     B::Store: Clone,
 {
-    let store = backend.open();
-    create(&store, Mode::Fast);
-    let handles: Vec<[FastSequence<B::Store>; 2]> = (0..HANDLES)
-        .map(|_| {
-            let seqs = Sequences::new(store.clone());
-            PREFIXES.map(|p| seqs.fast(p).expect("a fast handle"))
-        })
-        .collect();
+    let (_, handles) = open_handles(backend, Mode::Fast, |seqs, p| {
+        seqs.fast(p).expect("a fast handle")
+    });
     let size = Hammer::sized(backend.cost(), FAST_DRAWS, FAST_DRAWS_REMOTE);
     let results = size.run(&handles, |h, p| {
         h[p].next().expect("a fast number").number()
@@ -375,14 +387,9 @@ pub fn gapless_handles_commit_exactly_one_to_n_with_their_records<B: Backend>(ba
 where
     B::Store: Clone,
 {
-    let store = backend.open();
-    create(&store, Mode::Gapless);
-    let handles: Vec<[GaplessSequence<B::Store>; 2]> = (0..HANDLES)
-        .map(|_| {
-            let seqs = Sequences::new(store.clone());
-            PREFIXES.map(|p| seqs.gapless(p).expect("a gapless handle"))
-        })
-        .collect();
+    let (store, handles) = open_handles(backend, Mode::Gapless, |seqs, p| {
+        seqs.gapless(p).expect("a gapless handle")
+    });
     let size = Hammer::sized(backend.cost(), GAPLESS_DRAWS, GAPLESS_DRAWS_REMOTE);
     let results = size.run(&handles, |h, p| {
         h[p].next_with(move |issued, record| {
