@@ -30,6 +30,7 @@ use tuplekv_index::Collection;
 use tuplekv_remote::{RemoteOptions, RemoteStore};
 use tuplekv_sequence::{FastSequence, GaplessSequence, Mode, Record, SequenceOptions, Sequences};
 use tuplekv_server::{CommitMode, ServerConfig};
+use tuplekv_testkit::rng::SplitMix64;
 use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
 
 /// The fast sequences the clients issue from, in turn.
@@ -48,23 +49,7 @@ const CUT_AFTER_MAX: u64 = 6_000;
 const OPERATION_RETRY_FOR: Duration = Duration::from_secs(20);
 
 // -------------------------------------------------------------------------------------------
-// Seeded randomness (splitmix64: enough for cut points, no dependency)
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn between(&mut self, min: u64, max: u64) -> u64 {
-        min + self.next() % (max - min + 1)
-    }
-}
+// Seeded randomness (testkit's SplitMix64: enough for cut points)
 
 fn seed() -> u64 {
     let seed = std::env::var("TUPLEKV_FAULT_SEED")
@@ -99,7 +84,7 @@ impl Proxy {
         let counted = Arc::clone(&cuts);
         runtime.spawn(async move {
             // Budgets are drawn in accept order, so a seed fixes the sequence of cut points.
-            let mut rng = Rng(seed);
+            let mut rng = SplitMix64::new(seed);
             while let Ok((client, _)) = listener.accept().await {
                 let budget = rng.between(CUT_AFTER_MIN, CUT_AFTER_MAX);
                 let cuts = Arc::clone(&counted);

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tuplekv_engine::Database;
 use tuplekv_remote::RemoteStore;
-use tuplekv_testkit::contract::Backend;
+use tuplekv_testkit::contract::{Backend, Cost};
 use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
 
 /// Opens each store on a server of its own; the servers run until the backend is dropped.
@@ -43,6 +43,10 @@ impl Backend for Remote {
 
     fn has_snapshots(&self) -> bool {
         self.extension
+    }
+
+    fn cost(&self) -> Cost {
+        Cost::RoundTrip
     }
 
     fn open(&self) -> RemoteStore {

@@ -17,7 +17,9 @@
 //! sequences, [`sequence_contract_tests!`](crate::sequence_contract_tests)).
 //!
 //! Every loop is sized for a remote store, where each operation is a network round trip:
-//! hundreds of operations per test, not hundred thousands. Nothing asserts how long something
+//! hundreds of operations per test, not hundred thousands. The index and sequence suites
+//! run larger on in-process stores ([`Backend::cost`]), as large as those layers' own tests
+//! were before the suites replaced them. Nothing asserts how long something
 //! took: a test that needs time to pass (expiry) waits until a deadline has passed by the
 //! wall clock, then checks.
 //!
@@ -65,6 +67,33 @@ pub trait Backend: Sync {
     /// snapshot with [`Error::Unsupported`].
     fn has_snapshots(&self) -> bool {
         true
+    }
+
+    /// What one operation costs on this backend, which sizes the suites' loops: a store in
+    /// this process runs them in full, a remote one at their `_REMOTE` sizes.
+    fn cost(&self) -> Cost {
+        Cost::InProcess
+    }
+}
+
+/// What one store operation costs on a [`Backend`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cost {
+    /// A call into this process (the engine's databases): the suites run their full sizes,
+    /// as many cases and operations as the layers' own tests ran before the suites.
+    InProcess,
+    /// A network round trip, about 100 times an in-process call: the suites run their
+    /// `_REMOTE` sizes, hundreds of operations per test.
+    RoundTrip,
+}
+
+impl Cost {
+    /// `in_process` on an in-process backend, `round_trip` on a remote one.
+    pub fn pick<T>(self, in_process: T, round_trip: T) -> T {
+        match self {
+            Cost::InProcess => in_process,
+            Cost::RoundTrip => round_trip,
+        }
     }
 }
 

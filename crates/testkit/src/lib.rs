@@ -4,8 +4,9 @@
 //! self-contained), a reference model of the engine (`reference`), self-counting buffers for
 //! memory tests (`counted`), helpers for tests that drive a database (`db`) or its directory
 //! on disk (`durable`), the contract every store backend keeps, written once and run on each
-//! (`contract`), a checker thread's rounds for concurrent tests to wait on (`rounds`),
-//! and the bodies of the fuzz targets so `cargo test` can replay their corpus.
+//! (`contract`), a checker thread's rounds for concurrent tests to wait on (`rounds`), a
+//! seeded generator (`rng`), and the bodies of the fuzz targets so `cargo test` can replay
+//! their corpus.
 
 pub mod config;
 pub mod contract;
@@ -17,6 +18,7 @@ pub mod executor;
 pub mod fuzz;
 pub mod recovery;
 pub mod reference;
+pub mod rng;
 pub mod rounds;
 pub mod server;
 pub mod strategies;

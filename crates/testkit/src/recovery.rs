@@ -36,6 +36,7 @@ use tuplekv_engine::{Database, Durability, Error, Options, Value, Versionstamp, 
 
 use crate::db::{dump, options};
 use crate::durable::{BUFFERED, faulty};
+use crate::rng::SplitMix64;
 
 /// A database's whole state: (key, value, stamp) in key order, as [`dump`] reads it.
 pub type State = Vec<(Vec<u8>, Value, Versionstamp)>;
@@ -169,23 +170,6 @@ enum Ending {
     PowerCut,
 }
 
-/// A small deterministic generator (SplitMix64), so history `id` is the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Writes history `id`: its ending, durability and number of commits come from `id`, its
 /// commits (one to three mutations of six keys: sets of small and large values, sums and
 /// maxima that a non-`U64` value refuses, deletes, expiries), checkpoints and syncs from a
@@ -202,7 +186,8 @@ fn write_history(id: u8) -> History {
         BUFFERED
     };
     let commits = 1 + u64::from(id / 6) % 24;
-    let mut rng = Rng(u64::from(id));
+    // Seeded with the id, so history `id` is the same on every machine.
+    let mut rng = SplitMix64::new(u64::from(id));
     let dir = tempfile::tempdir().expect("a scratch directory");
     let faults = Faults::new();
     let opts = Options {

@@ -6,32 +6,49 @@
 //! Handles stand for servers: each is made from its own clone of the store. Sequences read
 //! one key per snapshot and commit with key checks, so the properties hold on backends
 //! without snapshots too.
+//!
+//! Sizes come in pairs: the full one for in-process stores (what the sequence crate's own
+//! tests ran before this suite), the `_REMOTE` one where each operation is a round trip
+//! ([`Backend::cost`]). On in-process stores `SEQUENCE_HAMMER_PER_THREAD` sets the hammer
+//! threads' draws for a long run (`cargo xtask soak`).
 
 use std::collections::HashSet;
 use std::sync::{Barrier, Mutex, MutexGuard};
 
 use proptest::prelude::*;
-use tuplekv_engine::{ListOptions, ReadView, Selector, Store, Value, key};
+use tuplekv_engine::{Entry, ListCursor, ListOptions, ReadView, Selector, Store, Value, key};
 use tuplekv_sequence::{Error, FastSequence, GaplessSequence, Mode, SequenceOptions, Sequences};
 
-use super::Backend;
 use super::index::run_cases;
+use super::{Backend, Cost, DUMP_MAX};
 
 /// Cases of [`sequences_agree_with_a_locked_counter_per_prefix`].
-pub const MODEL_CASES: u32 = 12;
+pub const MODEL_CASES: u32 = 256;
+/// [`MODEL_CASES`] on a remote store.
+pub const MODEL_CASES_REMOTE: u32 = 12;
 /// Most operations of one thread of a model case.
-pub const MODEL_OPS_MAX: usize = 30;
+pub const MODEL_OPS_MAX: usize = 60;
+/// [`MODEL_OPS_MAX`] on a remote store.
+pub const MODEL_OPS_MAX_REMOTE: usize = 30;
 /// Threads of a model case.
 pub const MODEL_THREADS: usize = 3;
 /// Handles of the hammer properties, each used by [`THREADS_PER_HANDLE`] threads.
 pub const HANDLES: usize = 3;
 /// Threads per handle of the hammer properties.
-pub const THREADS_PER_HANDLE: usize = 2;
+pub const THREADS_PER_HANDLE: usize = 3;
+/// [`THREADS_PER_HANDLE`] on a remote store.
+pub const THREADS_PER_HANDLE_REMOTE: usize = 2;
 /// Numbers each hammer thread draws per prefix from a fast sequence.
-pub const FAST_DRAWS: usize = 200;
+pub const FAST_DRAWS: usize = 3000;
+/// [`FAST_DRAWS`] on a remote store.
+pub const FAST_DRAWS_REMOTE: usize = 200;
 /// Numbers each hammer thread draws per prefix from a gapless sequence (one commit each
 /// at worst).
-pub const GAPLESS_DRAWS: usize = 15;
+pub const GAPLESS_DRAWS: usize = 150;
+/// [`GAPLESS_DRAWS`] on a remote store.
+pub const GAPLESS_DRAWS_REMOTE: usize = 15;
+/// Environment variable that sets the draws of every hammer thread on in-process stores.
+pub const HAMMER_DRAWS_ENV: &str = "SEQUENCE_HAMMER_PER_THREAD";
 
 const FAST: [&str; 2] = ["FA", "FB"];
 const GAPLESS: [&str; 2] = ["GA", "GB"];
@@ -219,11 +236,13 @@ pub fn sequences_agree_with_a_locked_counter_per_prefix<B: Backend>(backend: &B)
 where
     B::Store: Clone,
 {
+    let cost = backend.cost();
+    let thread = prop::collection::vec(op(), 1..cost.pick(MODEL_OPS_MAX, MODEL_OPS_MAX_REMOTE));
     run_cases(
-        MODEL_CASES,
+        cost.pick(MODEL_CASES, MODEL_CASES_REMOTE),
         "contract-sequence-model.txt",
         backend.name(),
-        prop::collection::vec(prop::collection::vec(op(), 1..MODEL_OPS_MAX), MODEL_THREADS),
+        prop::collection::vec(thread, MODEL_THREADS),
         |ops| {
             check_against_model(backend, &ops);
             Ok(())
@@ -231,40 +250,72 @@ where
     );
 }
 
-/// Runs `HANDLES × THREADS_PER_HANDLE` threads, each calling `draw(handle, prefix index)`
-/// `n` times per prefix; returns, per prefix, every thread's numbers in draw order.
-fn hammer<H: Sync>(
-    handles: &[H],
-    n: usize,
-    draw: impl Fn(&H, usize) -> u64 + Sync,
-) -> Vec<Vec<Vec<u64>>> {
-    let barrier = Barrier::new(handles.len() * THREADS_PER_HANDLE);
-    let results: Vec<Vec<Vec<u64>>> = std::thread::scope(|s| {
-        let joins: Vec<_> = handles
-            .iter()
-            .flat_map(|h| std::iter::repeat_n(h, THREADS_PER_HANDLE))
-            .map(|h| {
-                let (barrier, draw) = (&barrier, &draw);
-                s.spawn(move || {
-                    barrier.wait();
-                    let mut out = vec![Vec::with_capacity(n); PREFIXES.len()];
-                    for _ in 0..n {
-                        for (p, numbers) in out.iter_mut().enumerate() {
-                            numbers.push(draw(h, p));
+/// How a hammer property runs: threads per handle and draws per thread and prefix.
+#[derive(Debug, Clone, Copy)]
+struct Hammer {
+    threads_per_handle: usize,
+    draws: usize,
+}
+
+impl Hammer {
+    /// The hammer's size on a backend of `cost`, drawing `draws` numbers per thread on an
+    /// in-process store (or `$SEQUENCE_HAMMER_PER_THREAD`) and `draws_remote` on a remote one.
+    fn sized(cost: Cost, draws: usize, draws_remote: usize) -> Hammer {
+        let draws = match cost {
+            Cost::InProcess => std::env::var(HAMMER_DRAWS_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(draws),
+            Cost::RoundTrip => draws_remote,
+        };
+        Hammer {
+            threads_per_handle: cost.pick(THREADS_PER_HANDLE, THREADS_PER_HANDLE_REMOTE),
+            draws,
+        }
+    }
+
+    /// How many numbers all threads draw per prefix.
+    fn total(self) -> usize {
+        HANDLES * self.threads_per_handle * self.draws
+    }
+
+    /// Runs `threads_per_handle` threads per handle, each calling `draw(handle, prefix
+    /// index)` `draws` times per prefix; returns, per prefix, every thread's numbers in
+    /// draw order.
+    fn run<H: Sync>(
+        self,
+        handles: &[H],
+        draw: impl Fn(&H, usize) -> u64 + Sync,
+    ) -> Vec<Vec<Vec<u64>>> {
+        let n = self.draws;
+        let barrier = Barrier::new(handles.len() * self.threads_per_handle);
+        let results: Vec<Vec<Vec<u64>>> = std::thread::scope(|s| {
+            let joins: Vec<_> = handles
+                .iter()
+                .flat_map(|h| std::iter::repeat_n(h, self.threads_per_handle))
+                .map(|h| {
+                    let (barrier, draw) = (&barrier, &draw);
+                    s.spawn(move || {
+                        barrier.wait();
+                        let mut out = vec![Vec::with_capacity(n); PREFIXES.len()];
+                        for _ in 0..n {
+                            for (p, numbers) in out.iter_mut().enumerate() {
+                                numbers.push(draw(h, p));
+                            }
                         }
-                    }
-                    out
+                        out
+                    })
                 })
-            })
-            .collect();
-        joins
-            .into_iter()
-            .map(|j| j.join().expect("a drawing thread"))
+                .collect();
+            joins
+                .into_iter()
+                .map(|j| j.join().expect("a drawing thread"))
+                .collect()
+        });
+        (0..PREFIXES.len())
+            .map(|p| results.iter().map(|r| r[p].clone()).collect())
             .collect()
-    });
-    (0..PREFIXES.len())
-        .map(|p| results.iter().map(|r| r[p].clone()).collect())
-        .collect()
+    }
 }
 
 fn assert_distinct_and_increasing_per_thread(per_thread: &[Vec<u64>]) -> HashSet<u64> {
@@ -281,7 +332,17 @@ fn assert_distinct_and_increasing_per_thread(per_thread: &[Vec<u64>]) -> HashSet
     all
 }
 
-fn create<S: Store + Clone>(store: &S, mode: Mode) {
+/// A fresh store with both [`PREFIXES`] created in `mode`, and [`HANDLES`] handles on them
+/// (servers), each opened by `open` from a clone of the store of its own.
+fn open_handles<B: Backend, H>(
+    backend: &B,
+    mode: Mode,
+    open: impl Fn(&Sequences<B::Store>, &str) -> H,
+) -> (B::Store, Vec<[H; 2]>)
+where
+    B::Store: Clone,
+{
+    let store = backend.open();
     let seqs = Sequences::new(store.clone());
     for p in PREFIXES {
         let options = SequenceOptions {
@@ -290,6 +351,13 @@ fn create<S: Store + Clone>(store: &S, mode: Mode) {
         };
         seqs.create(p, options).expect("created");
     }
+    let handles = (0..HANDLES)
+        .map(|_| {
+            let seqs = Sequences::new(store.clone());
+            PREFIXES.map(|p| open(&seqs, p))
+        })
+        .collect();
+    (store, handles)
 }
 
 /// Threads on [`HANDLES`] handles (servers) draw from two fast sequences at once: no number
@@ -298,20 +366,16 @@ pub fn fast_handles_never_hand_out_a_number_twice<B: Backend>(backend: &B)
 where
     B::Store: Clone,
 {
-    let store = backend.open();
-    create(&store, Mode::Fast);
-    let handles: Vec<[FastSequence<B::Store>; 2]> = (0..HANDLES)
-        .map(|_| {
-            let seqs = Sequences::new(store.clone());
-            PREFIXES.map(|p| seqs.fast(p).expect("a fast handle"))
-        })
-        .collect();
-    let results = hammer(&handles, FAST_DRAWS, |h, p| {
+    let (_, handles) = open_handles(backend, Mode::Fast, |seqs, p| {
+        seqs.fast(p).expect("a fast handle")
+    });
+    let size = Hammer::sized(backend.cost(), FAST_DRAWS, FAST_DRAWS_REMOTE);
+    let results = size.run(&handles, |h, p| {
         h[p].next().expect("a fast number").number()
     });
     for per_thread in &results {
         let all = assert_distinct_and_increasing_per_thread(per_thread);
-        assert_eq!(all.len(), HANDLES * THREADS_PER_HANDLE * FAST_DRAWS);
+        assert_eq!(all.len(), size.total());
         assert!(all.iter().all(|&x| x >= 1));
     }
 }
@@ -323,15 +387,11 @@ pub fn gapless_handles_commit_exactly_one_to_n_with_their_records<B: Backend>(ba
 where
     B::Store: Clone,
 {
-    let store = backend.open();
-    create(&store, Mode::Gapless);
-    let handles: Vec<[GaplessSequence<B::Store>; 2]> = (0..HANDLES)
-        .map(|_| {
-            let seqs = Sequences::new(store.clone());
-            PREFIXES.map(|p| seqs.gapless(p).expect("a gapless handle"))
-        })
-        .collect();
-    let results = hammer(&handles, GAPLESS_DRAWS, |h, p| {
+    let (store, handles) = open_handles(backend, Mode::Gapless, |seqs, p| {
+        seqs.gapless(p).expect("a gapless handle")
+    });
+    let size = Hammer::sized(backend.cost(), GAPLESS_DRAWS, GAPLESS_DRAWS_REMOTE);
+    let results = size.run(&handles, |h, p| {
         h[p].next_with(move |issued, record| {
             record.set(
                 &key!["logs", PREFIXES[p], issued.number()],
@@ -341,7 +401,7 @@ where
         .expect("a gapless number")
         .number()
     });
-    let total = HANDLES * THREADS_PER_HANDLE * GAPLESS_DRAWS;
+    let total = size.total();
     for (p, per_thread) in results.iter().enumerate() {
         let all = assert_distinct_and_increasing_per_thread(per_thread);
         let expected: HashSet<u64> = (1..=total as u64).collect();
@@ -350,20 +410,34 @@ where
             "{}: the committed numbers are not 1..={total}",
             PREFIXES[p]
         );
-        let mut logs = store
-            .list(
-                &Selector::prefix(&key!["logs", PREFIXES[p]]),
-                ListOptions {
-                    batch_size: Some(super::DUMP_MAX),
-                    ..ListOptions::default()
-                },
-            )
-            .expect("a list");
-        let logs = logs.read_all().expect("the records");
+        let logs = read_in_batches(&store, &Selector::prefix(&key!["logs", PREFIXES[p]]));
         assert_eq!(logs.len(), total);
         for (i, entry) in logs.iter().enumerate() {
             let code = format!("{}{:03}", PREFIXES[p], i + 1);
             assert_eq!(entry.value, Value::from(code.as_str()));
+        }
+    }
+}
+
+/// Every entry under `selector`, [`DUMP_MAX`] at a time, each batch read by a list of its
+/// own (one read each, so a store without snapshots serves it too).
+fn read_in_batches<S: Store>(store: &S, selector: &Selector) -> Vec<Entry> {
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let options = ListOptions {
+            limit: Some(DUMP_MAX),
+            batch_size: Some(DUMP_MAX),
+            cursor,
+            ..ListOptions::default()
+        };
+        let mut list = store.list(selector, options).expect("a list");
+        let batch = list.read_all().expect("a batch of entries");
+        let full = batch.len() == DUMP_MAX;
+        out.extend(batch);
+        match list.cursor() {
+            ListCursor::After(next) if full => cursor = Some(next),
+            _ => return out,
         }
     }
 }
