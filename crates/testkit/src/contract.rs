@@ -82,6 +82,10 @@ pub enum Cost {
     /// A call into this process (the engine's databases): the suites run their full sizes,
     /// as many cases and operations as the layers' own tests ran before the suites.
     InProcess,
+    /// A call into this process whose commits sync a log (the durable database): the full
+    /// sizes, but not the longer runs a soak asks for through the environment (each gapless
+    /// number there is an fsync).
+    Disk,
     /// A network round trip, about 100 times an in-process call: the suites run their
     /// `_REMOTE` sizes, hundreds of operations per test.
     RoundTrip,
@@ -91,7 +95,7 @@ impl Cost {
     /// `in_process` on an in-process backend, `round_trip` on a remote one.
     pub fn pick<T>(self, in_process: T, round_trip: T) -> T {
         match self {
-            Cost::InProcess => in_process,
+            Cost::InProcess | Cost::Disk => in_process,
             Cost::RoundTrip => round_trip,
         }
     }

@@ -12,7 +12,7 @@ use tuplekv_engine::{
     Store, Versionstamp, Watch,
 };
 
-use super::Backend;
+use super::{Backend, Cost};
 
 /// Fresh [`Database::in_memory`] stores.
 #[derive(Debug, Default, Clone, Copy)]
@@ -74,6 +74,10 @@ impl Backend for Durable {
     /// If the database cannot be opened.
     fn open(&self) -> Database {
         Database::open(self.next_dir(), Options::default()).expect("a durable database opens")
+    }
+
+    fn cost(&self) -> Cost {
+        Cost::Disk
     }
 }
 

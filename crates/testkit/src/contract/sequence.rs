@@ -259,13 +259,15 @@ struct Hammer {
 
 impl Hammer {
     /// The hammer's size on a backend of `cost`, drawing `draws` numbers per thread on an
-    /// in-process store (or `$SEQUENCE_HAMMER_PER_THREAD`) and `draws_remote` on a remote one.
+    /// in-process store (or `$SEQUENCE_HAMMER_PER_THREAD`, in memory only) and `draws_remote`
+    /// on a remote one.
     fn sized(cost: Cost, draws: usize, draws_remote: usize) -> Hammer {
         let draws = match cost {
             Cost::InProcess => std::env::var(HAMMER_DRAWS_ENV)
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(draws),
+            Cost::Disk => draws,
             Cost::RoundTrip => draws_remote,
         };
         Hammer {
