@@ -36,6 +36,9 @@ const LOAD_BIN: &str = "remote_codes";
 const PROCESSES: usize = 4;
 /// Threads (connections, for Redis and PostgreSQL) per process.
 const THREADS: usize = 4;
+/// Threads per process of the rows that show a busy app server (many requests in flight at
+/// once), where gapless mode's batches fill: gapless mode and Redis again, at this many.
+const THREADS_BUSY: usize = 64;
 /// Goal: fast mode's codes/s over Redis `INCR`'s.
 const GOAL_FAST: f64 = 10.0;
 /// Goal: gapless mode's codes/s over Redis `INCR`'s.
@@ -43,6 +46,12 @@ const GOAL_GAPLESS: f64 = 1.0;
 /// The sequence prefixes of the two modes (one sequence per mode for the whole run).
 const PREFIX_FAST: &str = "FAST";
 const PREFIX_GAPLESS: &str = "GAPLESS";
+/// Prefix of the busy gapless row (a sequence of its own, so its numbers start at 1).
+const PREFIX_GAPLESS_BUSY: &str = "BUSY";
+/// The Redis row the 4-thread rows compare with.
+const REDIS: &str = "Redis `INCR`, unpipelined";
+/// The Redis row the busy rows compare with.
+const REDIS_BUSY: &str = "Redis `INCR`, unpipelined, 64 connections per process";
 /// The rows of the latency table: label, the remote series, the in-process series.
 const LATENCY_ROWS: [(&str, &str, &str); 3] = [
     ("get", "get", "get"),
@@ -89,6 +98,8 @@ const QUICK: Durations = Durations {
 #[derive(Debug, Clone, PartialEq)]
 struct RateRow {
     label: &'static str,
+    /// The label of the Redis row its ratio is over (the same concurrency).
+    versus: &'static str,
     /// Summed codes/s, or why there is none.
     result: Result<Measured, String>,
     /// Goal over Redis `INCR`, if the row has one.
@@ -181,12 +192,13 @@ fn codes(
     extra: &[&str],
     token: &str,
     d: Durations,
+    threads: usize,
 ) -> Result<Measured> {
     let commands = (0..PROCESSES)
         .map(|_| {
             let mut c = Command::new(load);
             c.args([workload, "--url", url])
-                .args(["--threads", &THREADS.to_string()])
+                .args(["--threads", &threads.to_string()])
                 .args(["--seconds", &d.seconds.to_string()])
                 .args(["--warmup", &d.warmup.to_string()])
                 .args(extra)
@@ -383,7 +395,15 @@ fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Result
     let running = Running::tuplekv(tuplekv, &args, &token, Stderr::Log(dir.join("server.log")))?;
     let url = running.url();
     eprintln!("\n[bench remote] tuplekv serve --durability sync at {url}");
-    let fast = codes(load, "fast", &url, &["--prefix", PREFIX_FAST], &token, d);
+    let fast = codes(
+        load,
+        "fast",
+        &url,
+        &["--prefix", PREFIX_FAST],
+        &token,
+        d,
+        THREADS,
+    );
     let gapless = codes(
         load,
         "gapless",
@@ -391,6 +411,16 @@ fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Result
         &["--prefix", PREFIX_GAPLESS],
         &token,
         d,
+        THREADS,
+    );
+    let gapless_busy = codes(
+        load,
+        "gapless",
+        &url,
+        &["--prefix", PREFIX_GAPLESS_BUSY],
+        &token,
+        d,
+        THREADS_BUSY,
     );
     let latency = run_client(
         Command::new(load)
@@ -410,12 +440,16 @@ fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Result
     .map_err(|e| format!("{e:#}"));
     let status = running.stop()?;
     eprintln!("xtask: tuplekv stopped ({status})");
-    let redis = match Redis::start() {
+    let (redis, redis_busy) = match Redis::start() {
         Ok(redis) => {
             eprintln!("\n[bench remote] redis-server at {}", redis.url());
-            codes(load, "redis-incr", redis.url(), &[], &token, d).map_err(|e| format!("{e:#}"))
+            let at = |threads| {
+                codes(load, "redis-incr", redis.url(), &[], &token, d, threads)
+                    .map_err(|e| format!("{e:#}"))
+            };
+            (at(THREADS), at(THREADS_BUSY))
         }
-        Err(reason) => Err(reason),
+        Err(reason) => (Err(reason.clone()), Err(reason)),
     };
     let pg_dir = dir.join("postgres");
     std::fs::create_dir_all(&pg_dir)?;
@@ -431,22 +465,38 @@ fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Result
         rows: vec![
             RateRow {
                 label: "tuplekv fast mode, RemoteStore",
+                versus: REDIS,
                 result: err(fast),
                 goal: Some(GOAL_FAST),
             },
             RateRow {
                 label: "tuplekv gapless mode, RemoteStore",
+                versus: REDIS,
                 result: err(gapless),
                 goal: Some(GOAL_GAPLESS),
             },
             RateRow {
-                label: "Redis `INCR`, unpipelined",
+                label: REDIS,
+                versus: REDIS,
                 result: redis,
                 goal: None,
             },
             RateRow {
                 label: "PostgreSQL `nextval`",
+                versus: REDIS,
                 result: postgres,
+                goal: None,
+            },
+            RateRow {
+                label: "tuplekv gapless mode, 64 threads per process",
+                versus: REDIS_BUSY,
+                result: err(gapless_busy),
+                goal: Some(GOAL_GAPLESS),
+            },
+            RateRow {
+                label: REDIS_BUSY,
+                versus: REDIS_BUSY,
+                result: redis_busy,
                 goal: None,
             },
         ],
@@ -460,21 +510,25 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
     let _ = writeln!(
         out,
         "`{command}`, {}, {}. {PROCESSES} client processes at once, {THREADS} threads (or \
-         connections) each, against one `tuplekv serve --durability sync` (fsync before \
+         connections) each ({THREADS_BUSY} in the last two rows, a busy app server's requests \
+         in flight, each compared with Redis at the same concurrency), against one `tuplekv serve --durability sync` (fsync before \
          acknowledging), one `redis-server` (no persistence) and one PostgreSQL cluster, all \
          on loopback. One run; codes/s summed over the processes.\n",
         report::utc_date(started),
         report::machine(),
     );
-    let redis = results
-        .rows
-        .iter()
-        .find(|r| r.label.starts_with("Redis"))
-        .and_then(|r| r.result.as_ref().ok())
-        .map(|m| m.per_sec)
-        .filter(|r| *r > 0.0);
+    let rate_of = |label: &str| {
+        results
+            .rows
+            .iter()
+            .find(|r| r.label == label)
+            .and_then(|r| r.result.as_ref().ok())
+            .map(|m| m.per_sec)
+            .filter(|r| *r > 0.0)
+    };
     out.push_str("| workload | codes/s | vs Redis `INCR` | goal |\n|---|---|---|---|\n");
     for row in &results.rows {
+        let redis = rate_of(row.versus);
         let (cell, ratio) = match &row.result {
             Ok(m) => {
                 let mut cell = rate(m.per_sec);
@@ -646,22 +700,38 @@ mod tests {
             rows: vec![
                 RateRow {
                     label: "tuplekv fast mode, RemoteStore",
+                    versus: REDIS,
                     result: ok(200_000.0),
                     goal: Some(GOAL_FAST),
                 },
                 RateRow {
                     label: "tuplekv gapless mode, RemoteStore",
+                    versus: REDIS,
                     result: ok(5_000.0),
                     goal: Some(GOAL_GAPLESS),
                 },
                 RateRow {
-                    label: "Redis `INCR`, unpipelined",
+                    label: REDIS,
+                    versus: REDIS,
                     result: ok(10_000.0),
                     goal: None,
                 },
                 RateRow {
                     label: "PostgreSQL `nextval`",
+                    versus: REDIS,
                     result: Err("not installed".into()),
+                    goal: None,
+                },
+                RateRow {
+                    label: "tuplekv gapless mode, 64 threads per process",
+                    versus: REDIS_BUSY,
+                    result: ok(30_000.0),
+                    goal: Some(GOAL_GAPLESS),
+                },
+                RateRow {
+                    label: REDIS_BUSY,
+                    versus: REDIS_BUSY,
+                    result: ok(20_000.0),
                     goal: None,
                 },
             ],
@@ -679,6 +749,13 @@ mod tests {
             "{report}"
         );
         assert!(report.contains("0.50x | ≥ 1x Redis: not met |"), "{report}");
+        // The busy row is compared with Redis at its own concurrency.
+        assert!(
+            report.contains(
+                "| tuplekv gapless mode, 64 threads per process | 30.00 k | 1.50x | ≥ 1x Redis: **met** |"
+            ),
+            "{report}"
+        );
         assert!(
             report.contains("| PostgreSQL `nextval` | — (not installed) |"),
             "{report}"
