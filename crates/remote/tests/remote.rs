@@ -404,3 +404,107 @@ fn a_key_longer_than_the_write_limit_is_read_back_when_a_versionstamped_set_made
     *other.last_mut().unwrap() = 1;
     assert_eq!(store.snapshot().get_raw(&other).unwrap(), None);
 }
+
+#[test]
+fn concurrent_threads_share_one_connection() {
+    let (_db, server, store) = served();
+    let stats = Arc::clone(server.stats());
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let store = &store;
+            s.spawn(move || {
+                for i in 0..20u64 {
+                    let _ = store.atomic().set(&key!["t", t, i], i).commit().unwrap();
+                    assert!(store.get_many(&[key!["t", t, i]]).unwrap()[0].is_some());
+                }
+            });
+        }
+    });
+    assert_eq!(stats.connections_accepted(), 1);
+}
+
+/// A TCP proxy that forwards until frozen, then swallows everything (a server that stopped
+/// answering without closing its connections).
+struct FreezingProxy {
+    addr: std::net::SocketAddr,
+    frozen: Arc<std::sync::atomic::AtomicBool>,
+    /// Its connections to the server, closed when the proxy is dropped (so the server's
+    /// graceful shutdown does not wait for them).
+    upstream: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Drop for FreezingProxy {
+    fn drop(&mut self) {
+        for s in self.upstream.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl FreezingProxy {
+    fn start(to: std::net::SocketAddr) -> FreezingProxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&frozen);
+        let upstream = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let streams = Arc::clone(&upstream);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(to) else {
+                    return;
+                };
+                streams.lock().unwrap().push(server.try_clone().unwrap());
+                for (mut from, mut into) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let flag = Arc::clone(&flag);
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16 << 10];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 {
+                                break;
+                            }
+                            if !flag.load(Ordering::SeqCst) && into.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        FreezingProxy {
+            addr,
+            frozen,
+            upstream,
+        }
+    }
+}
+
+#[test]
+fn a_server_that_stops_answering_bounds_writes_and_reads_by_their_timeouts() {
+    let db = Arc::new(Database::in_memory());
+    let server = TestServer::start(Arc::clone(&db));
+    let proxy = FreezingProxy::start(server.addr());
+    let options = RemoteOptions {
+        request_timeout: Duration::from_millis(300),
+        connect_timeout: Duration::from_millis(300),
+        retry_for: Duration::from_millis(600),
+        ..RemoteOptions::default()
+    };
+    let store =
+        RemoteStore::connect_with(&format!("http://{}", proxy.addr), TEST_TOKEN, options).unwrap();
+    let _ = store.atomic().set(&key!["a"], 1u64).commit().unwrap();
+    proxy
+        .frozen
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = store.atomic().set(&key!["a"], 2u64).commit().unwrap_err();
+    assert!(matches!(err, Error::OutcomeUnknown { .. }), "{err:?}");
+    let err = store.get_many(&[key!["a"]]).unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    drop(proxy);
+}
