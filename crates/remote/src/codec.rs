@@ -37,6 +37,48 @@ fn expire_at_ms(expiry: Option<&Expiry>) -> i64 {
     i64::try_from(at).unwrap_or(i64::MAX)
 }
 
+/// One mutation as the protocol's `Mutation`.
+fn encode_mutation(m: &tuplekv_engine::Mutation) -> pb::Mutation {
+    let mut out = pb::Mutation {
+        key: m.key.to_vec(),
+        ..Default::default()
+    };
+    let kind = match &m.kind {
+        MutationKind::Set { value, expiry } => {
+            out.value = Some(tuplekv_wire::kv_value(value));
+            out.expire_at_ms = expire_at_ms(expiry.as_ref());
+            pb::MutationType::MSet
+        }
+        MutationKind::SetSuffixVersionstampedKey { value, expiry } => {
+            out.value = Some(tuplekv_wire::kv_value(value));
+            out.expire_at_ms = expire_at_ms(expiry.as_ref());
+            pb::MutationType::MSetSuffixVersionstampedKey
+        }
+        MutationKind::Delete => pb::MutationType::MDelete,
+        MutationKind::Sum(n) => {
+            out.value = le64(*n);
+            pb::MutationType::MSum
+        }
+        MutationKind::SumBounded(sum) => {
+            out.value = Some(tuplekv_wire::kv_value(&sum.operand));
+            out.sum_min = sum.min.as_ref().map(|b| b.to_vec()).unwrap_or_default();
+            out.sum_max = sum.max.as_ref().map(|b| b.to_vec()).unwrap_or_default();
+            out.sum_clamp = sum.clamp;
+            pb::MutationType::MSum
+        }
+        MutationKind::Min(n) => {
+            out.value = le64(*n);
+            pb::MutationType::MMin
+        }
+        MutationKind::Max(n) => {
+            out.value = le64(*n);
+            pb::MutationType::MMax
+        }
+    };
+    out.mutation_type = kind.into();
+    out
+}
+
 /// An `AtomicWrite` body, with the extension field (carrying the range checks) when
 /// `extension` is on. The write was validated by the caller.
 pub(crate) fn encode_write(write: &AtomicWrite, extension: bool) -> Bytes {
@@ -51,50 +93,7 @@ pub(crate) fn encode_write(write: &AtomicWrite, extension: bool) -> Bytes {
                 .unwrap_or_default(),
         })
         .collect();
-    let mutations = write
-        .mutations
-        .iter()
-        .map(|m| {
-            let mut out = pb::Mutation {
-                key: m.key.to_vec(),
-                ..Default::default()
-            };
-            let kind = match &m.kind {
-                MutationKind::Set { value, expiry } => {
-                    out.value = Some(tuplekv_wire::kv_value(value));
-                    out.expire_at_ms = expire_at_ms(expiry.as_ref());
-                    pb::MutationType::MSet
-                }
-                MutationKind::SetSuffixVersionstampedKey { value, expiry } => {
-                    out.value = Some(tuplekv_wire::kv_value(value));
-                    out.expire_at_ms = expire_at_ms(expiry.as_ref());
-                    pb::MutationType::MSetSuffixVersionstampedKey
-                }
-                MutationKind::Delete => pb::MutationType::MDelete,
-                MutationKind::Sum(n) => {
-                    out.value = le64(*n);
-                    pb::MutationType::MSum
-                }
-                MutationKind::SumBounded(sum) => {
-                    out.value = Some(tuplekv_wire::kv_value(&sum.operand));
-                    out.sum_min = sum.min.as_ref().map(|b| b.to_vec()).unwrap_or_default();
-                    out.sum_max = sum.max.as_ref().map(|b| b.to_vec()).unwrap_or_default();
-                    out.sum_clamp = sum.clamp;
-                    pb::MutationType::MSum
-                }
-                MutationKind::Min(n) => {
-                    out.value = le64(*n);
-                    pb::MutationType::MMin
-                }
-                MutationKind::Max(n) => {
-                    out.value = le64(*n);
-                    pb::MutationType::MMax
-                }
-            };
-            out.mutation_type = kind.into();
-            out
-        })
-        .collect();
+    let mutations = write.mutations.iter().map(encode_mutation).collect();
     let mut bytes = pb::AtomicWrite {
         checks,
         mutations,

@@ -220,44 +220,35 @@ impl Transport {
             .map_err(|e| Failure::NotSent(e.to_string()))?;
         let body = self.round_trip(req).await?;
         let meta: MetadataResponse = serde_json::from_slice(&body).map_err(|e| {
-            Failure::Status(
-                StatusCode::BAD_GATEWAY,
-                format!("the metadata exchange answered something that is not metadata: {e}"),
-                None,
-            )
+            refused(format!(
+                "the metadata exchange answered something that is not metadata: {e}"
+            ))
         })?;
+        self.session_from(meta)
+    }
+
+    /// The session a metadata answer describes, if this client can use it.
+    fn session_from(&self, meta: MetadataResponse) -> Result<Session, Failure> {
         if !SUPPORTED_VERSIONS.contains(&meta.version) {
-            return Err(Failure::Status(
-                StatusCode::BAD_GATEWAY,
-                format!(
-                    "the server chose protocol version {}, which this client does not speak",
-                    meta.version
-                ),
-                None,
-            ));
+            return Err(refused(format!(
+                "the server chose protocol version {}, which this client does not speak",
+                meta.version
+            )));
         }
         let endpoint = meta
             .endpoints
             .iter()
             .find(|e| e.consistency == "strong")
             .or_else(|| meta.endpoints.first())
-            .ok_or_else(|| {
-                Failure::Status(
-                    StatusCode::BAD_GATEWAY,
-                    "the metadata lists no endpoint".into(),
-                    None,
-                )
-            })?;
+            .ok_or_else(|| refused("the metadata lists no endpoint".into()))?;
         let base = self.resolve(&endpoint.url);
         let usable = HeaderValue::from_str(&format!("Bearer {}", meta.token)).is_ok()
             && HeaderValue::from_str(&meta.database_id).is_ok()
             && base.parse::<Uri>().is_ok();
         if !usable {
-            return Err(Failure::Status(
-                StatusCode::BAD_GATEWAY,
+            return Err(refused(
                 "the metadata exchange gave a token, database id or endpoint that cannot be sent"
                     .into(),
-                None,
             ));
         }
         let lifetime = chrono::DateTime::parse_from_rfc3339(&meta.expires_at)
@@ -456,6 +447,11 @@ impl Transport {
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
+}
+
+/// A metadata answer this client cannot use: definite, not retried.
+fn refused(message: String) -> Failure {
+    Failure::Status(StatusCode::BAD_GATEWAY, message, None)
 }
 
 /// A client that speaks HTTP/2 only (h2c), with this store's timeouts.

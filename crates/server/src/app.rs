@@ -442,7 +442,22 @@ async fn atomic_write<S: Store + 'static>(
     }
     .map_err(|e| engine_error(&e))?;
     drop(pinned);
-    let (out, outcome) = match result {
+    let (out, outcome) = write_output(result);
+    let mut bytes = out.encode_to_vec();
+    if extended {
+        tuplekv_wire::AtomicWriteOutputExtension { tuplekv: outcome }
+            .encode(&mut bytes)
+            .map_err(|_| ApiError::internal())?;
+    }
+    Ok(protobuf_bytes(bytes))
+}
+
+/// A commit's result as the protocol's output, and (for a failure) the extension's full
+/// report of it.
+fn write_output(
+    result: CommitResult,
+) -> (pb::AtomicWriteOutput, Option<tuplekv_wire::WriteOutcome>) {
+    match result {
         CommitResult::Committed { versionstamp } => (
             pb::AtomicWriteOutput {
                 status: pb::AtomicWriteStatus::AwSuccess.into(),
@@ -473,14 +488,7 @@ async fn atomic_write<S: Store + 'static>(
                 Some(outcome),
             )
         }
-    };
-    let mut bytes = out.encode_to_vec();
-    if extended {
-        tuplekv_wire::AtomicWriteOutputExtension { tuplekv: outcome }
-            .encode(&mut bytes)
-            .map_err(|_| ApiError::internal())?;
     }
-    Ok(protobuf_bytes(bytes))
 }
 
 /// Protobuf bytes as a response.
