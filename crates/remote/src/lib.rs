@@ -182,7 +182,9 @@ pub struct RemoteStore {
 
 impl std::fmt::Debug for RemoteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RemoteStore").finish_non_exhaustive()
+        f.debug_struct("RemoteStore")
+            .field("url", &self.inner.transport.url())
+            .finish_non_exhaustive()
     }
 }
 

@@ -130,6 +130,11 @@ impl Transport {
         *self.client.lock().unwrap_or_else(PoisonError::into_inner) = build_client(&self.options);
     }
 
+    /// The metadata URL the store was opened with.
+    pub(crate) fn url(&self) -> String {
+        self.metadata_url.to_string()
+    }
+
     /// The session, if one is current (no request is made).
     pub(crate) fn cached(&self) -> Option<Arc<Session>> {
         let guard = self.session.lock().unwrap_or_else(PoisonError::into_inner);

@@ -21,8 +21,12 @@ fn served() -> (Arc<Database>, TestServer, RemoteStore) {
 
 #[test]
 fn a_tuplekv_server_agrees_on_the_extension() {
-    let (_db, _server, store) = served();
+    let (_db, server, store) = served();
     assert!(store.has_extension().unwrap());
+    // Debug names the server, never the token.
+    let debug = format!("{store:?}");
+    assert!(debug.contains(&server.addr().to_string()), "{debug}");
+    assert!(!debug.contains(TEST_TOKEN), "{debug}");
 }
 
 #[test]
