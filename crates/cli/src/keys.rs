@@ -286,8 +286,10 @@ impl Parser {
             'b' => Escaped::Char('\u{8}'),
             'f' => Escaped::Char('\u{c}'),
             'v' => Escaped::Char('\u{b}'),
-            '0' if !self.peek().is_some_and(|d| d.is_ascii_digit()) => Escaped::Char('\0'),
-            '0'..='9' => {
+            // Deno code is an ES module, so strict: there `\01` is a syntax error, never an
+            // octal escape. Reading it as NUL then `1` is what `Key`'s `Display` means by it.
+            '0' => Escaped::Char('\0'),
+            '1'..='9' => {
                 return Err(self.error_at(
                     at,
                     "octal escapes are not allowed; write `\\xHH` or `\\u{...}`",
@@ -610,6 +612,7 @@ mod tests {
         assert_eq!(format_key(&key![-f64::NAN, f64::NAN]), "[-NaN, NaN]");
         assert_eq!(format_key(&key!["\u{0}1\u{0}"]), r#"["\x001\0"]"#);
         assert_eq!(parsed(&format_key(&key!["\u{0}1"])), key!["\u{0}1"]);
+        assert_eq!(parsed(&key!["\u{0}1"].to_string()), key!["\u{0}1"]);
     }
 
     /// `-NaN` is the one part `Display` cannot print distinctly; it becomes `NaN` here.
