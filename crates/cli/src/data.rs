@@ -92,6 +92,9 @@ pub(crate) struct ListArgs {
 }
 
 /// Arguments of `tuplekv watch`.
+///
+/// On `--path` this process holds the directory, so no other process can change it while
+/// the watch runs: watch a server (`--url`) to see other clients' writes.
 #[derive(Debug, Args)]
 pub(crate) struct WatchArgs {
     #[command(flatten)]
@@ -285,13 +288,19 @@ async fn print_updates(
     keys: &[Key],
     args: &WatchArgs,
 ) -> Result<(), String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    // Installed before the first line is printed, so a Ctrl-C sent as soon as a script sees
+    // output ends the watch cleanly rather than killing the process.
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot watch SIGINT: {e}"))?;
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
     let mut printed = 0u64;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
     while args.count.is_none_or(|n| printed < n) {
         let update = tokio::select! {
             update = watch.next() => update,
-            _ = &mut ctrl_c => return Ok(()),
+            _ = interrupt.recv() => return Ok(()),
+            _ = terminate.recv() => return Ok(()),
         };
         let Some(update) = update else {
             return Err("the store closed the watch".into());

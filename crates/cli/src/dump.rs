@@ -150,10 +150,8 @@ fn write_dump(
                     .decoded_key()
                     .map_err(|e| format!("a stored key is not a valid tuple: {e}"))?;
                 let mut json = entry_to_json(&key, entry);
-                if omit_versionstamps {
-                    if let Some(object) = json.as_object_mut() {
-                        object.remove("versionstamp");
-                    }
+                if let Some(object) = json.as_object_mut().filter(|_| omit_versionstamps) {
+                    object.remove("versionstamp");
                 }
                 writeln!(out, "{json}").map_err(|e| format!("cannot write the dump: {e}"))?;
                 bar.inc(1);

@@ -47,6 +47,7 @@ impl std::error::Error for KeyError {}
 
 /// The longest hex/octal/binary literal for a *number* part: it must fit a `u64`.
 const RADIX_NUMBER_BITS_MAX: u32 = 64;
+const _: () = assert!(u64::BITS == RADIX_NUMBER_BITS_MAX);
 
 /// Parses a key literal such as `["users", 1n]`.
 ///
@@ -66,9 +67,7 @@ pub(crate) fn parse_key(text: &str) -> Result<Key, KeyError> {
         if p.eat(']') {
             break;
         }
-        let start = p.pos;
         parts.push(p.part()?);
-        let _ = start;
         p.skip_ws();
         if p.eat(',') {
             continue;
@@ -455,79 +454,75 @@ impl Parser {
             let nan = if negative { -f64::NAN } else { f64::NAN };
             return Ok(KeyPart::Number(nan));
         }
-        let begin = self.pos;
-        while self
-            .peek()
-            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_')
-            || (matches!(self.peek(), Some('+' | '-'))
-                && matches!(self.chars.get(self.pos.wrapping_sub(1)), Some('e' | 'E'))
-                && !self.chars[begin..self.pos]
-                    .iter()
-                    .any(|c| *c == 'x' || *c == 'X'))
-        {
-            self.pos += 1;
-        }
-        let literal: String = self.chars[begin..self.pos].iter().collect();
-        let literal = literal.replace('_', "");
+        let literal = self.scan_numeric();
         let bad = |this: &Self| {
-            this.error_at(
-                start,
-                format!(
-                    "`{}` is not a number or bigint",
-                    this.chars[start..this.pos].iter().collect::<String>()
-                ),
-            )
+            let text: String = this.chars[start..this.pos].iter().collect();
+            this.error_at(start, format!("`{text}` is not a number or bigint"))
         };
         if let Some(int) = literal.strip_suffix('n') {
-            let radix_prefixed = int.len() > 2
-                && int.starts_with('0')
-                && int[1..].starts_with(['x', 'X', 'o', 'O', 'b', 'B']);
-            let value = if radix_prefixed {
-                let radix = match &int[1..2] {
-                    "x" | "X" => 16,
-                    "o" | "O" => 8,
-                    _ => 2,
-                };
-                BigInt::parse_bytes(int[2..].as_bytes(), radix)
-            } else if !int.is_empty() && int.chars().all(|c| c.is_ascii_digit()) {
-                BigInt::parse_bytes(int.as_bytes(), 10)
-            } else {
-                None
-            };
-            let value = value.ok_or_else(|| bad(self))?;
+            let (radix, digits) = radix_of(int).unwrap_or((10, int));
+            let value = Some(digits)
+                .filter(|d| !d.is_empty() && d.chars().all(|c| c.is_digit(radix)))
+                .and_then(|d| BigInt::parse_bytes(d.as_bytes(), radix))
+                .ok_or_else(|| bad(self))?;
             return Ok(KeyPart::BigInt(if negative { -value } else { value }));
         }
-        if let Some(v) = parse_radix_integer(&literal).filter(|_| {
-            literal.len() > 2
-                && literal.starts_with('0')
-                && literal[1..].starts_with(['x', 'X', 'o', 'O', 'b', 'B'])
-        }) {
+        if radix_of(&literal).is_some() {
+            let v = parse_radix_integer(&literal).ok_or_else(|| {
+                self.error_at(
+                    start,
+                    format!("a hex, octal or binary number must fit {RADIX_NUMBER_BITS_MAX} bits"),
+                )
+            })?;
+            // `as` rounds to the nearest double, as JavaScript does.
             return Ok(KeyPart::Number(sign * v as f64));
         }
-        let decimal_ok = !literal.is_empty()
-            && literal
-                .chars()
-                .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))
+        let decimal = literal
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))
             && literal.chars().any(|c| c.is_ascii_digit());
         match literal.parse::<f64>() {
-            Ok(v) if decimal_ok => Ok(KeyPart::Number(sign * v)),
+            Ok(v) if decimal => Ok(KeyPart::Number(sign * v)),
             _ => Err(bad(self)),
         }
     }
+
+    /// Reads the characters of a numeric literal (after its sign), without `_` separators.
+    fn scan_numeric(&mut self) -> String {
+        let mut literal = String::new();
+        while let Some(c) = self.peek() {
+            let exponent_sign = matches!(c, '+' | '-')
+                && literal.ends_with(['e', 'E'])
+                && radix_of(&literal).is_none();
+            if !(c.is_ascii_alphanumeric() || c == '.' || c == '_' || exponent_sign) {
+                break;
+            }
+            if c != '_' {
+                literal.push(c);
+            }
+            self.pos += 1;
+        }
+        literal
+    }
+}
+
+/// The radix and digits of a `0x`, `0o` or `0b` literal; `None` for anything else.
+fn radix_of(literal: &str) -> Option<(u32, &str)> {
+    let radix = match literal.get(..2)? {
+        "0x" | "0X" => 16,
+        "0o" | "0O" => 8,
+        "0b" | "0B" => 2,
+        _ => return None,
+    };
+    Some((radix, literal.get(2..)?))
 }
 
 /// A decimal, `0x`, `0o` or `0b` integer that fits a `u64` ([`RADIX_NUMBER_BITS_MAX`] bits).
 fn parse_radix_integer(literal: &str) -> Option<u64> {
-    let (digits, radix) = match literal.get(..2) {
-        Some("0x" | "0X") => (&literal[2..], 16),
-        Some("0o" | "0O") => (&literal[2..], 8),
-        Some("0b" | "0B") => (&literal[2..], 2),
-        _ => (literal, 10),
-    };
-    if digits.is_empty() || digits.starts_with(['+', '-']) {
+    let (radix, digits) = radix_of(literal).unwrap_or((10, literal));
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
         return None;
     }
-    debug_assert_eq!(u64::BITS, RADIX_NUMBER_BITS_MAX);
     u64::from_str_radix(digits, radix).ok()
 }
 
@@ -583,6 +578,10 @@ mod tests {
         assert_eq!(parsed(" [ 'a' , ] "), key!["a"]);
         assert_eq!(parsed("[]"), Key::empty());
         assert_eq!(
+            parsed("[1_000, 0x1_0, 1e-3, 2E+2, 0b101n, 0o17n]"),
+            key![1000.0, 16.0, 1e-3, 200.0, 5, 15]
+        );
+        assert_eq!(
             parsed(r#"["\ud83d\ude2e \u{1F62E} \x41\u0042"]"#),
             key!["😮 😮 AB"]
         );
@@ -602,6 +601,10 @@ mod tests {
         assert!(error_of(r#"["\ud800"]"#).contains("lone surrogate"));
         assert!(error_of("[undefined]").contains("expected a key part"));
         assert!(error_of("[1.5n]").contains("not a number or bigint"));
+        assert!(error_of("[0x1ffffffffffffffff]").contains("must fit 64 bits"));
+        assert!(error_of("[0x1gn]").contains("not a number or bigint"));
+        assert!(error_of("[1e]").contains("not a number or bigint"));
+        assert!(error_of("[.]").contains("not a number or bigint"));
         assert!(error_of("[").contains("found the end"));
         let huge = format!("[{}n]", "9".repeat(700));
         assert!(error_of(&huge).contains("bigint"), "{}", error_of(&huge));

@@ -31,6 +31,8 @@ fn ok(args: &[&str]) -> String {
         "{args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Quiet in a pipe: no progress bar, no log lines.
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -231,6 +233,28 @@ fn watch_on_a_directory_prints_the_current_state() {
         "{out}"
     );
     assert_eq!(lines[2], r#"* ["none"]  (absent)"#);
+}
+
+#[test]
+fn watch_stops_on_ctrl_c_and_releases_the_directory() {
+    let (_tmp, db) = seeded();
+    let mut watch = std::process::Command::new(BIN)
+        .args(["watch", "--path", &db, r#"["count"]"#])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().starts_with("update at"));
+    assert!(lines.next().unwrap().unwrap().contains(r#"["count"]"#));
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &watch.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = watch.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    ok(&["get", "--path", &db, r#"["count"]"#]);
 }
 
 /// Dumps `db` (without versionstamps) to a string.
