@@ -257,8 +257,9 @@ fn plan_commits(mut entries: Vec<LoadEntry>) -> Vec<AtomicWrite> {
         let size = m.kind.value_size().unwrap_or(0);
         // How the engine counts an operation's size (see `AtomicWrite::validate`).
         let adds = 2 * m.key.len() + size;
-        let new_group = entry.parsed.versionstamp.is_some()
-            && stamp.is_some_and(|s| s != entry.parsed.versionstamp);
+        // A new stamp starts a commit; so does the first entry without one (those are
+        // batched together, never added to the last stamped group).
+        let new_group = stamp.is_some_and(|s| s != entry.parsed.versionstamp);
         let full = current.mutations.len() == MUTATIONS_MAX
             || total + adds > TOTAL_MUTATION_SIZE_MAX
             || total_keys + m.key.len() > TOTAL_KEY_SIZE_MAX;

@@ -311,6 +311,60 @@ fn dump_load_dump_gives_the_same_file() {
 }
 
 #[test]
+fn large_loads_split_into_commits_and_dumps_page_through_the_snapshot() {
+    let tmp = TempDir::new().unwrap();
+    // 2500 entries: 1500 that shared one commit (more than one commit may hold), then
+    // 1000 with a stamp each, then some without a stamp.
+    let mut text = String::new();
+    for i in 0..2600u32 {
+        let stamp = match i {
+            0..1500 => Some(format!("{:016x}0000", 7)),
+            1500..2500 => Some(format!("{:016x}0000", 100 + i)),
+            _ => None,
+        };
+        let mut line = serde_json::json!({
+            "key": format!("[\"k\", {i}n]"),
+            "value": { "bytes": "ab".repeat(300) },
+        });
+        if let Some(stamp) = stamp {
+            line["versionstamp"] = stamp.into();
+        }
+        text.push_str(&format!("{line}\n"));
+    }
+    let file = tmp.path().join("big.ndjson");
+    std::fs::write(&file, text).unwrap();
+    let db = tmp.path().join("db");
+    assert_eq!(
+        ok(&["load", "--path", path_of(&db), path_of(&file)]).trim(),
+        "loaded 2600 entries"
+    );
+    let dumped = ok(&["dump", "--path", path_of(&db)]);
+    assert_eq!(dumped.lines().count(), 2600);
+    let stamps: Vec<String> = dumped
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["versionstamp"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    // The group of 1500 needed two commits (at most 1000 mutations each); every other
+    // entry got its own commit, after them.
+    let distinct: std::collections::BTreeSet<&String> = stamps[..1500].iter().collect();
+    assert_eq!(distinct.len(), 2);
+    assert!(stamps[1500..2500].windows(2).all(|w| w[0] < w[1]));
+    assert!(stamps[..1500].iter().all(|s| *s < stamps[1500]));
+    // The unstamped ones came last, in commits of their own batch.
+    assert!(stamps[2500..].iter().all(|s| *s > stamps[2499]));
+    let copy = tmp.path().join("copy");
+    let file2 = tmp.path().join("again.ndjson");
+    ok(&["dump", "--path", path_of(&db), "-o", path_of(&file2)]);
+    ok(&["load", "--path", path_of(&copy), path_of(&file2)]);
+    assert_eq!(dump_of(path_of(&db)), dump_of(path_of(&copy)));
+}
+
+#[test]
 fn a_malformed_load_line_is_refused_with_its_number_and_writes_nothing() {
     let (tmp, db) = seeded();
     let file = tmp.path().join("dump.ndjson");
