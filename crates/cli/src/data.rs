@@ -21,6 +21,7 @@ pub(crate) struct GetArgs {
     #[command(flatten)]
     target: TargetArgs,
     /// The key, as Deno writes it: '["users", 1n]'.
+    #[arg(long_help = KEY_HELP)]
     key: String,
     /// Print the entry as a JSON object (`null` when absent).
     #[arg(long)]
@@ -34,6 +35,7 @@ pub(crate) struct SetArgs {
     #[command(flatten)]
     target: TargetArgs,
     /// The key, as Deno writes it: '["users", 1n]'.
+    #[arg(long_help = KEY_HELP)]
     key: String,
     /// Store raw bytes (a `Uint8Array` in Deno), given in hex.
     #[arg(long, group = "value", value_name = "HEX")]
@@ -61,6 +63,7 @@ pub(crate) struct DeleteArgs {
     #[command(flatten)]
     target: TargetArgs,
     /// The key, as Deno writes it: '["users", 1n]'.
+    #[arg(long_help = KEY_HELP)]
     key: String,
     /// Print the result as JSON.
     #[arg(long)]
@@ -119,6 +122,12 @@ pub(crate) struct StatsArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// The long help of a key argument: the literal syntax of `keys.rs`.
+const KEY_HELP: &str = "The key, as Deno writes it, e.g. '[\"users\", 1n]' (quote it for the shell).\n\
+Parts: strings in double or single quotes with JavaScript escapes; numbers (1, -2.5, 1e21, \
+NaN, -0, Infinity, 0x1f); bigints (1n, -42n); true and false; bytes as \
+new Uint8Array([1, 2]) or the short form b\"\\x01\\x02ab\".";
 
 fn key_arg(text: &str) -> Result<Key, String> {
     parse_key(text).map_err(|e| e.to_string())
