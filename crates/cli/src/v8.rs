@@ -3,13 +3,18 @@
 //! strings, booleans, `null` and `undefined` back for display. Everything else stays opaque
 //! bytes.
 //!
-//! Format (V8 `ValueSerializer`, version 15 as Deno writes it): header `FF 0F`, then a tag.
+//! Format (V8 `ValueSerializer`; written as version 15, the spec's vectors, which Deno 2.9
+//! reads although it writes version 16): header `FF 0F`, then a tag.
 //! A string whose characters are all at most U+00FF is `"` (0x22), a varint length and its
 //! Latin-1 bytes; any other string is `c` (0x63), a varint byte length and UTF-16LE, with a
 //! padding byte `00` before the tag when needed to start the UTF-16 data at an even offset.
 
 /// The header Deno's serializer writes: version tag and version 15.
 const HEADER: [u8; 2] = [0xff, 0x0f];
+/// The oldest format version `read_simple` accepts. Seen from Deno: 15 and 16; older ones are
+/// accepted on the assumption (unchecked) that these few tags did not change. It only
+/// affects how a value is shown, never what is stored.
+const VERSION_READ_MIN: u8 = 13;
 const TAG_ONE_BYTE_STRING: u8 = b'"';
 const TAG_TWO_BYTE_STRING: u8 = b'c';
 const TAG_PADDING: u8 = 0x00;
@@ -45,7 +50,13 @@ pub(crate) fn write_string(s: &str) -> Vec<u8> {
 /// A short display of a V8 value that is a string, boolean, `null` or `undefined`; `None`
 /// for anything else.
 pub(crate) fn read_simple(bytes: &[u8]) -> Option<String> {
-    let rest = bytes.strip_prefix(&HEADER)?;
+    // Any format version: Deno 2.9 writes 16 (`FF 10`), earlier ones 15; both lay strings,
+    // booleans, null and undefined out the same way.
+    let (&version_tag, rest) = bytes.split_first()?;
+    let (&version, rest) = rest.split_first()?;
+    if version_tag != HEADER[0] || !(VERSION_READ_MIN..0x80).contains(&version) {
+        return None;
+    }
     let rest = match rest.split_first() {
         Some((&TAG_PADDING, after)) => after,
         _ => rest,
@@ -132,5 +143,8 @@ mod tests {
         assert_eq!(&bytes[..4], &[0xff, 0x0f, 0x00, b'c']);
         assert_eq!(read_simple(&bytes), Some(format!("{long:?}")));
         assert_eq!(read_simple(b"\xff\x0f\x5a\x00"), None);
+        // What Deno 2.9.6 wrote for `kv.set(["str"], "héllo")`: format version 16.
+        let deno = hex::decode("ff10220568e96c6c6f").expect("hex");
+        assert_eq!(read_simple(&deno).as_deref(), Some("\"héllo\""));
     }
 }
