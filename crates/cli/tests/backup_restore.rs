@@ -195,3 +195,95 @@ fn restore_never_writes_over_a_database_and_refuses_bad_backups() {
     succeeds(&[&"restore", &backup, &"--path", &target]);
     assert_eq!(rows_in(&target), rows);
 }
+
+/// The token the test server takes.
+const TOKEN: &str = "backup-test-token-0123";
+
+/// A `tuplekv serve` child on a free loopback port over `dir`, killed when dropped.
+struct Server {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(BIN)
+            .args(["serve", "--addr", "127.0.0.1:0", "--path"])
+            .arg(dir)
+            .env("TUPLEKV_ACCESS_TOKEN", TOKEN)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap()
+            .to_owned();
+        Server {
+            child,
+            url: format!("http://{addr}"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_backup_over_a_url_copies_a_running_servers_database_with_its_deadlines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (db, backup) = (tmp.path().join("db"), tmp.path().join("backup"));
+    make_database(&db);
+    // More than one list batch (1000 entries) to read over the wire.
+    let more = Database::open(&db, Options::default()).unwrap();
+    for chunk in 0..5u64 {
+        let mut atomic = more.atomic();
+        for i in 0..500 {
+            atomic = atomic.set(&key!["many", chunk * 500 + i], i);
+        }
+        assert!(atomic.commit().unwrap().is_committed());
+    }
+    let rows = rows_of(&more);
+    assert_eq!(rows.len(), 2505);
+    more.close().unwrap();
+    let server = Server::start(&db);
+    fails_with(
+        &[&"backup", &"--path", &db, &backup],
+        "open in another process",
+    );
+    let out = succeeds(&[
+        &"backup",
+        &"--url",
+        &server.url,
+        &"--access-token",
+        &TOKEN,
+        &backup,
+    ]);
+    assert!(out.contains(&server.url), "{out}");
+    assert_eq!(rows_in(&backup), rows, "values, stamps and deadlines");
+
+    let wrong = tmp.path().join("wrong");
+    fails_with(
+        &[
+            &"backup",
+            &"--url",
+            &server.url,
+            &"--access-token",
+            &"not-the-token-at-all",
+            &wrong,
+        ],
+        "cannot connect",
+    );
+    drop(server);
+    assert_eq!(names_in(tmp.path()), ["backup", "db"]);
+}
