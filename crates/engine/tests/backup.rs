@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tuplekv_engine::codec::encode_key;
 use tuplekv_engine::durable::create_database;
+use tuplekv_engine::durable::fs::{Faults, FaultyFs};
 use tuplekv_engine::{
     Database, Entry, Error, Key, KeyBytes, ListOptions, Selector, Value, Versionstamp, key,
 };
@@ -372,4 +373,44 @@ fn create_database_refuses_bad_entries_and_leaves_nothing() {
         Err(Error::TargetExists { .. })
     ));
     assert_eq!(leftovers(parent.path()), ["made"]);
+}
+
+/// A durable database on a file system whose faults the test sets.
+fn faulty_db(dir: &Path) -> (Database, std::sync::Arc<Faults>) {
+    let faults = Faults::new();
+    let options = tuplekv_engine::Options {
+        fs: std::sync::Arc::new(FaultyFs::new(std::sync::Arc::clone(&faults))),
+        ..options()
+    };
+    let db = Database::open(dir, options).unwrap();
+    for i in 0..100u64 {
+        db.set(&key!["k", i], vec![7u8; 200].as_slice()).unwrap();
+    }
+    (db, faults)
+}
+
+#[test]
+fn a_backup_that_fails_midway_leaves_nothing_under_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = tempfile::tempdir().unwrap();
+    let target = parent.path().join("copy");
+    let (db, faults) = faulty_db(dir.path());
+
+    faults.disk_full_after(1000);
+    assert!(matches!(db.backup(&target), Err(Error::Io(_))));
+    faults.disk_has_space();
+    faults.fail_rename(true);
+    assert!(matches!(db.backup(&target), Err(Error::Io(_))));
+    faults.fail_rename(false);
+    assert!(!target.exists());
+    assert!(
+        leftovers(parent.path()).is_empty(),
+        "no temporary directory"
+    );
+
+    db.backup(&target).unwrap();
+    let copy = Database::open(&target, options()).unwrap();
+    assert_eq!(dump(&copy), dump(&db));
+    copy.close().unwrap();
+    db.close().unwrap();
 }
