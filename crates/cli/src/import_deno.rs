@@ -100,10 +100,9 @@ pub(crate) fn run(args: ImportDenoArgs) -> Result<(), String> {
 
 /// Reads every live row of Deno's file.
 fn read_deno(file: &Path) -> Result<DenoData, String> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let not_sqlite =
         |e: rusqlite::Error| format!("{} is not a readable SQLite file: {e}", file.display());
-    let conn = Connection::open_with_flags(file, flags).map_err(not_sqlite)?;
+    let conn = open_read_only(file).map_err(not_sqlite)?;
     check_schema(&conn, file).map_err(|e| match e {
         Schema::Sqlite(e) => not_sqlite(e),
         Schema::NotDeno(message) => message,
@@ -153,6 +152,38 @@ fn read_deno(file: &Path) -> Result<DenoData, String> {
     }
     bar.finish_and_clear();
     Ok(data)
+}
+
+/// Opens `file` read-only. Deno keeps its file in WAL mode, and SQLite's WAL mode makes even
+/// a read-only reader create `FILE-wal` and `FILE-shm` beside it (and leave them). Without a
+/// `FILE-wal` no process has the file open (a clean close removes it) and it holds no commits
+/// outside the main file, so it is opened `immutable`: no side files, no locks. With one, a
+/// Deno process may be writing (or one stopped without a checkpoint): it is opened as a
+/// normal reader, which reads the log too.
+fn open_read_only(file: &Path) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut wal = file.as_os_str().to_owned();
+    wal.push("-wal");
+    if Path::new(&wal).exists() {
+        return Connection::open_with_flags(file, flags);
+    }
+    let uri = format!("file:{}?immutable=1", uri_path(file));
+    Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI)
+}
+
+/// `path` escaped for a SQLite `file:` URI: every byte but unreserved ones and `/` as `%XX`.
+fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = String::new();
+    for &b in absolute.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Why a file's schema was refused.

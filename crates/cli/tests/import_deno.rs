@@ -152,12 +152,19 @@ fn an_import_keeps_every_encoding_stamp_and_deadline() {
 #[test]
 fn an_import_reports_json_and_numbers_above_denos_last_version() {
     let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("kv.sqlite3");
+    let dir = tmp.path().join("a dir #1 with 100% odd? names");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("kv.sqlite3");
     std::fs::copy(fixtures().join("deno_kv.sqlite3"), &file).unwrap();
     let target = tmp.path().join("db");
     let out = succeeds(&[&"import-deno", &"--json", &file, &"--path", &target]);
     let json: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(json["imported"], 11);
+    assert_eq!(
+        names_in(&dir),
+        ["kv.sqlite3"],
+        "reading leaves no side files"
+    );
     let conn = Connection::open(&file).unwrap();
     let last: i64 = conn
         .query_row("SELECT version FROM data_version WHERE k = 0", [], |r| {
@@ -172,7 +179,7 @@ fn an_import_reports_json_and_numbers_above_denos_last_version() {
 }
 
 /// A SQLite file with Deno's `kv` table holding one row, whose encoding is `encoding`.
-fn deno_like(path: &Path, encoding: i64, value: &[u8]) {
+fn deno_like(path: &Path, encoding: i64, value: &[u8]) -> Connection {
     let conn = Connection::open(path).unwrap();
     conn.execute_batch(
         "CREATE TABLE kv (k blob primary key, v blob not null, v_encoding integer not null, \
@@ -185,6 +192,31 @@ fn deno_like(path: &Path, encoding: i64, value: &[u8]) {
         rusqlite::params![bytes_of(&key!["a", 1]), value, encoding],
     )
     .unwrap();
+    conn
+}
+
+#[test]
+fn an_import_reads_commits_still_in_the_write_ahead_log_of_an_open_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("live.sqlite3");
+    let conn = deno_like(&file, 3, b"first");
+    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;")
+        .unwrap();
+    conn.execute(
+        "INSERT INTO kv (k, v, v_encoding, version) VALUES (?1, ?2, 3, 2)",
+        rusqlite::params![bytes_of(&key!["b"]), b"in the log".as_slice()],
+    )
+    .unwrap();
+    assert!(
+        tmp.path().join("live.sqlite3-wal").exists(),
+        "the row is in the log"
+    );
+    let target = tmp.path().join("db");
+    succeeds(&[&"import-deno", &file, &"--path", &target]);
+    drop(conn);
+    let rows = rows_in(&target);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].1, Value::Bytes(b"in the log".to_vec().into()));
 }
 
 #[test]
