@@ -1,10 +1,15 @@
 //! `tuplekv`: the command line. `main` only parses arguments and dispatches; each subcommand
 //! lives in its own module.
 
+mod backup;
 mod data;
+mod data_dir;
 mod dump;
 mod entry;
+mod import_deno;
 mod keys;
+mod progress;
+mod restore;
 mod serve;
 mod target;
 mod v8;
@@ -41,6 +46,14 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Write the entries of a `dump` file; checks the whole file first.
     Load(dump::LoadArgs),
+    /// Write a consistent copy of a database into a new directory (while nothing else has it
+    /// open).
+    Backup(backup::BackupArgs),
+    /// Make a new database directory from a backup (never over an existing database).
+    Restore(restore::RestoreArgs),
+    /// Import a Deno KV SQLite file (`Deno.openKv(path)`) into a new database, values,
+    /// versionstamps and deadlines unchanged.
+    ImportDeno(import_deno::ImportDenoArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +68,9 @@ fn main() -> ExitCode {
         Command::Stats(args) => data::stats(args),
         Command::Dump(args) => dump::dump(args),
         Command::Load(args) => dump::load(args),
+        Command::Backup(args) => backup::run(args),
+        Command::Restore(args) => restore::run(args),
+        Command::ImportDeno(args) => import_deno::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -287,6 +287,57 @@ impl Database {
         }
     }
 
+    /// Writes a consistent copy of this database into the new directory `target` while
+    /// writers go on, and returns the versionstamp of the state it holds. The copy is one
+    /// checkpoint of one snapshot (every live key with its value, versionstamp and deadline),
+    /// synced with its directory; it opens with [`Database::open`], and its new commits number
+    /// above the returned versionstamp. Works in memory too: that makes a durable copy.
+    ///
+    /// The copy is written in a temporary directory beside `target` and renamed into place
+    /// once synced, so a crash never leaves half a backup under `target`'s name. A snapshot
+    /// costs writers nothing but memory: the versions it reads are kept until the copy ends.
+    ///
+    /// Copying a live database directory by hand (`cp -r`) is not safe; the
+    /// [`durable`](crate::durable) module docs say why.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, Options, key};
+    ///
+    /// let db = Database::in_memory();
+    /// let vs = db.set(&key!["users", 1], b"Ada")?;
+    /// let dir = std::env::temp_dir().join(format!("tuplekv-backup-doc-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// assert_eq!(db.backup(&dir)?, vs);
+    ///
+    /// let copy = Database::open(&dir, Options::default())?;
+    /// assert_eq!(copy.get(&key!["users", 1])?.map(|e| e.versionstamp), Some(vs));
+    /// # copy.close()?;
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::TargetExists`] if `target` exists and is not an empty directory (nothing is
+    /// written); [`Error::Io`] if the copy could not be written (nothing is left under
+    /// `target`).
+    pub fn backup(&self, target: impl AsRef<Path>) -> Result<Versionstamp, Error> {
+        let fs: Arc<dyn FileSystem> = match &self.inner.log {
+            Some(log) => Arc::clone(&log.wal.fs),
+            None => Arc::new(OsFs),
+        };
+        let snapshot = Snapshot::register(&self.inner);
+        let version = snapshot.versionstamp().version();
+        let written = crate::durable::backup::write_dir(
+            fs.as_ref(),
+            target.as_ref(),
+            version,
+            crate::group_commit::live_at(&self.inner, version),
+        );
+        // The snapshot keeps the versions `live_at` reads until the copy is written.
+        drop(snapshot);
+        written.map(|()| Versionstamp::from_version(version))
+    }
+
     /// Syncs the log now; useful in [`Durability::Buffered`] mode before a planned stop.
     ///
     /// A sync that fails stops the database from accepting writes (reads go on) until it is

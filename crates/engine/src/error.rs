@@ -133,6 +133,22 @@ pub enum Error {
         /// The directory.
         path: PathBuf,
     },
+    /// A new database directory (a backup's, an import's) was to be written where something
+    /// already is: a file, or a directory that is not empty. Nothing was written.
+    #[error("{} already exists and is not an empty directory: refusing to write a database over it", path.display())]
+    TargetExists {
+        /// The target.
+        path: PathBuf,
+    },
+    /// An entry given to [`create_database`](crate::durable::create_database) cannot be in a
+    /// database; nothing was written.
+    #[error("entry {index}: {reason}")]
+    InvalidEntry {
+        /// Its position in the input, from 0.
+        index: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A durable file is damaged where damage cannot be a torn write from a crash.
     #[error("{} is corrupt at offset {offset}: {reason}", path.display())]
     Corrupt {

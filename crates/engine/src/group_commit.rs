@@ -738,7 +738,10 @@ impl GroupCommit {
 
 /// The live entries of `inner` at `version` (registered by a snapshot), in key order, each
 /// map step under its own epoch pin so a long checkpoint does not hold back reclamation.
-fn live_at(inner: &Inner, version: u64) -> impl Iterator<Item = (KeyBytes, Version)> + '_ {
+pub(crate) fn live_at(
+    inner: &Inner,
+    version: u64,
+) -> impl Iterator<Item = (KeyBytes, Version)> + '_ {
     let now = now_ms();
     inner.map.iter().filter_map(move |slot| {
         let guard = epoch::pin();

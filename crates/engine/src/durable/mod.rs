@@ -16,6 +16,8 @@
 //!   new segments, and stops for good after a failed sync.
 //! - `checkpoint.rs`: writes a checkpoint from an iterator of live entries, loads one.
 //! - `recover.rs`: opens a directory: checkpoint, replay, torn tail, reservation.
+//! - `backup.rs`: new directories written whole: backups, imports (and why copying a live
+//!   directory by hand is not safe).
 //! - `record.rs`: the frame format; `fs.rs`: the file-system seam and its fault-injecting
 //!   twin.
 //!
@@ -76,7 +78,44 @@
 //! a segment starting above the last version of the one before it + 1. Versions may
 //! legitimately skip inside a segment (a rolled-back batch consumes its versions), but never
 //! across a segment boundary. Never silent data loss.
+//!
+//! # Backups and copying a live directory by hand
+//! [`Database::backup`](crate::Database::backup) writes a consistent copy of a live database
+//! (one snapshot, as one checkpoint, synced) into a new directory while writers go on;
+//! [`create_database`] builds a directory from entries (importers use it). Both write into a
+//! temporary directory beside the target and rename it into place.
+//!
+//! Copying the directory of a database that is open (`cp -r`, `rsync`) is **not** safe: the
+//! copy may be refused when opened, or lose the newest commits. Use
+//! [`Database::backup`](crate::Database::backup), or close the database first (a closed
+//! directory is a set of ordinary files, and any copy of it opens to the same state). An
+//! atomic file-system snapshot of the whole directory (LVM, ZFS, btrfs) is safe: it is what a
+//! power cut would leave, and recovery handles that (see *Recovery* above).
+//!
+//! A file-by-file copy reads each file, and each part of a file, at a different moment, and
+//! recovery then meets:
+//! - *A log tail being appended.* Commits land in preallocated space in the newest segment,
+//!   in place. A copy that read a part of it before a batch was written and a later part
+//!   after the next one was holds zeros where the first batch is and frames after them.
+//!   Recovery cuts that tail as torn and reports it
+//!   ([`RecoveryReport::truncated`](crate::RecoveryReport::truncated)), dropping every commit
+//!   after the hole; or, when a later batch's `synced` mark says the hole had been on stable
+//!   storage, refuses the copy as [`Error::Corrupt`].
+//! - *A checkpoint while the copy runs.* A checkpoint starts a new segment, publishes
+//!   `checkpoint-<v>.ckpt` (a `.tmp` file renamed whole, so a copy never holds half of one
+//!   under that name; a copied `.tmp` is removed on open), then deletes the older checkpoint
+//!   and segments. A copy that listed the directory before the deletion and reads after it
+//!   misses files; one that copied an older segment before its last batches and the new
+//!   segment after holds a gap. Recovery checks that the checkpoint and the segments cover
+//!   every version (a segment must start at most one above what precedes it) and refuses
+//!   such a copy as [`Error::Corrupt`] ("a log segment or checkpoint
+//!   is missing").
+//!
+//! So a hand copy that opens holds a prefix of the committed history (a state the database
+//! was really in), never one with a gap; but whether it opens, and how much it keeps, depends
+//! on timing. [`Database::backup`](crate::Database::backup) writes one snapshot, whole.
 
+pub(crate) mod backup;
 pub(crate) mod checkpoint;
 pub mod fs;
 pub(crate) mod record;
@@ -86,6 +125,8 @@ pub(crate) mod wal;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+pub use backup::create_database;
 
 use crate::error::{Error, IoError};
 use crate::value::Versionstamp;

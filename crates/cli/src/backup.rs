@@ -1,0 +1,119 @@
+//! `tuplekv backup (--path DIR | --url URL) TARGET`: a consistent copy of a database into a
+//! new directory. With `--path`, through
+//! [`Database::backup`](tuplekv_engine::Database::backup): one snapshot, synced, renamed
+//! into place once whole; the directory must not be open in another process (its lock says
+//! so). With `--url`, from a running server (which holds its directory's lock): every entry of
+//! one server-held snapshot, read in batches and written with [`create_database`] the same
+//! way. Deadlines come over only from a tuplekv server (Deno's KV Connect has no field for
+//! them), and a server without tuplekv's snapshot extension can serve only one batch.
+
+use std::path::{Path, PathBuf};
+
+use clap::{ArgGroup, Args};
+use tuplekv_engine::durable::create_database;
+use tuplekv_engine::limits::{KEY_SIZE_MAX_READ, LIST_BATCH_SIZE_MAX};
+use tuplekv_engine::{ByteRange, Entry, ReadView, Store, Versionstamp};
+use tuplekv_remote::RemoteStore;
+
+use crate::data_dir::{check_new_target, open_existing};
+use crate::progress;
+
+/// Arguments of `tuplekv backup`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["path", "url"])))]
+pub(crate) struct BackupArgs {
+    /// The database directory to back up.
+    #[arg(long)]
+    path: Option<PathBuf>,
+    /// The KV Connect server to back up (`http://host:port`), instead of a directory.
+    #[arg(long)]
+    url: Option<String>,
+    /// The server's access token (with `--url`).
+    #[arg(
+        long,
+        env = "TUPLEKV_ACCESS_TOKEN",
+        hide_env_values = true,
+        requires = "url"
+    )]
+    access_token: Option<String>,
+    /// The new directory to write the backup into (missing, or an empty directory).
+    target: PathBuf,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Writes the backup and prints where and at which versionstamp.
+pub(crate) fn run(args: BackupArgs) -> Result<(), String> {
+    check_new_target(&args.target)?;
+    let (source, at) = match (&args.path, &args.url) {
+        (Some(dir), _) => (dir.display().to_string(), backup_dir(dir, &args.target)?),
+        (None, Some(url)) => {
+            let token = args.access_token.as_deref().ok_or(
+                "an access token is required with --url: pass --access-token or set \
+                 TUPLEKV_ACCESS_TOKEN",
+            )?;
+            (url.clone(), backup_url(url, token, &args.target)?)
+        }
+        (None, None) => return Err("give --path DIR or --url URL".into()),
+    };
+    if args.json {
+        let line = serde_json::json!({
+            "backup": args.target.display().to_string(),
+            "versionstamp": at.to_string(),
+        });
+        println!("{line}");
+    } else {
+        println!(
+            "backed up {source} at versionstamp {at} to {}",
+            args.target.display()
+        );
+    }
+    Ok(())
+}
+
+/// Backs up the database in `dir` with [`tuplekv_engine::Database::backup`].
+fn backup_dir(dir: &Path, target: &Path) -> Result<Versionstamp, String> {
+    let db = open_existing(dir)?;
+    let spinner = progress::spinner(&format!("backing up {}", dir.display()));
+    let written = db.backup(target);
+    spinner.finish_and_clear();
+    let at = written.map_err(|e| format!("backup failed: {e}"))?;
+    db.close()
+        .map_err(|e| format!("closing {} failed: {e}", dir.display()))?;
+    Ok(at)
+}
+
+/// Backs up the server at `url`: one snapshot, read in batches.
+fn backup_url(url: &str, token: &str, target: &Path) -> Result<Versionstamp, String> {
+    let store =
+        RemoteStore::connect(url, token).map_err(|e| format!("cannot connect to {url}: {e}"))?;
+    let spinner = progress::spinner(&format!("reading {url}"));
+    let read = read_all(&store);
+    spinner.finish_and_clear();
+    let (entries, at) = read.map_err(|e| format!("reading {url} failed: {e}"))?;
+    create_database(target, at, entries).map_err(|e| format!("backup failed: {e}"))?;
+    Ok(at)
+}
+
+/// Every entry of one snapshot of `store`, in key order, and the snapshot's versionstamp.
+fn read_all<S: Store>(store: &S) -> Result<(Vec<Entry>, Versionstamp), tuplekv_engine::Error> {
+    let snapshot = store.snapshot();
+    let mut range = ByteRange {
+        start: Vec::new(),
+        end: vec![0xff; KEY_SIZE_MAX_READ],
+    };
+    let mut entries = Vec::new();
+    loop {
+        let batch = snapshot.scan(&range, false, LIST_BATCH_SIZE_MAX)?;
+        let Some(last) = batch.last() else { break };
+        range.start = last.key.as_slice().to_vec();
+        range.start.push(0);
+        let full = batch.len() == LIST_BATCH_SIZE_MAX;
+        entries.extend(batch);
+        if !full {
+            break;
+        }
+    }
+    Ok((entries, S::snapshot_versionstamp(&snapshot)))
+}
