@@ -15,7 +15,7 @@ use tuplekv_engine::limits::{KEY_SIZE_MAX_READ, LIST_BATCH_SIZE_MAX};
 use tuplekv_engine::{ByteRange, Entry, ReadView, Store, Versionstamp};
 use tuplekv_remote::RemoteStore;
 
-use crate::data_dir::{check_new_target, open_existing};
+use crate::data_dir::{Create, check_new_target, open_database};
 use crate::progress;
 
 /// Arguments of `tuplekv backup`.
@@ -74,7 +74,7 @@ pub(crate) fn run(args: BackupArgs) -> Result<(), String> {
 
 /// Backs up the database in `dir` with [`tuplekv_engine::Database::backup`].
 fn backup_dir(dir: &Path, target: &Path) -> Result<Versionstamp, String> {
-    let db = open_existing(dir)?;
+    let db = open_database(dir, Create::No)?;
     let spinner = progress::spinner(&format!("backing up {}", dir.display()));
     let written = db.backup(target);
     spinner.finish_and_clear();

@@ -11,9 +11,10 @@ use tuplekv_engine::{
     Entry, Key, KeyWatch, ListOptions, ReadView, Selector, Store, Value, WatchUpdate,
 };
 
+use crate::data_dir::{Create, open_database};
 use crate::entry::{entry_for_people, entry_to_json};
 use crate::keys::{format_key, parse_key};
-use crate::target::{Create, TargetArgs, with_store};
+use crate::target::{TargetArgs, with_store};
 
 /// Arguments of `tuplekv get`.
 #[derive(Debug, Args)]
@@ -350,7 +351,7 @@ fn print_update(update: &WatchUpdate, keys: &[Key], json: bool) -> Result<(), St
 /// Runs `tuplekv stats`: live entries and their sizes, and the engine's memory counts.
 pub(crate) fn stats(args: StatsArgs) -> Result<(), String> {
     let dir = args.target.require_path("stats")?.to_owned();
-    let db = crate::target::open_dir(&dir, Create::No)?;
+    let db = open_database(&dir, Create::No)?;
     let snapshot = db.snapshot();
     let range = Selector::prefix(&Key::empty())
         .byte_range()

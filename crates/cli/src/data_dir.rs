@@ -1,12 +1,37 @@
-//! Database directories as the backup, restore and import commands see them: what counts as
-//! a database, opening one that must exist (never creating it by accident), and the checks and
-//! the temporary-name-then-rename dance that keep a target whole or absent.
+//! Database directories as every command sees them: what counts as a database, opening one
+//! (creating it only where a command may, and refusing a locked one with one line), and the
+//! checks and the temporary-name-then-rename dance that keep a new target whole or absent.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
 use tuplekv_engine::{Database, Error, Options};
+
+/// The lock file every open database holds (the engine's `durable` module): its presence
+/// alone marks a database that was opened but never wrote a file of its own yet.
+const LOCK_FILE: &str = "LOCK";
+
+/// Whether a command may create the database when the directory is missing or empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Create {
+    /// Reads, backups: a missing or empty directory is an error.
+    No,
+    /// Writes: a missing or empty directory becomes a new database.
+    IfMissing,
+}
+
+/// What a path holds, as far as these commands care.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum DirState {
+    /// Nothing is there.
+    Missing,
+    /// An empty directory.
+    Empty,
+    /// A database directory; its checkpoint and log files, sorted (none if only its lock
+    /// file is there).
+    Database(Vec<String>),
+}
 
 /// Whether `name` is one of the files of a database directory (a checkpoint or a log
 /// segment): what restore copies, and what makes a directory a database.
@@ -15,44 +40,74 @@ pub(crate) fn is_database_file(name: &str) -> bool {
         || (name.starts_with("wal-") && name.ends_with(".log"))
 }
 
-/// The database files in `dir`, sorted; an error naming `dir` if it is missing, not a
-/// directory, or holds none (then it is not a database).
-pub(crate) fn database_files(dir: &Path) -> Result<Vec<String>, String> {
-    let entries = fs::read_dir(dir).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => format!("no database at {}: it does not exist", dir.display()),
-        io::ErrorKind::NotADirectory => {
-            format!(
-                "{} is not a database directory: it is a file",
-                dir.display()
-            )
+/// Looks at `dir`; an error naming it if it is a file, is a directory that is not a database
+/// (so that a typo never scatters a database into an unrelated directory), or cannot be read.
+pub(crate) fn dir_state(dir: &Path) -> Result<DirState, String> {
+    let shown = dir.display();
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(DirState::Missing),
+        Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+            return Err(format!("{shown} is a file, not a database directory"));
         }
-        _ => format!("cannot read {}: {e}", dir.display()),
-    })?;
-    let mut names = Vec::new();
+        Err(e) => return Err(format!("cannot read {shown}: {e}")),
+    };
+    let (mut empty, mut locked, mut files) = (true, false, Vec::new());
     for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        let entry = entry.map_err(|e| format!("cannot read {shown}: {e}"))?;
+        empty = false;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if is_database_file(&name) && entry.file_type().is_ok_and(|t| t.is_file()) {
-            names.push(name);
+        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+        if is_file && is_database_file(&name) {
+            files.push(name);
+        } else if is_file && name == LOCK_FILE {
+            locked = true;
         }
     }
-    if names.is_empty() {
+    if empty {
+        return Ok(DirState::Empty);
+    }
+    if files.is_empty() && !locked {
         return Err(format!(
-            "{} is not a tuplekv database (it holds no checkpoint or log file)",
-            dir.display()
+            "{shown} is not a tuplekv database (it holds no checkpoint, log or LOCK file)"
         ));
     }
-    names.sort();
-    Ok(names)
+    files.sort();
+    Ok(DirState::Database(files))
 }
 
-/// Opens the existing database at `dir`; refuses a directory that is not one rather than
-/// creating a database there.
-pub(crate) fn open_existing(dir: &Path) -> Result<Database, String> {
-    database_files(dir)?;
+/// The checkpoint and log files of the database in `dir`, sorted; an error naming `dir` if it
+/// is missing, not a directory, or holds none (then there is nothing to copy).
+pub(crate) fn database_files(dir: &Path) -> Result<Vec<String>, String> {
+    match dir_state(dir)? {
+        DirState::Database(files) if !files.is_empty() => Ok(files),
+        state => Err(not_a_database(dir, &state)),
+    }
+}
+
+/// The one-line refusal of a path that holds no database.
+fn not_a_database(dir: &Path, state: &DirState) -> String {
+    let shown = dir.display();
+    match state {
+        DirState::Missing => format!("no database at {shown}: the directory does not exist"),
+        DirState::Empty => format!("{shown} is not a tuplekv database: the directory is empty"),
+        DirState::Database(_) => {
+            format!("{shown} is not a tuplekv database (it holds no checkpoint or log file)")
+        }
+    }
+}
+
+/// Opens the database in `dir`, after checking that it is one (or, with
+/// [`Create::IfMissing`], that it is missing or empty: then it becomes one). A database
+/// another process holds is refused with one line.
+pub(crate) fn open_database(dir: &Path, create: Create) -> Result<Database, String> {
+    match (dir_state(dir)?, create) {
+        (DirState::Database(_), _) | (_, Create::IfMissing) => {}
+        (state, Create::No) => return Err(not_a_database(dir, &state)),
+    }
     Database::open(dir, Options::default()).map_err(|e| match e {
         Error::Locked { .. } => format!(
-            "the database at {} is open in another process (a running `tuplekv serve`?)",
+            "{} is open in another process (a running `tuplekv serve`?): stop it, or use --url",
             dir.display()
         ),
         e => format!("cannot open the database at {}: {e}", dir.display()),

@@ -7,36 +7,48 @@
 //!
 //! `load` reads and checks the whole file before it writes anything: a malformed line, a key
 //! or value over the store's limits, or a key given twice is refused with its line number
-//! and nothing is written. Into a directory that does not exist yet (or is empty) it loads
-//! into a fresh directory beside it and renames that into place once everything is
-//! committed and synced, so a failure never leaves a half-loaded database there. Into an
-//! existing database or a server it writes commits of up to `MUTATIONS_MAX` entries; an
-//! I/O failure part way leaves the commits made before it.
+//! and nothing is written.
 //!
-//! Versionstamps: the store assigns each commit its own versionstamp and has no way to
-//! write an entry at a given one, so a loaded entry gets a new stamp. What `load` keeps is
-//! their order and grouping: entries are committed in the order of their dumped stamps, and
-//! entries that shared a stamp (one atomic commit) share one again unless the group is too
-//! large for one commit. `dump --omit-versionstamps` writes files that compare equal across
-//! a dump → load → dump round trip. Deadlines (`expires_at`) are kept as absolute times: an
-//! entry whose deadline has passed by load time is absent afterwards, as it would have been.
+//! Into a directory that does not exist yet (or is empty), `load` builds the database with
+//! [`create_database`] (all or nothing: a temporary directory renamed into place), and every
+//! entry keeps its dumped versionstamp and deadline, so dump → load → dump gives the same
+//! file. Entries without a versionstamp get new ones above the highest in the file, in
+//! batches of one commit's size. A versionstamp this engine could not have made (its last two
+//! bytes not zero, as a server other than tuplekv may give) cannot be kept: then every entry
+//! is renumbered in the order of its dumped versionstamp, as a load into an existing
+//! database would, and a note on stderr says so.
+//!
+//! Into an existing database or a server the store assigns each commit its own versionstamp
+//! and has no way to write an entry at a given one, so loaded entries get new stamps. What
+//! `load` keeps is their order and grouping: entries are committed in the order of their
+//! dumped stamps, and entries that shared a stamp (one atomic commit) share one again unless
+//! the group is too large for one commit (`MUTATIONS_MAX` entries and the size limits). An
+//! I/O failure part way leaves the commits made before it. `dump --omit-versionstamps`
+//! writes files that compare equal across such a load. Deadlines (`expires_at`) are kept as
+//! absolute times everywhere: an entry whose deadline has passed by load time is absent
+//! afterwards, as it would have been.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Write};
+use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
-use tuplekv_engine::limits::{MUTATIONS_MAX, TOTAL_KEY_SIZE_MAX, TOTAL_MUTATION_SIZE_MAX};
+use indicatif::ProgressBar;
+use tuplekv_engine::durable::create_database;
+use tuplekv_engine::limits::{
+    MUTATIONS_MAX, TOTAL_KEY_SIZE_MAX, TOTAL_MUTATION_SIZE_MAX, VERSION_MAX,
+};
 use tuplekv_engine::{
-    AtomicWrite, Expiry, Key, KeyBytes, Mutation, MutationKind, ReadView, Selector, Store,
-    Versionstamp,
+    AtomicWrite, Entry, Error, Expiry, Key, KeyBytes, Mutation, MutationKind, ReadView, Selector,
+    Store, Versionstamp,
 };
 
+use crate::data_dir::{Create, DirState, dir_state};
 use crate::entry::{ParsedEntry, entry_from_json, entry_to_json};
 use crate::keys::format_key;
-use crate::target::{Create, Opened, TargetArgs, check_database_dir, open_dir, with_store};
+use crate::progress;
+use crate::target::{Opened, TargetArgs, with_store};
 
 /// Entries `dump` reads from its snapshot per scan.
 const DUMP_SCAN_BATCH: usize = 1000;
@@ -49,46 +61,19 @@ pub(crate) struct DumpArgs {
     /// Write to this file instead of stdout.
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// Leave out the versionstamps (`load` assigns new ones anyway), so dumps of the same
-    /// data compare equal.
+    /// Leave out the versionstamps, so dumps of the same entries compare equal whatever
+    /// commits wrote them (a load into an existing database or a server gives new ones).
     #[arg(long)]
     omit_versionstamps: bool,
 }
 
-/// Arguments of `tuplekv load`.
+/// Arguments of `tuplekv load` (what it keeps where: the module's summary, and `load --help`).
 #[derive(Debug, Args)]
 pub(crate) struct LoadArgs {
     #[command(flatten)]
     target: TargetArgs,
     /// The newline-delimited JSON file `dump` wrote.
     file: PathBuf,
-}
-
-/// A progress bar on stderr when it is a terminal; hidden in a pipe.
-fn progress(total: Option<u64>, what: &'static str) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    match total {
-        Some(n) => {
-            let bar = ProgressBar::new(n);
-            if let Ok(style) =
-                ProgressStyle::with_template("{msg} {wide_bar} {pos}/{len} entries ({eta})")
-            {
-                bar.set_style(style);
-            }
-            bar.set_message(what);
-            bar
-        }
-        None => {
-            let bar = ProgressBar::new_spinner();
-            if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {pos} entries") {
-                bar.set_style(style);
-            }
-            bar.set_message(what);
-            bar
-        }
-    }
 }
 
 /// Runs `tuplekv dump`.
@@ -134,7 +119,7 @@ fn write_dump(
     out: &mut impl Write,
     omit_versionstamps: bool,
 ) -> Result<(), String> {
-    let bar = progress(None, "dumping");
+    let bar = progress::counter("entries dumped");
     let range = Selector::prefix(&Key::empty())
         .byte_range()
         .map_err(|e| e.to_string())?;
@@ -238,9 +223,10 @@ fn set_mutation(key: &KeyBytes, parsed: &ParsedEntry) -> Mutation {
     }
 }
 
-/// The commits `load` makes: entries in the order of their dumped versionstamps (entries
-/// without one last, in file order), one commit per stamp where it fits the limits.
-fn plan_commits(mut entries: Vec<LoadEntry>) -> Vec<AtomicWrite> {
+/// How `load` groups entries into commits: in the order of their dumped versionstamps
+/// (entries without one last, in file order), one group per stamp where it fits one commit's
+/// limits.
+fn plan_groups(mut entries: Vec<LoadEntry>) -> Vec<Vec<LoadEntry>> {
     entries.sort_by_key(|e| {
         (
             e.parsed.versionstamp.is_none(),
@@ -248,34 +234,47 @@ fn plan_commits(mut entries: Vec<LoadEntry>) -> Vec<AtomicWrite> {
             e.line,
         )
     });
-    let mut writes = Vec::new();
-    let mut current = AtomicWrite::default();
+    let mut groups = Vec::new();
+    let mut current: Vec<LoadEntry> = Vec::new();
     let (mut total, mut total_keys) = (0usize, 0usize);
-    let mut stamp: Option<Option<Versionstamp>> = None;
     for entry in entries {
-        let m = set_mutation(&entry.key, &entry.parsed);
-        let size = m.kind.value_size().unwrap_or(0);
+        let key_len = entry.key.len();
         // How the engine counts an operation's size (see `AtomicWrite::validate`).
-        let adds = 2 * m.key.len() + size;
+        let adds = 2 * key_len + entry.parsed.value.size();
         // A new stamp starts a commit; so does the first entry without one (those are
         // batched together, never added to the last stamped group).
-        let new_group = stamp.is_some_and(|s| s != entry.parsed.versionstamp);
-        let full = current.mutations.len() == MUTATIONS_MAX
+        let new_group = current
+            .last()
+            .is_some_and(|last| last.parsed.versionstamp != entry.parsed.versionstamp);
+        let full = current.len() == MUTATIONS_MAX
             || total + adds > TOTAL_MUTATION_SIZE_MAX
-            || total_keys + m.key.len() > TOTAL_KEY_SIZE_MAX;
-        if !current.mutations.is_empty() && (new_group || full) {
-            writes.push(std::mem::take(&mut current));
+            || total_keys + key_len > TOTAL_KEY_SIZE_MAX;
+        if !current.is_empty() && (new_group || full) {
+            groups.push(std::mem::take(&mut current));
             (total, total_keys) = (0, 0);
         }
-        stamp = Some(entry.parsed.versionstamp);
         total += adds;
-        total_keys += m.key.len();
-        current.mutations.push(m);
+        total_keys += key_len;
+        current.push(entry);
     }
-    if !current.mutations.is_empty() {
-        writes.push(current);
+    if !current.is_empty() {
+        groups.push(current);
     }
-    writes
+    groups
+}
+
+/// The commits `load` makes into an existing database or a server: one per group.
+fn plan_commits(entries: Vec<LoadEntry>) -> Vec<AtomicWrite> {
+    plan_groups(entries)
+        .into_iter()
+        .map(|group| AtomicWrite {
+            mutations: group
+                .iter()
+                .map(|e| set_mutation(&e.key, &e.parsed))
+                .collect(),
+            ..AtomicWrite::default()
+        })
+        .collect()
 }
 
 /// Commits `writes` to `store`, advancing `bar` by entries.
@@ -305,49 +304,122 @@ fn commit_all<S: Store>(
 pub(crate) fn load(args: LoadArgs) -> Result<(), String> {
     let entries = read_load_file(&args.file)?;
     let count = entries.len();
-    let writes = plan_commits(entries);
-    let bar = progress(Some(count as u64), "loading");
     match &args.target.path {
-        Some(dir) if is_new_dir(dir)? => load_into_new_dir(dir, writes, &bar)?,
+        Some(dir) if matches!(dir_state(dir)?, DirState::Missing | DirState::Empty) => {
+            load_into_new_dir(dir, &args.file, entries)?;
+        }
         _ => {
             let opened = args.target.open(Create::No)?;
-            with_store!(&opened, |s| commit_all(s, writes, &bar))?;
+            let bar = progress::bar(count as u64, "loading");
+            with_store!(&opened, |s| commit_all(s, plan_commits(entries), &bar))?;
+            bar.finish_and_clear();
             opened.close()?;
         }
     }
-    bar.finish_and_clear();
     crate::data::out_line(format!("loaded {count} entries"))
 }
 
-/// Whether `dir` is missing or an empty directory (so `load` builds it aside and moves it
-/// in); an error if it is neither that nor a database.
-fn is_new_dir(dir: &Path) -> Result<bool, String> {
-    check_database_dir(dir, Create::IfMissing)?;
-    Ok(check_database_dir(dir, Create::No).is_err())
+/// Builds a new database in `dir` (missing or empty) holding `entries` with their
+/// versionstamps (see the module's summary); `file` names the lines in errors.
+fn load_into_new_dir(dir: &Path, file: &Path, entries: Vec<LoadEntry>) -> Result<(), String> {
+    let NewDir {
+        lines,
+        entries,
+        last,
+        renumbered,
+    } = stamp_for_new_dir(entries);
+    let spinner = progress::spinner("writing the database");
+    let written = create_database(dir, last, entries);
+    spinner.finish_and_clear();
+    written.map_err(|e| match e {
+        Error::InvalidEntry { index, reason } => {
+            let line = usize::try_from(index)
+                .ok()
+                .and_then(|i| lines.get(i))
+                .map_or_else(String::new, |n| format!(":{n}"));
+            format!("{}{line}: {reason}", file.display())
+        }
+        e => format!("load into {} failed: {e}", dir.display()),
+    })?;
+    if let Some(note) = renumbered {
+        eprintln!("tuplekv: note: {note}");
+    }
+    Ok(())
 }
 
-fn load_into_new_dir(
-    dir: &Path,
-    writes: Vec<AtomicWrite>,
-    bar: &ProgressBar,
-) -> Result<(), String> {
-    let tmp = sibling(dir, "load");
-    let built = open_dir(&tmp, Create::IfMissing).and_then(|db| {
-        commit_all(&db, writes, bar)?;
-        db.close()
-            .map_err(|e| format!("closing the loaded database failed: {e}"))
+/// The entries of a new database, in key order, with the versionstamps they get.
+struct NewDir {
+    /// The file line of each entry.
+    lines: Vec<usize>,
+    entries: Vec<Entry>,
+    /// The highest versionstamp given: new commits number above it.
+    last: Versionstamp,
+    /// Why the dumped versionstamps could not be kept, if they could not.
+    renumbered: Option<String>,
+}
+
+/// Whether this engine could have made `stamp` (so a new database can hold it).
+fn keepable(stamp: Versionstamp) -> bool {
+    let version = stamp.version();
+    version > 0 && version <= VERSION_MAX && stamp == Versionstamp::from_version(version)
+}
+
+/// Gives each entry its versionstamp in a new database: its own where every dumped stamp
+/// can be kept (entries without one get new stamps above them, a batch at a time);
+/// otherwise new ones for all, a commit's group at a time in the order of the dumped ones.
+fn stamp_for_new_dir(entries: Vec<LoadEntry>) -> NewDir {
+    let foreign = entries.iter().find_map(|e| {
+        e.parsed
+            .versionstamp
+            .filter(|s| !keepable(*s))
+            .map(|s| (e.line, s))
     });
-    let moved = built.and_then(|()| {
-        if dir.exists() {
-            // Empty (checked before): make room for the rename.
-            std::fs::remove_dir(dir)
-                .map_err(|e| format!("cannot replace {}: {e}", dir.display()))?;
-        }
-        std::fs::rename(&tmp, dir)
-            .map_err(|e| format!("cannot move the loaded database to {}: {e}", dir.display()))
-    });
-    if moved.is_err() {
-        let _ = std::fs::remove_dir_all(&tmp);
+    let (kept, renumber): (Vec<LoadEntry>, Vec<LoadEntry>) = match foreign {
+        None => entries
+            .into_iter()
+            .partition(|e| e.parsed.versionstamp.is_some()),
+        Some(_) => (Vec::new(), entries),
+    };
+    let mut last = kept
+        .iter()
+        .filter_map(|e| e.parsed.versionstamp)
+        .map(|s| s.version())
+        .max()
+        .unwrap_or(0);
+    let mut stamped: Vec<(usize, Entry)> = kept
+        .into_iter()
+        .map(|e| {
+            let stamp = e.parsed.versionstamp.unwrap_or(Versionstamp::ZERO);
+            (e.line, new_entry(e, stamp))
+        })
+        .collect();
+    for group in plan_groups(renumber) {
+        last += 1;
+        let stamp = Versionstamp::from_version(last);
+        stamped.extend(group.into_iter().map(|e| (e.line, new_entry(e, stamp))));
     }
-    moved
+    stamped.sort_by(|a, b| a.1.key.cmp(&b.1.key));
+    let (lines, entries) = stamped.into_iter().unzip();
+    NewDir {
+        lines,
+        entries,
+        last: Versionstamp::from_version(last),
+        renumbered: foreign.map(|(line, stamp)| {
+            format!(
+                "versionstamps were not kept: line {line}'s {stamp} is not one tuplekv makes \
+                 (its last two bytes are not zero), so every entry got a new one, in the \
+                 order of the dumped ones"
+            )
+        }),
+    }
+}
+
+/// The entry `e` becomes in a new database, at `versionstamp`.
+fn new_entry(e: LoadEntry, versionstamp: Versionstamp) -> Entry {
+    Entry {
+        key: e.key,
+        value: e.parsed.value,
+        versionstamp,
+        expires_at: e.parsed.expires_at,
+    }
 }

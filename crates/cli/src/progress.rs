@@ -1,5 +1,6 @@
-//! Progress for long work (backup, restore, import): a bar or spinner on stderr when it is a
-//! terminal, nothing at all in a pipe or a file, so scripts see only the result line.
+//! Progress for long work (dump, load, backup, restore, import): a bar or spinner on stderr
+//! when it is a terminal, nothing at all in a pipe or a file, so scripts see only the result
+//! line.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -20,6 +21,21 @@ pub(crate) fn spinner(message: &str) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new_spinner().with_message(message.to_owned());
+    bar.enable_steady_tick(SPINNER_TICK);
+    bar
+}
+
+/// A spinner saying `message` and how many items are done, for work that counts as it goes
+/// but cannot know its total (a dump reading a snapshot in batches); hidden off a terminal.
+pub(crate) fn counter(message: &str) -> ProgressBar {
+    if !on_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner().with_message(message.to_owned());
+    // A constant template: see `bar`.
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}: {pos}") {
+        bar.set_style(style);
+    }
     bar.enable_steady_tick(SPINNER_TICK);
     bar
 }

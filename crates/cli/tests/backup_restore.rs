@@ -196,49 +196,6 @@ fn restore_never_writes_over_a_database_and_refuses_bad_backups() {
     assert_eq!(rows_in(&target), rows);
 }
 
-/// The token the test server takes.
-const TOKEN: &str = "backup-test-token-0123";
-
-/// A `tuplekv serve` child on a free loopback port over `dir`, killed when dropped.
-struct Server {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Server {
-    fn start(dir: &Path) -> Server {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(BIN)
-            .args(["serve", "--addr", "127.0.0.1:0", "--path"])
-            .arg(dir)
-            .env("TUPLEKV_ACCESS_TOKEN", TOKEN)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap()
-            .to_owned();
-        Server {
-            child,
-            url: format!("http://{addr}"),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn a_backup_over_a_url_copies_a_running_servers_database_with_its_deadlines() {
     let tmp = tempfile::tempdir().unwrap();

@@ -7,15 +7,15 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common_cli;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 
 use assert_cmd::Command;
+use common_cli::{BIN, Server, TOKEN};
 use tempfile::TempDir;
-
-const BIN: &str = env!("CARGO_BIN_EXE_tuplekv");
-const TOKEN: &str = "a-long-enough-test-token";
 
 fn tuplekv(args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
@@ -262,6 +262,23 @@ fn dump_of(db: &str) -> String {
     ok(&["dump", "--path", db, "--omit-versionstamps"])
 }
 
+/// Dumps `db` whole, versionstamps and all.
+fn full_dump_of(db: &str) -> String {
+    ok(&["dump", "--path", db])
+}
+
+/// The versionstamp of each line of a dump.
+fn stamps_of(dump: &str) -> Vec<String> {
+    dump.lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["versionstamp"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
 #[test]
 fn dump_load_dump_gives_the_same_file() {
     let (tmp, db) = seeded();
@@ -281,17 +298,31 @@ fn dump_load_dump_gives_the_same_file() {
     let copy = tmp.path().join("copy");
     let loaded = ok(&["load", "--path", path_of(&copy), path_of(&file)]);
     assert_eq!(loaded.trim(), "loaded 6 entries");
-    assert_eq!(dump_of(&db), dump_of(path_of(&copy)));
-    assert_eq!(dump_of(&db).lines().count(), 6);
-    // Deadlines are kept as they were.
-    let deadline = |db: &str| {
-        let line = ok(&["get", "--path", db, r#"["session", "x"]"#, "--json"]);
-        serde_json::from_str::<serde_json::Value>(&line).unwrap()["expires_at"].clone()
-    };
-    assert_eq!(deadline(&db), deadline(path_of(&copy)));
-    // Versionstamps are new, but their order is the original one.
+    // Into a new directory: the same file, versionstamps and deadlines included.
+    let dumped = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(full_dump_of(path_of(&copy)), dumped);
+    assert_eq!(dumped.lines().count(), 6);
+    assert!(
+        dumped.contains("\"expires_at\":1"),
+        "a deadline is compared"
+    );
+    // New commits number above the loaded ones.
+    let set = ok(&["set", "--path", path_of(&copy), "[\"after\"]", "--u64", "1"]);
+    let newest = stamps_of(&dumped).into_iter().max().unwrap();
+    assert!(
+        set.trim().rsplit(' ').next().unwrap() > newest.as_str(),
+        "{set}"
+    );
+    ok(&["delete", "--path", path_of(&copy), "[\"after\"]"]);
+    // An empty directory is a new one too.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    ok(&["load", "--path", path_of(&empty), path_of(&file)]);
+    assert_eq!(full_dump_of(path_of(&empty)), dumped);
+
+    // Into an existing database: new versionstamps, in the original order.
     let stamp_order = |db: &str| {
-        let mut entries: Vec<(String, String)> = ok(&["dump", "--path", db])
+        let mut entries: Vec<(String, String)> = full_dump_of(db)
             .lines()
             .map(|l| {
                 let v: serde_json::Value = serde_json::from_str(l).unwrap();
@@ -304,17 +335,17 @@ fn dump_load_dump_gives_the_same_file() {
         entries.sort();
         entries.into_iter().map(|(_, k)| k).collect::<Vec<_>>()
     };
-    assert_eq!(stamp_order(&db), stamp_order(path_of(&copy)));
-    // Loading the same file into the loaded database changes nothing but stamps.
     ok(&["load", "--path", path_of(&copy), path_of(&file)]);
     assert_eq!(dump_of(&db), dump_of(path_of(&copy)));
+    assert_ne!(full_dump_of(&db), full_dump_of(path_of(&copy)));
+    assert_eq!(stamp_order(&db), stamp_order(path_of(&copy)));
 }
 
 #[test]
-fn large_loads_split_into_commits_and_dumps_page_through_the_snapshot() {
+fn large_loads_keep_stamps_in_a_new_directory_and_split_into_commits_in_an_existing_one() {
     let tmp = TempDir::new().unwrap();
-    // 2500 entries: 1500 that shared one commit (more than one commit may hold), then
-    // 1000 with a stamp each, then some without a stamp.
+    // 2600 entries: 1500 that shared one commit (more than one commit may hold), then
+    // 1000 with a stamp each, then 100 without a stamp.
     let mut text = String::new();
     for i in 0..2600u32 {
         let stamp = match i {
@@ -333,35 +364,84 @@ fn large_loads_split_into_commits_and_dumps_page_through_the_snapshot() {
     }
     let file = tmp.path().join("big.ndjson");
     std::fs::write(&file, text).unwrap();
+
+    // A new directory keeps every stamp; the unstamped entries get one above them all.
     let db = tmp.path().join("db");
     assert_eq!(
         ok(&["load", "--path", path_of(&db), path_of(&file)]).trim(),
         "loaded 2600 entries"
     );
-    let dumped = ok(&["dump", "--path", path_of(&db)]);
-    assert_eq!(dumped.lines().count(), 2600);
-    let stamps: Vec<String> = dumped
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["versionstamp"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
-    // The group of 1500 needed two commits (at most 1000 mutations each); every other
-    // entry got its own commit, after them.
+    let stamps = stamps_of(&full_dump_of(path_of(&db)));
+    assert_eq!(stamps.len(), 2600);
+    assert!(stamps[..1500].iter().all(|s| s == "00000000000000070000"));
+    for (i, stamp) in stamps[1500..2500].iter().enumerate() {
+        assert_eq!(*stamp, format!("{:016x}0000", 1600 + i));
+    }
+    assert!(
+        stamps[2500..]
+            .iter()
+            .all(|s| *s == format!("{:016x}0000", 2600))
+    );
+
+    // An existing database: the group of 1500 needs two commits (at most 1000 mutations
+    // each); every other stamped entry gets its own commit, after them.
+    let existing = tmp.path().join("existing");
+    ok(&[
+        "set",
+        "--path",
+        path_of(&existing),
+        "[\"first\"]",
+        "--u64",
+        "1",
+    ]);
+    ok(&["load", "--path", path_of(&existing), path_of(&file)]);
+    let dumped = full_dump_of(path_of(&existing));
+    let stamps: Vec<String> = stamps_of(&dumped).into_iter().skip(1).collect();
+    let first: serde_json::Value = serde_json::from_str(dumped.lines().next().unwrap()).unwrap();
+    assert_eq!(first["key"], r#"["first"]"#);
     let distinct: std::collections::BTreeSet<&String> = stamps[..1500].iter().collect();
     assert_eq!(distinct.len(), 2);
     assert!(stamps[1500..2500].windows(2).all(|w| w[0] < w[1]));
     assert!(stamps[..1500].iter().all(|s| *s < stamps[1500]));
     // The unstamped ones came last, in commits of their own batch.
     assert!(stamps[2500..].iter().all(|s| *s > stamps[2499]));
+
+    // Paging: a dump of more than one scan batch loads back the same.
     let copy = tmp.path().join("copy");
     let file2 = tmp.path().join("again.ndjson");
     ok(&["dump", "--path", path_of(&db), "-o", path_of(&file2)]);
     ok(&["load", "--path", path_of(&copy), path_of(&file2)]);
-    assert_eq!(dump_of(path_of(&db)), dump_of(path_of(&copy)));
+    assert_eq!(full_dump_of(path_of(&db)), full_dump_of(path_of(&copy)));
+}
+
+#[test]
+fn a_versionstamp_tuplekv_cannot_make_is_renumbered_with_a_note() {
+    let tmp = TempDir::new().unwrap();
+    let file = tmp.path().join("foreign.ndjson");
+    let line = |key: &str, stamp: &str| {
+        format!(
+            "{{\"key\":\"[\\\"{key}\\\"]\",\"value\":{{\"u64\":\"1\"}},\"versionstamp\":\"{stamp}\"}}\n"
+        )
+    };
+    std::fs::write(
+        &file,
+        line("a", "00000000000000090003") + &line("b", "00000000000000050000"),
+    )
+    .unwrap();
+    let db = tmp.path().join("db");
+    let out = tuplekv(&["load", "--path", path_of(&db), path_of(&file)])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("tuplekv: note: versionstamps were not kept: line 1's"),
+        "{stderr}"
+    );
+    // In the order of the dumped stamps: b (5) before a (9.3).
+    let stamps = stamps_of(&full_dump_of(path_of(&db)));
+    assert_eq!(stamps, ["00000000000000020000", "00000000000000010000"]);
 }
 
 #[test]
@@ -514,51 +594,12 @@ fn a_database_another_process_holds_is_one_line() {
     ] {
         let err = fails(&args);
         assert!(
-            err.contains("is in use by another process"),
+            err.contains("is open in another process"),
             "{args:?}: {err}"
         );
     }
     held.close().unwrap();
     ok(&["get", "--path", &db, "[1]"]);
-}
-
-/// A `tuplekv serve` child on a free port, killed when dropped.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(dir: &str) -> Server {
-        let mut child = std::process::Command::new(BIN)
-            .args(["serve", "--addr", "127.0.0.1:0", "--path", dir])
-            .env("TUPLEKV_ACCESS_TOKEN", TOKEN)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap()
-            .to_owned();
-        Server {
-            child,
-            url: format!("http://{addr}"),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]
@@ -613,4 +654,70 @@ fn commands_work_on_a_server_url_and_watch_prints_each_update() {
     remote(&["load", path_of(&file)]);
     assert!(remote(&["get", r#"["loaded"]"#]).contains("3u64"));
     drop(server);
+}
+
+/// Runs the command, expects clap's refusal: exit 2, nothing on stdout, one line on stderr
+/// naming the help to read. Returns that line.
+fn usage_error(args: &[&str]) -> String {
+    let out = tuplekv(args).output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?}");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "{args:?}: not one line: {stderr:?}"
+    );
+    assert!(stderr.starts_with("tuplekv: "), "{stderr}");
+    assert!(
+        !stderr.contains("error:") && !stderr.contains("Usage"),
+        "{stderr}"
+    );
+    stderr.trim_end().to_owned()
+}
+
+#[test]
+fn bad_arguments_are_one_line_and_exit_2() {
+    let (_tmp, db) = seeded();
+    let err = usage_error(&["get", "--path", &db]);
+    assert_eq!(
+        err,
+        "tuplekv: the following required arguments were not provided: <KEY> \
+         (see `tuplekv get --help`)"
+    );
+    let err = usage_error(&["get", "--path", &db, "--url", "http://127.0.0.1:1", "[1]"]);
+    assert!(
+        err.contains("'--path <PATH>' cannot be used with '--url <URL>'"),
+        "{err}"
+    );
+    assert!(err.ends_with("(see `tuplekv get --help`)"), "{err}");
+    let err = usage_error(&["list", "--path", &db, "--nope"]);
+    assert!(err.contains("unexpected argument '--nope' found"), "{err}");
+    assert!(err.ends_with("(see `tuplekv list --help`)"), "{err}");
+    let err = usage_error(&["set", "--path", &db, "[1]"]);
+    assert!(
+        err.contains("required arguments were not provided"),
+        "{err}"
+    );
+    let err = usage_error(&["set", "--path", &db, "[1]", "--u64", "x"]);
+    assert!(err.contains("invalid value 'x' for '--u64 <N>'"), "{err}");
+    let err = usage_error(&["frobnicate"]);
+    assert!(
+        err.contains("unrecognized subcommand 'frobnicate'"),
+        "{err}"
+    );
+    assert!(err.ends_with("(see `tuplekv --help`)"), "{err}");
+    // No subcommand at all: clap's help, on stderr, exit 2.
+    let bare = tuplekv(&[]).output().unwrap();
+    assert_eq!(bare.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bare.stderr).contains("Usage: tuplekv <COMMAND>"));
+    usage_error(&["restore", "--path", &db]);
+
+    // Help and version print as usual and succeed.
+    for args in [vec!["--help"], vec!["get", "--help"], vec!["help", "load"]] {
+        let out = ok(&args);
+        assert!(out.contains("Usage: tuplekv"), "{args:?}: {out}");
+    }
+    assert!(ok(&["--version"]).starts_with("tuplekv "));
+    assert!(ok(&["load", "--help"]).contains("keeps every entry's versionstamp"));
 }

@@ -93,3 +93,49 @@ pub(crate) fn names_in(dir: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// The access token the test servers take.
+pub(crate) const TOKEN: &str = "a-long-enough-test-token";
+
+/// A `tuplekv serve` child on a free loopback port over `dir`, killed when dropped.
+pub(crate) struct Server {
+    child: std::process::Child,
+    /// `http://127.0.0.1:<port>`.
+    pub(crate) url: String,
+}
+
+impl Server {
+    /// Starts the server and waits for its `listening on` line.
+    pub(crate) fn start(dir: impl AsRef<std::ffi::OsStr>) -> Server {
+        use std::io::BufRead;
+        let mut child = Command::new(BIN)
+            .args(["serve", "--addr", "127.0.0.1:0", "--path"])
+            .arg(dir)
+            .env("TUPLEKV_ACCESS_TOKEN", TOKEN)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start tuplekv serve");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped stdout"))
+            .read_line(&mut line)
+            .expect("read the listening line");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .expect("a listening line")
+            .to_owned();
+        Server {
+            child,
+            url: format!("http://{addr}"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
