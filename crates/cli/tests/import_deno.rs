@@ -220,6 +220,35 @@ fn an_import_reads_commits_still_in_the_write_ahead_log_of_an_open_file() {
 }
 
 #[test]
+fn queued_messages_are_not_imported_and_a_note_counts_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("queued.sqlite3");
+    let conn = deno_like(&file, 3, b"kept");
+    // Deno's queue tables hold more columns; the import only counts their rows.
+    conn.execute_batch(
+        "CREATE TABLE queue (ts integer, id text, data blob); \
+         CREATE TABLE queue_running (deadline integer, id text, data blob); \
+         INSERT INTO queue VALUES (1, 'a', x'00'), (2, 'b', x'00'); \
+         INSERT INTO queue_running VALUES (3, 'c', x'00');",
+    )
+    .unwrap();
+    drop(conn);
+    let target = tmp.path().join("db");
+    let output = run(&[&"import-deno", &"--json", &file, &"--path", &target]);
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(
+        stderr,
+        "tuplekv: note: 3 queued messages (kv.enqueue) were not imported: tuplekv has no \
+         queue\n"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["queued_not_imported"], 3);
+    assert_eq!(json["imported"], 1);
+    assert_eq!(rows_in(&target).len(), 1);
+}
+
+#[test]
 fn an_import_refuses_bad_input_in_one_line_and_writes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
