@@ -35,7 +35,7 @@ pub(crate) enum DirState {
 
 /// Whether `name` is one of the files of a database directory (a checkpoint or a log
 /// segment): what restore copies, and what makes a directory a database.
-pub(crate) fn is_database_file(name: &str) -> bool {
+fn is_database_file(name: &str) -> bool {
     (name.starts_with("checkpoint-") && name.ends_with(".ckpt"))
         || (name.starts_with("wal-") && name.ends_with(".log"))
 }
