@@ -127,6 +127,10 @@
 //! can tell: a postcard record that ends too early, or has bytes left over after the struct's
 //! last field, is refused. Postcard cannot tell every change: two fields of the same type
 //! swapped, or a `u32` widened to `u64`, read without error. Declare a version for those.
+//! Left-over bytes are refused rather than skipped because the next write of that record would
+//! drop them: during a rolling upgrade, a server still running the older struct fails on the
+//! records the newer one wrote (with postcard; JSON skips unknown fields) instead of silently
+//! losing their new fields.
 //!
 //! **Layout.** A collection that has never declared a version or a format stores plain
 //! postcard, byte for byte what it stored before versioning existed, so its write and read
@@ -137,7 +141,14 @@
 //! `[coll, "meta", "records"]`; from then on `0xE7` first means an envelope, and every handle
 //! (a versionless one too) writes envelopes. As with index definitions, every process writing
 //! the collection should run the versioned code: a build from before this layer reads an
-//! envelope as malformed.
+//! envelope as malformed, and a handle opened before the marker was set keeps writing plain
+//! records until it is opened again (one of them starting with `0xE7` would then not read).
+//!
+//! **Cost.** An unversioned collection's write path pays one relaxed atomic load, its read
+//! path that load, a branch on the first byte and the left-over check postcard's `from_bytes`
+//! skipped. A versioned record is 3 bytes longer (more for versions past 127) and its read
+//! looks the version up among the declared migrations. The lenient re-read runs only for a
+//! record that ended early.
 //!
 //! # Limits
 //! The engine's limits apply to each commit, and a write past one writes nothing:
