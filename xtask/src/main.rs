@@ -154,7 +154,10 @@ It prints a table with the goals (fast >= 10x Redis, gapless >= Redis) marked me
 writes it to target/bench-reports/remote.md (about a minute; `--quick`: 1 s per workload).
 
 OPTIONS:
-    --quick    criterion's `--quick` with short warm-up/measurement (a smoke run of ~2 minutes)";
+    --quick    criterion's `--quick` with short warm-up/measurement: a smoke run of about 5
+               minutes on a 2-vCPU machine once the benches are built (engine about 2.5,
+               index about 1.2); building them first takes 7 minutes or more (much more
+               on a busy machine, and more with the bench profile's debug info)";
 
 /// Help for `cargo xtask soak`.
 const SOAK_HELP: &str = "\

@@ -19,6 +19,7 @@ use tuplekv_engine::{
 
 use crate::entry::{self, COVERING, EntryBytes, POINTER, PkBytes, entry_value, stored_matches};
 use crate::error::{Error, Reread};
+use crate::record::{self, ENVELOPE_TAG, Migration, RecordFormat};
 
 /// Computes a record's values for one index: none (the record is not in it), one, or several
 /// (a multi-entry index). A value is a [`Key`], so a compound index is a value of several parts.
@@ -49,6 +50,22 @@ pub(crate) struct Def<T> {
     pub(crate) retry: TransactionOptions,
     /// The encoded `[collection, "id"]` every record key starts with (set by `open`).
     pub(crate) record_prefix: Vec<u8>,
+    /// The format new records are written in when they are written in an envelope.
+    pub(crate) format: RecordFormat,
+    /// The version of `T` this handle declares (0: none declared).
+    pub(crate) version: u32,
+    /// Conversions of records written by older versions of `T`, by version.
+    pub(crate) migrations: Vec<(u32, Migration<T>)>,
+    /// Whether the collection's envelope marker is set (by `open`): records that start with
+    /// [`ENVELOPE_TAG`] are envelopes, and this handle writes envelopes too.
+    pub(crate) tagged: AtomicBool,
+}
+
+impl<T> Def<T> {
+    /// Whether this handle's definition asks for envelopes (a version or a non-default format).
+    fn wants_envelope(&self) -> bool {
+        self.version > 0 || self.format != RecordFormat::Postcard
+    }
 }
 
 /// Declares a collection: `Collection::builder("users", |u: &User| key![u.id])`, then its
@@ -63,6 +80,10 @@ pub struct CollectionBuilder<T> {
 /// Index states, stored under `[collection, "meta", "index", name]`.
 pub(crate) const STATE_READY: &[u8] = b"ready";
 pub(crate) const STATE_BUILDING: &[u8] = b"building";
+
+/// The value of the envelope marker, `[collection, "meta", "records"]`: once set, every record
+/// that starts with [`ENVELOPE_TAG`] is an envelope.
+pub(crate) const RECORDS_ENVELOPED: &[u8] = b"enveloped";
 
 impl<T> CollectionBuilder<T> {
     fn push(mut self, name: &str, unique: bool, extract: Extract<T>) -> Self {
@@ -113,6 +134,46 @@ impl<T> CollectionBuilder<T> {
         self
     }
 
+    /// The format records are written in: [`RecordFormat::Postcard`] (the default) or
+    /// [`RecordFormat::Json`] (self-describing: fields can be added anywhere, removed and
+    /// renamed without a migration). A format other than the default puts new records in an
+    /// envelope (see the crate's *Record evolution* section); records already stored keep
+    /// their format and stay readable.
+    pub fn format(mut self, format: RecordFormat) -> Self {
+        self.def.format = format;
+        self
+    }
+
+    /// Declares the version of the record struct (default 0). Records written from then on
+    /// carry it in an envelope, so a later version can tell them apart and convert them with
+    /// [`CollectionBuilder::migrate`]. Records stored before any version was declared are
+    /// version 0.
+    pub fn version(mut self, version: u32) -> Self {
+        self.def.version = version;
+        self
+    }
+
+    /// Converts records stored by version `from` of the struct (0: before versioning) with
+    /// `migrate`, which gets the record's body in the format it was written in and returns the
+    /// current struct (e.g. it reads the old struct with `postcard::from_bytes` and fills in
+    /// the new fields), or says why it cannot. The converted record is written back in the
+    /// current version by the next write of that record, not by the read.
+    ///
+    /// A change that only adds a field with `#[serde(default)]` (at the end, for postcard)
+    /// needs no migration.
+    ///
+    /// # Errors
+    /// A `from` not older than the declared [`CollectionBuilder::version`], or declared twice,
+    /// makes [`CollectionBuilder::open`] fail with [`Error::Definition`].
+    pub fn migrate(
+        mut self,
+        from: u32,
+        migrate: impl Fn(&[u8]) -> Result<T, String> + Send + Sync + 'static,
+    ) -> Self {
+        self.def.migrations.push((from, Arc::new(migrate)));
+        self
+    }
+
     /// How often a write retries when concurrent commits conflict with it (default 16).
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.def.retry.max_attempts = attempts.max(1);
@@ -147,6 +208,15 @@ impl<T> CollectionBuilder<T> {
                 )));
             }
         }
+        for (i, (from, _)) in def.migrations.iter().enumerate() {
+            if *from >= def.version || def.migrations.iter().take(i).any(|(o, _)| o == from) {
+                return Err(Error::Definition(format!(
+                    "migrate({from}) must come from a version older than the declared \
+                     version({}) and be declared once",
+                    def.version
+                )));
+            }
+        }
         def.record_prefix = encode_names(&[&def.name, "id"])?;
         for idx in &mut def.indexes {
             idx.prefix = encode_names(&[&def.name, kind_of(idx), &idx.name])?;
@@ -175,6 +245,7 @@ impl<T> CollectionBuilder<T> {
                 .commit()?;
             collection.refresh_ready(idx)?;
         }
+        collection.open_envelopes()?;
         Ok(collection)
     }
 }
@@ -238,6 +309,10 @@ impl<T> Collection<T, tuplekv_engine::Database> {
                 indexes: Vec::new(),
                 retry: TransactionOptions::default(),
                 record_prefix: Vec::new(),
+                format: RecordFormat::default(),
+                version: 0,
+                migrations: Vec::new(),
+                tagged: AtomicBool::new(false),
             },
             mistake: None,
         }
@@ -351,18 +426,99 @@ where
         decode_key(&self.key(&[kind_of(idx), &idx.name], &[value])?).map_err(codec_err)
     }
 
+    /// The envelope new records are written in: none for a collection that has never been
+    /// versioned (plain postcard, as before versioning existed).
+    fn envelope(&self) -> Option<(RecordFormat, u32)> {
+        (self.def.wants_envelope() || self.def.tagged.load(Ordering::Relaxed))
+            .then_some((self.def.format, self.def.version))
+    }
+
     pub(crate) fn encode(&self, pk: &Key, record: &T) -> Result<Vec<u8>, Error> {
-        postcard::to_stdvec(record).map_err(|e| Error::Codec {
+        record::encode(record, self.envelope()).map_err(|e| Error::Codec {
             primary_key: pk.clone(),
             message: format!("cannot serialise: {e}"),
         })
     }
 
+    /// Reads a stored record: its envelope (if the collection has them) says the format and
+    /// version; a migration declared for that version converts it, else it is read as the
+    /// current struct (trailing `#[serde(default)]` fields fill in).
+    ///
+    /// # Errors
+    /// [`Error::Incompatible`] naming the collection, the record and its version.
     pub(crate) fn decode(&self, pk: &Key, bytes: &[u8]) -> Result<T, Error> {
-        postcard::from_bytes(bytes).map_err(|e| Error::Codec {
+        self.decode_as(pk, bytes, self.def.tagged.load(Ordering::Relaxed))
+    }
+
+    fn decode_as(&self, pk: &Key, bytes: &[u8], tagged: bool) -> Result<T, Error> {
+        let incompatible = |version, reason| Error::Incompatible {
+            collection: self.def.name.clone(),
             primary_key: pk.clone(),
-            message: format!("stored record does not decode: {e}"),
+            version,
+            reason,
+        };
+        let stored = record::split(bytes, tagged).map_err(|r| incompatible(0, r))?;
+        if stored.version != self.def.version
+            && let Some((_, migrate)) = self
+                .def
+                .migrations
+                .iter()
+                .find(|(from, _)| *from == stored.version)
+        {
+            return migrate(stored.body)
+                .map_err(|r| incompatible(stored.version, format!("its migration failed: {r}")));
+        }
+        record::decode_body(stored.format, stored.body).map_err(|reason| {
+            let hint = if stored.version < self.def.version {
+                format!(
+                    "; declare `.migrate({}, ...)` to convert such records",
+                    stored.version
+                )
+            } else {
+                String::new()
+            };
+            incompatible(
+                stored.version,
+                format!(
+                    "{reason} (read as {}){hint}",
+                    record::format_name(stored.format)
+                ),
+            )
         })
+    }
+
+    /// Sets the envelope marker when this handle writes envelopes and the collection has none
+    /// yet. Plain records stored before it that happen to start with [`ENVELOPE_TAG`] are
+    /// rewritten as envelopes first, so that once the marker is set the tag means an envelope.
+    fn open_envelopes(&self) -> Result<(), Error> {
+        let marker = self.key(&["meta", "records"], &[])?;
+        let is_set = |e: Option<Entry>| matches!(e.map(|e| e.value), Some(Value::Bytes(b)) if b.as_ref() == RECORDS_ENVELOPED);
+        if is_set(self.store.snapshot().get_raw(&marker)?) {
+            self.def.tagged.store(true, Ordering::Relaxed);
+            return Ok(());
+        }
+        if !self.def.wants_envelope() {
+            return Ok(());
+        }
+        let range = self.records_range()?;
+        let view = self.store.snapshot();
+        for entry in view.scan(&range, false, usize::MAX)? {
+            let bytes = value_bytes(&entry.value)?;
+            if bytes.first() == Some(&ENVELOPE_TAG) {
+                let pk = pk_of_record_key(&entry.key)?;
+                let record = self.decode_as(&pk, bytes, false)?;
+                // The marker is not set yet, so reads still take this record as plain; the
+                // write puts it in an envelope.
+                self.upsert(&record)?;
+            }
+        }
+        let _ = self
+            .store
+            .atomic()
+            .set_raw(&marker, RECORDS_ENVELOPED)
+            .commit()?;
+        self.def.tagged.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The entries `record` (primary key `pk`, serialised as `bytes`) should have, in index

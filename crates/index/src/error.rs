@@ -84,6 +84,24 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+    /// A stored record does not read as the collection's record type: its struct changed in a
+    /// way the format cannot bridge (see the crate's *Record evolution* section), or the
+    /// record's [`CollectionBuilder::migrate`](crate::CollectionBuilder::migrate) conversion
+    /// failed. Nothing was written.
+    #[error(
+        "collection `{collection}`, record {primary_key}: stored by version {version} of the \
+         record struct, it does not read as this version: {reason}"
+    )]
+    Incompatible {
+        /// The collection.
+        collection: String,
+        /// The record's primary key.
+        primary_key: Key,
+        /// The version of the struct the record was stored by (0: before versioning).
+        version: u32,
+        /// Why it does not read.
+        reason: String,
+    },
     /// A write was sent to a remote store and the connection failed before its answer came,
     /// so it may or may not have committed (it was not resent: that could write twice). The
     /// collection re-read the record afterwards; `reread` says what it found. An insert or

@@ -34,10 +34,11 @@
 //! # Key layout
 //! | key | value |
 //! |---|---|
-//! | `[coll, "id", pk...]` | the record, postcard bytes |
+//! | `[coll, "id", pk...]` | the record: postcard bytes, or an envelope (*Record evolution*) |
 //! | `[coll, "u", index, value...]` | unique entry: `0x00` + encoded pk (pointer; an integer pk is a `U64`, below), or `0x01` + pk length (u32 LE) + encoded pk + record bytes (covering) |
 //! | `[coll, "i", index, value..., pk...]` | non-unique entry, same value format |
 //! | `[coll, "meta", "index", index]` | `"building"` or `"ready"` |
+//! | `[coll, "meta", "records"]` | `"enveloped"` once records carry envelopes |
 //!
 //! A pointer whose primary key is one integer in `0..2^64` (`key![id]`) is stored as that
 //! integer, a `Value::U64`, as Deno's guide stores ids: the value then lives in the engine's
@@ -100,12 +101,54 @@
 //! Records are serialised with [postcard](https://docs.rs/postcard) and stored as
 //! `Value::Bytes`. Postcard is compact (varint integers, no field names, no per-field tags),
 //! serde-driven, and its 1.x wire format is specified and frozen, so stored records do not
-//! change meaning under a dependency upgrade. The cost: it is not self-describing, so adding,
-//! removing or reordering fields of `T` needs a migration (read with the old type, write the
-//! new), as with any schema-less binary format. `bincode` was the alternative with the same
-//! size; its 1.x and 2.x formats and APIs differ, which is what we wanted to avoid.
-//! MessagePack (`rmp-serde`) is self-describing, at the price of a type marker per value
-//! (and field names in its map mode).
+//! change meaning under a dependency upgrade. The cost: it is not self-describing, so only
+//! some changes of `T` read old records without code (next section). `bincode` was the
+//! alternative with the same size; its 1.x and 2.x formats and APIs differ, which is what we
+//! wanted to avoid. MessagePack (`rmp-serde`) is self-describing, at the price of a type
+//! marker per value (and field names in its map mode); [`RecordFormat::Json`] is the
+//! self-describing option we offer, for structs that change shape often.
+//!
+//! # Record evolution
+//! A collection reads records stored by earlier versions of its struct:
+//! - **A field added at the end with `#[serde(default)]`** needs no code. A postcard record
+//!   that ends before the struct's last fields is read again field by field, and the fields it
+//!   lacks take their defaults (serde's derive does that when the fields run out).
+//! - **Anything else** (a field removed, renamed, reordered, added in the middle, a type
+//!   changed) is declared: [`CollectionBuilder::version`] tags the records written from then
+//!   on, and [`CollectionBuilder::migrate`]`(from, |old_bytes| ...)` converts records stored by
+//!   version `from` (0: before versioning), typically by reading the old struct with postcard.
+//!   A migrated record is written back in the current version by its next write.
+//! - **[`RecordFormat::Json`]** makes records self-describing: fields added anywhere (with a
+//!   default), removed, or renamed (`#[serde(alias)]`) read without a migration, at about twice
+//!   postcard's size and a slower read.
+//!
+//! A record the struct cannot read is [`Error::Incompatible`], naming the collection, the
+//! record's primary key and the version that stored it, never a wrong value where the format
+//! can tell: a postcard record that ends too early, or has bytes left over after the struct's
+//! last field, is refused. Postcard cannot tell every change: two fields of the same type
+//! swapped, or a `u32` widened to `u64`, read without error. Declare a version for those.
+//! Left-over bytes are refused rather than skipped because the next write of that record would
+//! drop them: during a rolling upgrade, a server still running the older struct fails on the
+//! records the newer one wrote (with postcard; JSON skips unknown fields) instead of silently
+//! losing their new fields.
+//!
+//! **Layout.** A collection that has never declared a version or a format stores plain
+//! postcard, byte for byte what it stored before versioning existed, so its write and read
+//! paths do exactly what they did, plus a check that no bytes are left over. A versioned
+//! record is an envelope: [`ENVELOPE_TAG`] (`0xE7`), a format byte, the version as a varint,
+//! then the body. Plain records may start with `0xE7` too, so the first handle that writes
+//! envelopes rewrites any plain record starting with it as an envelope, then sets the marker
+//! `[coll, "meta", "records"]`; from then on `0xE7` first means an envelope, and every handle
+//! (a versionless one too) writes envelopes. As with index definitions, every process writing
+//! the collection should run the versioned code: a build from before this layer reads an
+//! envelope as malformed, and a handle opened before the marker was set keeps writing plain
+//! records until it is opened again (one of them starting with `0xE7` would then not read).
+//!
+//! **Cost.** An unversioned collection's write path pays one relaxed atomic load, its read
+//! path that load, a branch on the first byte and the left-over check postcard's `from_bytes`
+//! skipped. A versioned record is 3 bytes longer (more for versions past 127) and its read
+//! looks the version up among the declared migrations. The lenient re-read runs only for a
+//! record that ended early.
 //!
 //! # Limits
 //! The engine's limits apply to each commit, and a write past one writes nothing:
@@ -153,9 +196,11 @@ mod collection;
 mod entry;
 mod error;
 mod maintain;
+mod record;
 
 pub use collection::{Collection, CollectionBuilder, Extract, Page, Values};
 pub use error::{Error, Reread};
 pub use maintain::{
     BACKFILL_BATCH_DEFAULT, BackfillReport, Duplicate, Finding, Problem, Progress, VerifyReport,
 };
+pub use record::{ENVELOPE_TAG, Migration, RecordFormat};

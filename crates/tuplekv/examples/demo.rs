@@ -1,20 +1,23 @@
 //! The main example, run by the README's first command.
 //!
-//! Part 1 tours the key space: the keys of a small users application, the store's byte order
-//! (which is the tuple order, with Deno's own quirks), selectors, cursors and bad input.
-//! Part 2 runs the users application of Deno's secondary-index guide on the embedded
-//! in-memory store: a unique email index written in the user's own commit, a conflicting
-//! insert rejected with the checks that failed, a non-unique favourite-colour index, a
-//! snapshot, a transaction and a counter.
-//! Part 2b does the same with typed collections (`tuplekv::index`), whose index entries are
-//! written in the record's commit by construction.
-//! Part 3 is the background story's code generator: four threads acting as four app servers,
-//! each with its own handles, issue `INFO`/`WARN` codes (fast mode) and `ERR` codes (gapless
-//! mode, each committed with the record that uses it) at once, and not one code repeats.
-//! Part 4 restarts from disk: the same generator on a durable database, closed and reopened,
-//! continues above every number it handed out before.
+//! It opens with what an application comes for, on a durable store in a temporary directory:
+//! 1. users in a typed collection (`tuplekv::index`) with a unique email and a colour index,
+//!    written with their index entries in one commit: a second account with the same email
+//!    is refused, naming who has it;
+//! 2. codes from sequences: four threads, each with its own handles (as four app servers
+//!    would have), issue `INFO`/`WARN` codes (fast mode) and `ERR` codes (gapless mode, each
+//!    committed with the record that uses it) at once, and not one code repeats;
+//! 3. a restart: the store is closed and opened again from its directory; the users are
+//!    there, the indexes verify clean, and the codes continue above every one handed out.
 //!
-//! `cargo run -p tuplekv --example demo -- 50000` issues 50000 codes per server in part 3
+//! Then what is underneath:
+//! 4. the same users application written by hand on the raw store, as Deno's secondary-index
+//!    guide does: atomic commits with checks, the failed checks of a conflicting insert, a
+//!    snapshot, a transaction and a counter;
+//! 5. a tour of the key space: the store's byte order (the tuple order, with Deno's own
+//!    quirks, as a hex dump), selectors, cursors and bad input.
+//!
+//! `cargo run -p tuplekv --example demo -- 50000` issues 50000 codes per thread in part 2
 //! instead of 2000 (a long run prints its progress every second).
 
 use std::collections::HashSet;
@@ -30,28 +33,32 @@ use tuplekv::{
     decode_key, encode_key, key,
 };
 
-/// Codes each server issues in part 3 unless the command line says otherwise.
-const CODES_PER_SERVER_DEFAULT: u64 = 2_000;
+/// Codes each thread issues in part 2 unless the command line says otherwise.
+const CODES_PER_THREAD_DEFAULT: u64 = 2_000;
 
 fn main() -> Result<()> {
-    let per_server = match std::env::args().nth(1) {
-        None => CODES_PER_SERVER_DEFAULT,
+    let per_thread = match std::env::args().nth(1) {
+        None => CODES_PER_THREAD_DEFAULT,
         Some(arg) => arg
             .parse()
             .ok()
             .filter(|&n| n > 0)
-            .with_context(|| format!("usage: demo [CODES_PER_SERVER > 0], not `{arg}`"))?,
+            .with_context(|| format!("usage: demo [CODES_PER_THREAD > 0], not `{arg}`"))?,
     };
-    key_space_tour()?;
+    let dir = std::env::temp_dir().join(format!("tuplekv-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("data directory: {}", dir.display());
+    let db = Database::open(&dir, Options::default())?;
+    users_collection(&db)?;
+    let codes = concurrent_codes(&db, 4, per_thread)?;
+    restart(&dir, db, &codes)?;
+    std::fs::remove_dir_all(&dir)?;
     users_application()?;
-    users_collection()?;
-    let db = Database::in_memory();
-    concurrent_codes(&db, 4, per_server)?;
-    restart_from_disk()
+    key_space_tour()
 }
 
 fn key_space_tour() -> Result<()> {
-    println!("== 1. the key space\n");
+    println!("\n== 5. under the hood: the key space\n");
 
     // Keys of a users application, as Deno's secondary-index guide lays them out.
     let mut keys: Vec<Key> = vec![
@@ -160,7 +167,7 @@ fn insert_user(
 }
 
 fn users_application() -> Result<()> {
-    println!("\n== 2. users with secondary indexes, on the embedded in-memory store\n");
+    println!("\n== 4. under the hood: the same users by hand, on the raw store\n");
     let db = Database::in_memory();
     let people = [
         (1, "Ada", "ada@example.com", "green"),
@@ -239,7 +246,7 @@ fn users_application() -> Result<()> {
     Ok(())
 }
 
-/// A user of the typed collection in part 2b.
+/// A user of the typed collection in part 1.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 struct User {
     id: u64,
@@ -248,14 +255,19 @@ struct User {
     color: String,
 }
 
-/// Part 2b: the same application with `tuplekv::index`, which writes the index entries in the
-/// record's own commit by construction.
-fn users_collection() -> Result<()> {
-    println!("\n== 2b. the same with typed collections (tuplekv::index)\n");
-    let users = Collection::builder("users", |u: &User| key![u.id])
+/// The users collection: a unique email and a non-unique colour index.
+fn users(db: &Database) -> Result<Collection<User, Database>> {
+    Ok(Collection::builder("users", |u: &User| key![u.id])
         .unique("email", |u| Some(key![u.email.clone()]))
         .index("color", |u| Some(key![u.color.clone()]))
-        .open(Database::in_memory())?;
+        .open(db.clone())?)
+}
+
+/// Part 1: users in a typed collection (`tuplekv::index`), which writes the index entries in
+/// the record's own commit by construction.
+fn users_collection(db: &Database) -> Result<()> {
+    println!("\n== 1. users with a unique email (tuplekv::index)\n");
+    let users = users(db)?;
     let user = |id, name: &str, email: &str, color: &str| User {
         id,
         name: name.into(),
@@ -301,9 +313,9 @@ fn define_sequences(seqs: &Sequences<Database>) -> Result<()> {
     Ok(())
 }
 
-/// Runs `servers` threads, each with its own `Sequences` handles (as separate app servers
-/// would have), issuing `per_server` codes spread over INFO, WARN and ERR. Returns every code.
-fn issue_codes(db: &Database, servers: u64, per_server: u64) -> Result<Vec<String>> {
+/// Runs `threads` threads, each with its own `Sequences` handles (as separate app servers
+/// would have), issuing `per_thread` codes spread over INFO, WARN and ERR. Returns every code.
+fn issue_codes(db: &Database, threads: u64, per_thread: u64) -> Result<Vec<String>> {
     define_sequences(&Sequences::new(db.clone()))?;
     let issued = AtomicU64::new(0);
     let (done, finished) = mpsc::channel::<()>();
@@ -311,7 +323,7 @@ fn issue_codes(db: &Database, servers: u64, per_server: u64) -> Result<Vec<Strin
         // Progress once a second for long runs; a short run ends before the first line.
         let issued = &issued;
         s.spawn(move || {
-            let total = servers * per_server;
+            let total = threads * per_thread;
             while let Err(mpsc::RecvTimeoutError::Timeout) =
                 finished.recv_timeout(Duration::from_secs(1))
             {
@@ -319,15 +331,15 @@ fn issue_codes(db: &Database, servers: u64, per_server: u64) -> Result<Vec<Strin
                 println!("  ... {n} of {total} codes issued");
             }
         });
-        let handles: Vec<_> = (0..servers)
-            .map(|server| {
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
                 let db = db.clone();
                 s.spawn(move || -> Result<Vec<String>> {
                     let seqs = Sequences::new(db);
                     let (info, warn) = (seqs.fast("INFO")?, seqs.fast("WARN")?);
                     let err = seqs.gapless("ERR")?;
-                    let mut codes = Vec::with_capacity(per_server as usize);
-                    for i in 0..per_server {
+                    let mut codes = Vec::with_capacity(per_thread as usize);
+                    for i in 0..per_thread {
                         let code = match i % 10 {
                             0..=5 => info.next()?.code(),
                             6..=8 => warn.next()?.code(),
@@ -337,7 +349,7 @@ fn issue_codes(db: &Database, servers: u64, per_server: u64) -> Result<Vec<Strin
                                     let entry = key!["errors", issued.code()];
                                     record.check(&entry, None).set(
                                         &entry,
-                                        format!("server {server}: request {i} failed").as_str(),
+                                        format!("thread {thread}: request {i} failed").as_str(),
                                     );
                                 })?
                                 .code(),
@@ -353,7 +365,7 @@ fn issue_codes(db: &Database, servers: u64, per_server: u64) -> Result<Vec<Strin
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a server panicked")))
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a thread panicked")))
             })
             .collect();
         drop(done);
@@ -394,10 +406,11 @@ fn summarise(codes: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn concurrent_codes(db: &Database, servers: u64, per_server: u64) -> Result<()> {
-    println!("\n== 3. unique codes from {servers} servers at once\n");
+/// Part 2: codes from `threads` threads at once. Returns every code issued.
+fn concurrent_codes(db: &Database, threads: u64, per_thread: u64) -> Result<Vec<String>> {
+    println!("\n== 2. unique codes from {threads} threads at once\n");
     let started = Instant::now();
-    let codes = issue_codes(db, servers, per_server)?;
+    let codes = issue_codes(db, threads, per_thread)?;
     println!(
         "  {} codes in {:.0} ms",
         codes.len(),
@@ -413,32 +426,31 @@ fn concurrent_codes(db: &Database, servers: u64, per_server: u64) -> Result<()> 
         "  ERR records committed: {errs} for {issued} ERR codes (gapless: no number without its record)"
     );
     anyhow::ensure!(errs == issued, "an ERR code without its record");
-    Ok(())
+    Ok(codes)
 }
 
-fn restart_from_disk() -> Result<()> {
-    println!("\n== 4. a restart from disk\n");
-    let dir = std::env::temp_dir().join(format!("tuplekv-demo-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let db = Database::open(&dir, Options::default())?;
-    let before = issue_codes(&db, 2, 300)?;
-    let high = |codes: &[String], prefix: &str| {
-        codes
-            .iter()
-            .filter_map(|c| c.strip_prefix(prefix)?.parse::<u64>().ok())
-            .max()
-            .unwrap_or(0)
-    };
+/// The highest number of `prefix` among `codes`.
+fn highest(codes: &[String], prefix: &str) -> u64 {
+    codes
+        .iter()
+        .filter_map(|c| c.strip_prefix(prefix)?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Part 3: closes the store, opens it again from `dir`, and checks that the users and their
+/// indexes are there and that the codes continue above every one in `before`.
+fn restart(dir: &std::path::Path, db: Database, before: &[String]) -> Result<()> {
+    println!("\n== 3. a restart from disk\n");
     println!(
-        "  before: {} codes, highest INFO{:03} WARN{:03} ERR{:03}; closing the database",
-        before.len(),
-        high(&before, "INFO"),
-        high(&before, "WARN"),
-        high(&before, "ERR")
+        "  before: highest INFO{:03} WARN{:03} ERR{:03}; closing the database",
+        highest(before, "INFO"),
+        highest(before, "WARN"),
+        highest(before, "ERR")
     );
     db.close()?;
 
-    let db = Database::open(&dir, Options::default())?;
+    let db = Database::open(dir, Options::default())?;
     let report = db
         .recovery_report()
         .context("a durable database has a recovery report")?;
@@ -447,10 +459,23 @@ fn restart_from_disk() -> Result<()> {
         report.records_replayed,
         report.elapsed.as_secs_f64() * 1e3
     );
+    let users = users(&db)?;
+    let (_, ada) = users
+        .get_by("email", &key!["ada@example.com"])?
+        .context("Ada survived the restart")?;
+    println!("  ada@example.com is still user {}: {}", ada.id, ada.name);
+    let report = users.verify()?;
+    println!(
+        "  verify: {} records, {} index entries, clean: {}",
+        report.records,
+        report.entries,
+        report.is_clean()
+    );
+    anyhow::ensure!(report.is_clean(), "an index drifted across the restart");
     let after = issue_codes(&db, 2, 300)?;
     for prefix in ["INFO", "WARN", "ERR"] {
         let (old, new) = (
-            high(&before, prefix),
+            highest(before, prefix),
             after
                 .iter()
                 .filter_map(|c| c.strip_prefix(prefix)?.parse::<u64>().ok())
@@ -460,10 +485,10 @@ fn restart_from_disk() -> Result<()> {
         println!("  {prefix:<4}: first number after the restart {new} > highest before {old}");
         anyhow::ensure!(new > old, "{prefix} reused a number after the restart");
     }
-    let all: Vec<String> = before.into_iter().chain(after).collect();
+    let all: Vec<String> = before.iter().cloned().chain(after).collect();
     summarise(&all)?;
+    drop(users);
     db.close()?;
-    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
 
