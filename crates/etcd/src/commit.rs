@@ -1,0 +1,350 @@
+//! A tuplekv commit as one etcd transaction: checks and range checks become comparisons,
+//! mutations become puts (folded per key), and the `else` branch reads what a failed
+//! comparison needs to say which check failed.
+//!
+//! Mutations that read the current value (sum/min/max) are computed here from the last value
+//! seen of their key (none at first) and guarded by a `mod_revision` comparison; when the
+//! guess was wrong, the `else` branch's reads give the value and the commit is tried again,
+//! at most [`COMMIT_ATTEMPTS_MAX`] times. A key check `None` ("absent") compares
+//! `mod_revision` with 0, or with the revision of the tombstone or expired value seen there.
+//! A check of a versionstamp also compares the value's deadline (see `envelope`), so a value
+//! that expired is not taken for the one checked.
+
+use std::collections::HashMap;
+
+use etcd_client::{Compare, CompareOp, GetOptions, KvClient, Txn, TxnOp, TxnOpResponse};
+use tuplekv_engine::{
+    AtomicWrite, CommitResult, Conflict, Error, Expiry, FailedCheck, KeyBytes, MutationKind, Value,
+    Versionstamp, sum_numbers,
+};
+
+use crate::envelope::{self, Stored};
+use crate::{Space, TXN_OPS_MAX, now_ms, write_error};
+
+/// Most times one commit is sent when its sum/min/max guesses (or the tombstones its checks
+/// expected) turn out stale; then [`Error::TransactionConflict`].
+pub const COMMIT_ATTEMPTS_MAX: u32 = 16;
+
+/// The last state seen of one etcd key.
+#[derive(Debug, Clone)]
+struct Observed {
+    /// 0 when the key did not exist.
+    mod_revision: i64,
+    stored: Option<Stored>,
+}
+
+impl Observed {
+    fn live(&self, now: u64) -> Option<&Value> {
+        self.stored.as_ref()?.live(now)
+    }
+
+    fn stamp(&self, now: u64) -> Option<Versionstamp> {
+        self.live(now)?;
+        Some(Versionstamp::from_version(
+            u64::try_from(self.mod_revision).ok()?,
+        ))
+    }
+}
+
+/// What a key holds after a commit's mutations: a value with its deadline, or nothing.
+type Staged = Option<(Value, Option<u64>)>;
+
+/// One attempt's transaction, and what its `else` branch reads.
+struct Plan {
+    txn: Txn,
+    /// The etcd keys the `else` branch reads, in order, then one count per range check.
+    reads: Vec<Vec<u8>>,
+}
+
+/// Commits `write` under `space`.
+pub(crate) async fn commit(
+    mut kv: KvClient,
+    space: Space,
+    write: AtomicWrite,
+) -> Result<CommitResult, Error> {
+    write.validate()?;
+    if write
+        .mutations
+        .iter()
+        .any(|m| matches!(m.kind, MutationKind::SetSuffixVersionstampedKey { .. }))
+    {
+        return Err(Error::Unsupported {
+            operation: "a versionstamped key (set_versionstamped)",
+            needs: "the commit's revision before the commit, which etcd does not give: \
+                    the written key would have to name a revision not yet assigned",
+        });
+    }
+    let compares = 2 * (write.checks.len() + write.mutations.len()) + write.range_checks.len();
+    if compares > TXN_OPS_MAX {
+        return Err(Error::Unsupported {
+            operation: "a commit needing more etcd comparisons than TXN_OPS_MAX (4096)",
+            needs: "fewer checks, sum/min/max mutations and range checks in one commit",
+        });
+    }
+    let mut known: HashMap<Vec<u8>, Observed> = HashMap::new();
+    for _ in 0..COMMIT_ATTEMPTS_MAX {
+        let now = now_ms();
+        if write
+            .range_checks
+            .iter()
+            .any(|rc| rc.expires_at.is_some_and(|d| d <= now))
+        {
+            return Ok(CommitResult::Conflict(Conflict {
+                failed_checks: Vec::new(),
+                range_changed: true,
+            }));
+        }
+        let plan = plan(&write, &space, &known, now)?;
+        let response = kv.txn(plan.txn).await.map_err(write_error)?;
+        if response.succeeded() {
+            let revision = response.header().map_or(0, |h| h.revision());
+            let version = u64::try_from(revision).map_err(|_| Error::OutcomeUnknown {
+                reason: format!("etcd answered the commit with revision {revision}"),
+            })?;
+            return Ok(CommitResult::Committed {
+                versionstamp: Versionstamp::from_version(version),
+            });
+        }
+        let range_changed = learn(&mut known, &plan.reads, &response.op_responses())?;
+        let conflict = Conflict {
+            failed_checks: failed_checks(&write, &space, &known, now_ms()),
+            range_changed,
+        };
+        if !conflict.failed_checks.is_empty() || conflict.range_changed {
+            return Ok(CommitResult::Conflict(conflict));
+        }
+        // A guess was stale (a sum's operand, a tombstone's revision): again, with what the
+        // `else` branch read.
+    }
+    Err(Error::TransactionConflict {
+        attempts: COMMIT_ATTEMPTS_MAX,
+    })
+}
+
+/// The checks that do not hold in `known` at `now`.
+fn failed_checks(
+    write: &AtomicWrite,
+    space: &Space,
+    known: &HashMap<Vec<u8>, Observed>,
+    now: u64,
+) -> Vec<FailedCheck> {
+    write
+        .checks
+        .iter()
+        .enumerate()
+        .filter_map(|(index, check)| {
+            let actual = known
+                .get(&space.data(&check.key))
+                .and_then(|o| o.stamp(now));
+            (actual != check.versionstamp).then(|| FailedCheck {
+                index,
+                key: check.key.clone(),
+                expected: check.versionstamp,
+                actual,
+            })
+        })
+        .collect()
+}
+
+/// Records the `else` branch's reads in `known`; returns whether a range check's range
+/// changed.
+fn learn(
+    known: &mut HashMap<Vec<u8>, Observed>,
+    reads: &[Vec<u8>],
+    responses: &[TxnOpResponse],
+) -> Result<bool, Error> {
+    let mut range_changed = false;
+    for (i, response) in responses.iter().enumerate() {
+        let TxnOpResponse::Get(get) = response else {
+            continue;
+        };
+        match reads.get(i) {
+            Some(key) => {
+                let observed = match get.kvs().first() {
+                    None => Observed {
+                        mod_revision: 0,
+                        stored: None,
+                    },
+                    Some(kv) => Observed {
+                        mod_revision: kv.mod_revision(),
+                        stored: Some(envelope::decode(kv.key(), kv.value())?),
+                    },
+                };
+                known.insert(key.clone(), observed);
+            }
+            None => range_changed |= get.count() > 0,
+        }
+    }
+    Ok(range_changed)
+}
+
+/// A versionstamp as an etcd revision; one no revision can have (-1) when it does not fit.
+fn revision_of(versionstamp: Versionstamp) -> i64 {
+    i64::try_from(versionstamp.version()).unwrap_or(-1)
+}
+
+/// The transaction of one attempt at `now`, from what `known` holds.
+fn plan(
+    write: &AtomicWrite,
+    space: &Space,
+    known: &HashMap<Vec<u8>, Observed>,
+    now: u64,
+) -> Result<Plan, Error> {
+    let mut compares = Vec::new();
+    let mut reads: Vec<Vec<u8>> = Vec::new();
+    let mut read_set = std::collections::HashSet::new();
+    let mut read = |key: &Vec<u8>, reads: &mut Vec<Vec<u8>>| {
+        if read_set.insert(key.clone()) {
+            reads.push(key.clone());
+        }
+    };
+    for check in &write.checks {
+        let key = space.data(&check.key);
+        match check.versionstamp {
+            Some(vs) => {
+                compares.push(Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    revision_of(vs),
+                ));
+                compares.push(Compare::value(
+                    key.clone(),
+                    CompareOp::Greater,
+                    envelope::live_after(now),
+                ));
+            }
+            None => {
+                // Absent: never written (0), or the tombstone / expired value seen there.
+                let revision = known
+                    .get(&key)
+                    .filter(|o| o.live(now).is_none())
+                    .map_or(0, |o| o.mod_revision);
+                compares.push(Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    revision,
+                ));
+            }
+        }
+        read(&key, &mut reads);
+    }
+    let mut staged: Vec<(KeyBytes, Staged)> = Vec::new();
+    let mut at: HashMap<KeyBytes, usize> = HashMap::new();
+    for (index, m) in write.mutations.iter().enumerate() {
+        let reads_current = !matches!(
+            m.kind,
+            MutationKind::Set { .. }
+                | MutationKind::SetSuffixVersionstampedKey { .. }
+                | MutationKind::Delete
+        );
+        let result = match at.get(&m.key).and_then(|&i| staged.get_mut(i)) {
+            Some((_, earlier)) => {
+                let current = earlier
+                    .as_ref()
+                    .filter(|(_, d)| d.is_none_or(|d| d > now))
+                    .map(|(v, _)| v);
+                *earlier = apply(&m.kind, current, now, index, &m.key)?;
+                continue;
+            }
+            None if reads_current => {
+                let key = space.data(&m.key);
+                let observed = known.get(&key);
+                compares.push(Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    observed.map_or(0, |o| o.mod_revision),
+                ));
+                let current = observed.and_then(|o| o.live(now));
+                if current.is_some() {
+                    compares.push(Compare::value(
+                        key.clone(),
+                        CompareOp::Greater,
+                        envelope::live_after(now),
+                    ));
+                }
+                read(&key, &mut reads);
+                apply(&m.kind, current, now, index, &m.key)?
+            }
+            None => apply(&m.kind, None, now, index, &m.key)?,
+        };
+        at.insert(m.key.clone(), staged.len());
+        staged.push((m.key.clone(), result));
+    }
+    let mut puts: Vec<TxnOp> = staged
+        .iter()
+        .map(|(key, result)| {
+            let value = match result {
+                Some((v, deadline)) => envelope::encode(v, *deadline),
+                None => envelope::tombstone(),
+            };
+            TxnOp::put(space.data(key), value, None)
+        })
+        .collect();
+    if puts.is_empty() {
+        // etcd gives a transaction without a write no revision; every commit needs one.
+        puts.push(TxnOp::put(space.marker(), Vec::new(), None));
+    }
+    let mut else_ops: Vec<TxnOp> = reads.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
+    for rc in &write.range_checks {
+        let since = revision_of(rc.since);
+        let (start, end) = (space.data(&rc.start), space.data(&rc.end));
+        compares.push(
+            Compare::mod_revision(start.clone(), CompareOp::Less, since.saturating_add(1))
+                .with_range(end.clone()),
+        );
+        let options = GetOptions::new()
+            .with_range(end)
+            .with_min_mod_revision(since.saturating_add(1))
+            .with_count_only();
+        else_ops.push(TxnOp::get(start, Some(options)));
+    }
+    Ok(Plan {
+        txn: Txn::new().when(compares).and_then(puts).or_else(else_ops),
+        reads,
+    })
+}
+
+/// What mutation `index` (of `kind`) leaves at its key, given the key's live value.
+fn apply(
+    kind: &MutationKind,
+    current: Option<&Value>,
+    now: u64,
+    index: usize,
+    key: &KeyBytes,
+) -> Result<Staged, Error> {
+    let u64_op = |op: &'static str, n: u64, f: fn(u64, u64) -> u64| match current {
+        None => Ok(Some((Value::U64(n), None))),
+        Some(Value::U64(old)) => Ok(Some((Value::U64(f(*old, n)), None))),
+        Some(_) => Err(Error::NotU64 {
+            op,
+            index,
+            key: key.clone(),
+        }),
+    };
+    match kind {
+        MutationKind::Set { value, expiry }
+        | MutationKind::SetSuffixVersionstampedKey { value, expiry } => {
+            let deadline = expiry.map(|e| match e {
+                Expiry::In(d) => {
+                    now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                }
+                Expiry::At(deadline) => deadline,
+            });
+            Ok(Some((value.clone(), deadline)))
+        }
+        MutationKind::Delete => Ok(None),
+        MutationKind::Sum(n) => u64_op("sum", *n, u64::wrapping_add),
+        MutationKind::Min(n) => u64_op("min", *n, u64::min),
+        MutationKind::Max(n) => u64_op("max", *n, u64::max),
+        MutationKind::SumBounded(sum) => Ok(Some((
+            sum_numbers(
+                &sum.operand,
+                sum.min.as_ref(),
+                sum.max.as_ref(),
+                sum.clamp,
+                current,
+            )?,
+            None,
+        ))),
+    }
+}
