@@ -1,6 +1,7 @@
 //! A local etcd cluster for tests and benches: `n` members of the installed `etcd` binary on
 //! loopback ports, with data directories in a scratch directory, stopped (SIGKILL) and
-//! removed when dropped.
+//! removed when dropped, or by a watchdog shell once the test process exits (a cluster in
+//! a `static` is never dropped).
 //!
 //! The members run with limits that fit tuplekv's (see [`MAX_TXN_OPS`] and
 //! [`MAX_REQUEST_BYTES`]) and with revision-based auto-compaction, as a production cluster
@@ -47,6 +48,12 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often readiness is polled.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
+/// The watchdog: waits for process `$1` to end, then SIGKILLs every member whose pid file is
+/// in directory `$2`, and removes the directory.
+const WATCHDOG: &str = r#"while kill -0 "$1" 2>/dev/null; do sleep 0.5; done
+for f in "$2"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+rm -rf "$2""#;
+
 /// Longest wait for one answer of a member's HTTP endpoint.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -68,6 +75,9 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     token: String,
     members: Mutex<Vec<Member>>,
+    /// Kills the members once this process is gone, for a cluster that is never dropped
+    /// (one held in a `static` for a whole test binary).
+    watchdog: Option<Child>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -143,11 +153,21 @@ impl Cluster {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default()
         );
+        let watchdog = Command::new("sh")
+            .args(["-c", WATCHDOG, "tuplekv-etcd-watchdog"])
+            .arg(std::process::id().to_string())
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok();
         let cluster = Cluster {
             binary,
             dir,
             token,
             members: Mutex::new(members),
+            watchdog,
         };
         let count = cluster.members().len();
         for i in 0..count {
@@ -179,6 +199,10 @@ impl Cluster {
     /// Whether the cluster has no members (never: [`Cluster::start`] refuses 0).
     pub fn is_empty(&self) -> bool {
         self.members().is_empty()
+    }
+
+    fn pid_path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.pid"))
     }
 
     fn log_path(&self, name: &str) -> PathBuf {
@@ -233,6 +257,7 @@ impl Cluster {
             .stderr(log_err)
             .spawn()
             .unwrap_or_else(|e| panic!("could not start {}: {e}", self.binary.display()));
+        let _ = std::fs::write(self.pid_path(&member.name), child.id().to_string());
         member.process = Some(child);
     }
 
@@ -292,6 +317,7 @@ impl Cluster {
         // `Child::kill` is SIGKILL on Unix: no graceful shutdown, as a crash.
         let _ = child.kill();
         let _ = child.wait();
+        let _ = std::fs::remove_file(self.pid_path(&member.name));
     }
 
     /// Restarts member `i` (killed before) on its data and ports, and waits until it is
@@ -384,6 +410,10 @@ impl Drop for Cluster {
                 let _ = child.kill();
                 let _ = child.wait();
             }
+        }
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
         }
     }
 }
