@@ -9,6 +9,11 @@
 //! `mod_revision` with 0, or with the revision of the tombstone or expired value seen there.
 //! A check of a versionstamp also compares the value's deadline (see `envelope`), so a value
 //! that expired is not taken for the one checked.
+//!
+//! A commit with range checks also compares the `mod_revision` of the collection fence
+//! (module `collect`) with the state it last saw, and conflicts when the fence's bound is
+//! above a range check's snapshot: the collector may have removed a tombstone written after
+//! that snapshot, which the range comparison can no longer see.
 
 use std::collections::HashMap;
 
@@ -19,7 +24,8 @@ use tuplekv_engine::{
 };
 
 use crate::envelope::{self, Stored};
-use crate::{Space, TXN_OPS_MAX, now_ms, write_error};
+use crate::errors::write_error;
+use crate::{Space, TXN_OPS_MAX, now_ms};
 
 /// Most times one commit is sent when its sum/min/max guesses (or the tombstones its checks
 /// expected) turn out stale; then [`Error::TransactionConflict`].
@@ -74,7 +80,7 @@ pub(crate) async fn commit(
                     the written key would have to name a revision not yet assigned",
         });
     }
-    let compares = 2 * (write.checks.len() + write.mutations.len()) + write.range_checks.len();
+    let compares = 2 * (write.checks.len() + write.mutations.len()) + write.range_checks.len() + 1;
     if compares > TXN_OPS_MAX {
         return Err(Error::Unsupported {
             operation: "a commit needing more etcd comparisons than TXN_OPS_MAX (4096)",
@@ -82,8 +88,33 @@ pub(crate) async fn commit(
         });
     }
     let mut known: HashMap<Vec<u8>, Observed> = HashMap::new();
+    let fence = space.fence();
+    let oldest_since = write.range_checks.iter().map(|rc| rc.since.version()).min();
+    if oldest_since.is_some() {
+        let (mod_revision, bound) = space.fence_seen();
+        known.insert(
+            fence.clone(),
+            Observed {
+                mod_revision,
+                stored: (mod_revision != 0).then(|| Stored {
+                    value: Some(Value::U64(bound)),
+                    deadline: envelope::NO_DEADLINE,
+                }),
+            },
+        );
+    }
     for _ in 0..COMMIT_ATTEMPTS_MAX {
         let now = now_ms();
+        if let (Some(since), Some(seen)) = (oldest_since, known.get(&fence)) {
+            space.saw_fence(seen.mod_revision, fence_bound(seen));
+            if fence_bound(seen) > since {
+                // A tombstone newer than the snapshot may be gone: the range may have changed.
+                return Ok(CommitResult::Conflict(Conflict {
+                    failed_checks: Vec::new(),
+                    range_changed: true,
+                }));
+            }
+        }
         if write
             .range_checks
             .iter()
@@ -119,6 +150,14 @@ pub(crate) async fn commit(
     Err(Error::TransactionConflict {
         attempts: COMMIT_ATTEMPTS_MAX,
     })
+}
+
+/// The bound the collection fence holds (0 when absent).
+fn fence_bound(seen: &Observed) -> u64 {
+    match seen.stored.as_ref().and_then(|s| s.value.as_ref()) {
+        Some(Value::U64(bound)) => *bound,
+        _ => 0,
+    }
 }
 
 /// The checks that do not hold in `known` at `now`.
@@ -227,6 +266,12 @@ fn plan(
             }
         }
         read(&key, &mut reads);
+    }
+    if !write.range_checks.is_empty() {
+        let fence = space.fence();
+        let seen = known.get(&fence).map_or(0, |o| o.mod_revision);
+        compares.push(Compare::mod_revision(fence.clone(), CompareOp::Equal, seen));
+        read(&fence, &mut reads);
     }
     let mut staged: Vec<(KeyBytes, Staged)> = Vec::new();
     let mut at: HashMap<KeyBytes, usize> = HashMap::new();

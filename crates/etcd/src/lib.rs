@@ -22,7 +22,7 @@
 //! - An etcd value is an envelope: the value's deadline, its encoding and its bytes (module
 //!   `envelope`). A deletion writes a tombstone, so that a range comparison (a transaction
 //!   that listed) sees it; reads and checks take tombstones and values past their deadline
-//!   for absent. Tombstones and expired values are not collected yet.
+//!   for absent. A background task collects them (module `collect`, [`CollectOptions`]).
 //! - A commit is one etcd transaction (module `commit`): checks and range checks are
 //!   comparisons, mutations are puts folded per key, sum/min/max are computed here and
 //!   guarded by a comparison with a bounded retry, and a failed transaction's `else` branch
@@ -39,26 +39,37 @@
 //! `--max-request-bytes` of 4 MiB (as `tuplekv_testkit::etcd::Cluster` does). A commit past
 //! our own limits is refused before anything is sent.
 //!
+//! # Errors
+//! etcd's answers are told apart by gRPC status code (module `errors`): a refusal made
+//! before anything was applied is definite ([`Error::Remote`] with etcd's message, or
+//! [`Error::Unavailable`] when the request was never proposed), a commit that failed after
+//! it was sent is [`Error::OutcomeUnknown`], and reads retry transient failures within
+//! [`READ_RETRY_BUDGET`].
+//!
 //! # Threads
 //! The store runs its own small tokio runtime; the blocking [`Store`] methods wait on it from
 //! any thread (never from inside a runtime's task).
 //!
 //! [`MutationKind::SetSuffixVersionstampedKey`]: tuplekv_engine::MutationKind::SetSuffixVersionstampedKey
 
+mod collect;
 mod commit;
 mod envelope;
+mod errors;
 mod snapshot;
 mod watch;
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{Client, ConnectOptions, KvClient};
 use tuplekv_engine::limits::{KEY_SIZE_MAX_WRITE, WATCH_KEYS_MAX};
 use tuplekv_engine::{AtomicWrite, CommitResult, Entry, Error, KeyBytes, Store, Versionstamp};
 
+pub use collect::{COLLECT_INTERVAL_DEFAULT, COLLECT_SCAN_MAX, CollectOptions, Collected};
 pub use commit::COMMIT_ATTEMPTS_MAX;
+pub use errors::{READ_RETRY_BUDGET, READ_RETRY_PAUSE, READ_RETRY_PAUSE_MAX};
 pub use snapshot::EtcdSnapshot;
 pub use watch::{EtcdWatch, WATCH_POLL_INTERVAL};
 
@@ -105,6 +116,9 @@ pub enum ConnectError {
 #[derive(Debug, Clone)]
 pub(crate) struct Space {
     prefix: Arc<[u8]>,
+    /// The last state seen of the collection fence ([`Space::fence`]): its `mod_revision`
+    /// and the bound it holds, (0, 0) before any was seen.
+    fence_seen: Arc<Mutex<(i64, u64)>>,
 }
 
 impl Space {
@@ -122,6 +136,40 @@ impl Space {
         key.strip_prefix(&*self.prefix)?.strip_prefix(b"d")
     }
 
+    /// The first etcd key after this store's data keys.
+    pub(crate) fn data_end(&self) -> Vec<u8> {
+        let mut out = self.prefix.to_vec();
+        out.push(b'e');
+        out
+    }
+
+    /// The collection fence: the highest revision of a tombstone the collector may have
+    /// removed (module `collect`). A commit with range checks compares its `mod_revision`.
+    pub(crate) fn fence(&self) -> Vec<u8> {
+        let mut out = self.prefix.to_vec();
+        out.push(b'g');
+        out
+    }
+
+    /// The last state seen of the fence: `(mod_revision, bound)`.
+    pub(crate) fn fence_seen(&self) -> (i64, u64) {
+        *self
+            .fence_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a state seen of the fence, unless a newer one was.
+    pub(crate) fn saw_fence(&self, mod_revision: i64, bound: u64) {
+        let mut seen = self
+            .fence_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if mod_revision >= seen.0 {
+            *seen = (mod_revision, bound);
+        }
+    }
+
     /// The key a commit without mutations writes.
     pub(crate) fn marker(&self) -> Vec<u8> {
         let mut out = self.prefix.to_vec();
@@ -130,31 +178,12 @@ impl Space {
     }
 }
 
-/// A failed read as our error: a compacted revision is [`Error::SnapshotExpired`].
-pub(crate) fn read_error(e: etcd_client::Error, revision: i64) -> Error {
-    match &e {
-        etcd_client::Error::GRpcStatus(s) if s.message().contains("compacted") => {
-            Error::SnapshotExpired {
-                versionstamp: Versionstamp::from_version(u64::try_from(revision).unwrap_or(0))
-                    .to_string(),
-            }
-        }
-        _ => Error::Unavailable {
-            reason: e.to_string(),
-        },
-    }
-}
-
-/// A failed commit as our error: once sent, its outcome is unknown.
-pub(crate) fn write_error(e: etcd_client::Error) -> Error {
-    Error::OutcomeUnknown {
-        reason: e.to_string(),
-    }
-}
-
 /// Owns the runtime; dropped with the last handle, snapshot or watch.
 struct Inner {
     runtime: Option<tokio::runtime::Runtime>,
+    /// The background collector, stopped with the last handle.
+    collector: Option<tokio::task::AbortHandle>,
+    collect: collect::Collector,
     handle: tokio::runtime::Handle,
     kv: KvClient,
     space: Space,
@@ -162,6 +191,9 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if let Some(collector) = self.collector.take() {
+            collector.abort();
+        }
         // Never blocks, so the last handle may be dropped anywhere (even on a runtime).
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
@@ -185,14 +217,26 @@ impl std::fmt::Debug for EtcdStore {
 
 impl EtcdStore {
     /// Connects to the cluster at `endpoints` (client URLs such as `http://127.0.0.1:2379`)
-    /// and opens the store under key `prefix`. Reads once, so an unreachable cluster fails
-    /// here.
+    /// and opens the store under key `prefix`, collecting garbage in the background every
+    /// [`COLLECT_INTERVAL_DEFAULT`]. Reads once, so an unreachable cluster fails here.
     ///
     /// # Errors
     /// [`ConnectError`].
     pub fn connect<E: AsRef<str>>(
         endpoints: &[E],
         prefix: &[u8],
+    ) -> Result<EtcdStore, ConnectError> {
+        EtcdStore::connect_with(endpoints, prefix, &CollectOptions::default())
+    }
+
+    /// As [`EtcdStore::connect`], with the background collector set by `collect`.
+    ///
+    /// # Errors
+    /// [`ConnectError`].
+    pub fn connect_with<E: AsRef<str>>(
+        endpoints: &[E],
+        prefix: &[u8],
+        collect: &CollectOptions,
     ) -> Result<EtcdStore, ConnectError> {
         if endpoints.is_empty() {
             return Err(ConnectError::NoEndpoints);
@@ -223,18 +267,40 @@ impl EtcdStore {
         let kv = client
             .kv_client()
             .max_decoding_message_size(RESPONSE_BYTES_MAX);
+        let space = Space {
+            prefix: Arc::from(prefix),
+            fence_seen: Arc::new(Mutex::new((0, 0))),
+        };
+        let collector = collect::Collector::new(kv.clone(), space.clone());
+        // The task holds the client, never a handle: it stops when the last handle drops.
+        let background = collect
+            .interval
+            .map(|interval| handle.spawn(collector.clone().run(interval)).abort_handle());
         let store = EtcdStore {
             inner: Arc::new(Inner {
                 runtime: Some(runtime),
+                collector: background,
+                collect: collector,
                 handle,
                 kv,
-                space: Space {
-                    prefix: Arc::from(prefix),
-                },
+                space,
             }),
         };
         store.get_latest_raw(b"\x01")?;
         Ok(store)
+    }
+
+    /// Runs one pass of the collector now (as the background task does every interval):
+    /// examines at most [`COLLECT_SCAN_MAX`] keys from where the last pass stopped, turns
+    /// expired values into tombstones and removes tombstones at or below the cluster's
+    /// compaction revision.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] and the other errors of a read or commit; what was done before
+    /// the error stays done.
+    pub fn collect_garbage(&self) -> Result<Collected, Error> {
+        let collector = self.inner.collect.clone();
+        self.block_on(async move { collector.pass().await })
     }
 
     pub(crate) fn kv(&self) -> KvClient {

@@ -7,7 +7,8 @@ use tuplekv_engine::limits::KEY_SIZE_MAX_READ;
 use tuplekv_engine::{ByteRange, Entry, Error, KeyBytes, ReadView, Versionstamp};
 
 use crate::envelope;
-use crate::{EtcdStore, Space, now_ms, read_error};
+use crate::errors::{read_error, retry_read};
+use crate::{EtcdStore, Space, now_ms};
 
 /// A consistent view of an [`EtcdStore`]: every read sees one etcd revision.
 ///
@@ -165,7 +166,7 @@ impl ReadView for EtcdSnapshot {
 /// One range read of etcd keys `[key, end)` (or `key` alone) at `revision` (0: the
 /// latest), at most `limit` keys, in key order or reversed.
 pub(crate) async fn get_page(
-    mut kv: KvClient,
+    kv: KvClient,
     space: Space,
     key: Vec<u8>,
     end: Option<Vec<u8>>,
@@ -182,10 +183,16 @@ pub(crate) async fn get_page(
     if reverse {
         options = options.with_sort(SortTarget::Key, SortOrder::Descend);
     }
-    let response = kv
-        .get(key, Some(options))
-        .await
-        .map_err(|e| read_error(e, revision))?;
+    // Reads change nothing: a transient failure is retried within the read budget.
+    let response = retry_read(|| {
+        let (mut kv, key, options) = (kv.clone(), key.clone(), options.clone());
+        async move {
+            kv.get(key, Some(options))
+                .await
+                .map_err(|e| read_error(e, revision))
+        }
+    })
+    .await?;
     let now = now_ms();
     let mut entries = Vec::with_capacity(response.kvs().len());
     for kv in response.kvs() {
