@@ -260,3 +260,130 @@ async fn compaction_revision(kv: &mut KvClient, from: i64, current: i64) -> Resu
     }
     Ok(lo)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tuplekv_engine::{ReadView, Store, key};
+    use tuplekv_testkit::etcd::Cluster;
+
+    use super::*;
+    use crate::EtcdStore;
+
+    /// The etcd key and `mod_revision` of tuplekv key `k`, read now.
+    fn candidate(store: &EtcdStore, k: &tuplekv_engine::Key) -> Candidate {
+        let key = store.space().data(&tuplekv_engine::codec::encode_key(k));
+        let mut kv = store.kv();
+        let target = key.clone();
+        let mod_revision = store
+            .block_on(async move {
+                let r = kv.get(target, None).await.map_err(|e| read_error(e, 0))?;
+                Ok(r.kvs().first().map_or(0, |kv| kv.mod_revision()))
+            })
+            .expect("a read");
+        Candidate { key, mod_revision }
+    }
+
+    #[test]
+    fn a_rewrite_between_the_scan_and_the_change_wins() {
+        let cluster = Cluster::start(1);
+        let options = CollectOptions { interval: None };
+        let store =
+            EtcdStore::connect_with(&cluster.client_urls(), b"race/", &options).expect("a store");
+        let collector = store.inner.collect.clone();
+
+        // An expired value, seen by the collector, rewritten before it is buried.
+        let _ = store
+            .atomic()
+            .set_with_expiry(&key!["e"], 1u64, Duration::from_millis(1))
+            .commit()
+            .expect("a commit");
+        std::thread::sleep(Duration::from_millis(20));
+        let seen = candidate(&store, &key!["e"]);
+        let _ = store
+            .atomic()
+            .set(&key!["e"], 2u64)
+            .commit()
+            .expect("a commit");
+        let c = collector.clone();
+        let buried = store
+            .block_on(async move { c.bury(&seen).await })
+            .expect("an answer");
+        assert!(!buried, "a stale expired value was buried over a rewrite");
+        let e = store
+            .snapshot()
+            .get(&key!["e"])
+            .expect("a read")
+            .expect("kept");
+        assert_eq!(e.value.as_u64(), Some(2));
+
+        // A tombstone, seen by the collector, rewritten before it is removed.
+        let _ = store
+            .atomic()
+            .delete(&key!["t"])
+            .commit()
+            .expect("a commit");
+        let seen = candidate(&store, &key!["t"]);
+        let _ = store
+            .atomic()
+            .set(&key!["t"], 3u64)
+            .commit()
+            .expect("a commit");
+        let c = collector.clone();
+        let removed = store
+            .block_on(async move { c.remove(&seen).await })
+            .expect("an answer");
+        assert!(!removed, "a stale tombstone was removed over a rewrite");
+        let t = store
+            .snapshot()
+            .get(&key!["t"])
+            .expect("a read")
+            .expect("kept");
+        assert_eq!(t.value.as_u64(), Some(3));
+
+        // With nothing in between, both go through.
+        let seen = candidate(&store, &key!["t"]);
+        let c = collector.clone();
+        assert!(
+            store
+                .block_on(async move { c.bury(&seen).await })
+                .expect("an answer")
+        );
+        assert_eq!(store.snapshot().get(&key!["t"]).expect("a read"), None);
+    }
+
+    #[test]
+    fn the_background_task_collects_and_stops_with_the_last_handle() {
+        let cluster = Cluster::start(1);
+        let options = CollectOptions {
+            interval: Some(Duration::from_millis(50)),
+        };
+        let store =
+            EtcdStore::connect_with(&cluster.client_urls(), b"bg/", &options).expect("a store");
+        let _ = store
+            .atomic()
+            .set_with_expiry(&key!["e"], 1u64, Duration::from_millis(1))
+            .commit()
+            .expect("a commit");
+        let seen = candidate(&store, &key!["e"]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while candidate(&store, &key!["e"]).mod_revision == seen.mod_revision {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the background collector never buried the expired value"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let task = store.inner.collector.clone().expect("a background task");
+        drop(store);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !task.is_finished() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the collector outlived the store"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}

@@ -1,14 +1,22 @@
 //! What is particular to the etcd mapping, beyond the shared contract: a compacted snapshot
 //! is an error rather than newer data, deletions stay visible to range comparisons but not
 //! to reads, a commit without mutations still gets a revision of its own, and versionstamped
-//! keys are refused with a reason.
+//! keys are refused with a reason; etcd's refusals are definite errors; the collector
+//! removes tombstones and expired values without losing a concurrent write or letting a
+//! range check miss a change.
 
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use tuplekv_engine::{Error, ReadView, Store, key};
-use tuplekv_etcd::EtcdStore;
-use tuplekv_testkit::etcd::Cluster;
+use tuplekv_engine::{
+    AtomicWrite, ByteRange, CommitResult, Error, KeyBytes, RangeCheck, ReadView, Store, key,
+};
+use tuplekv_etcd::{CollectOptions, Collected, EtcdStore};
+use tuplekv_testkit::etcd::{Cluster, etcd_binary};
 
 fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
@@ -21,8 +29,289 @@ fn open() -> EtcdStore {
     EtcdStore::connect(&cluster().client_urls(), prefix.as_bytes()).expect("a store")
 }
 
+/// Held by tests that compact the shared cluster or need it not compacted meanwhile.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A store on the shared cluster with no background collector: the test runs passes.
+fn open_manual() -> EtcdStore {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let prefix = format!("collect/{}/", NEXT.fetch_add(1, Ordering::Relaxed));
+    let options = CollectOptions { interval: None };
+    EtcdStore::connect_with(&cluster().client_urls(), prefix.as_bytes(), &options).expect("a store")
+}
+
+/// Runs collector passes until one reaches the end of the store; their sum.
+fn collect_all(store: &EtcdStore) -> Collected {
+    let mut total = Collected::default();
+    for _ in 0..100 {
+        let pass = store.collect_garbage().expect("a collector pass");
+        total.scanned += pass.scanned;
+        total.expired += pass.expired;
+        total.tombstones += pass.tombstones;
+        total.skipped += pass.skipped;
+        if pass.wrapped {
+            return total;
+        }
+    }
+    panic!("the collector never reached the end of the store")
+}
+
+/// Every key of the store, from its start.
+fn everything() -> ByteRange {
+    ByteRange {
+        start: vec![0x00],
+        end: vec![0xff],
+    }
+}
+
+/// Most operations per transaction of the small member.
+const SMALL_TXN_OPS: usize = 8;
+
+/// Largest request of the small member, in bytes.
+const SMALL_REQUEST_BYTES: usize = 16 * 1024;
+
+/// Longest wait for the small member to answer.
+const SMALL_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A one-member etcd with limits far below tuplekv's, on loopback; killed when dropped.
+struct SmallMember {
+    child: Child,
+    dir: PathBuf,
+    url: String,
+}
+
+impl SmallMember {
+    fn start() -> SmallMember {
+        let port = || -> SocketAddr {
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .and_then(|l| l.local_addr())
+                .expect("a free loopback port")
+        };
+        let (client, peer) = (port(), port());
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tuplekv-etcd-small-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let url = format!("http://{client}");
+        let peer_url = format!("http://{peer}");
+        let child = Command::new(etcd_binary())
+            .args(["--name", "small", "--data-dir"])
+            .arg(&dir)
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("small={peer_url}")])
+            .args(["--max-txn-ops", &SMALL_TXN_OPS.to_string()])
+            .args(["--max-request-bytes", &SMALL_REQUEST_BYTES.to_string()])
+            .args(["--logger", "zap", "--log-level", "error"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd starts");
+        SmallMember { child, dir, url }
+    }
+
+    fn connect(&self) -> EtcdStore {
+        let deadline = Instant::now() + SMALL_READY_TIMEOUT;
+        loop {
+            match EtcdStore::connect(&[&self.url], b"small/") {
+                Ok(store) => return store,
+                Err(e) if Instant::now() > deadline => panic!("the small member: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SmallMember {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn refusals_of_the_cluster_are_definite_errors_and_a_dead_cluster_is_unavailable() {
+    let mut member = SmallMember::start();
+    let store = member.connect();
+    let mut op = store.atomic();
+    for i in 0..SMALL_TXN_OPS as u64 + 2 {
+        op = op.set(&key!["many", i], i);
+    }
+    match op.commit() {
+        Err(Error::Remote {
+            status: 400,
+            message,
+        }) => {
+            assert!(message.contains("too many operations"), "{message}");
+            assert!(message.contains("--max-txn-ops"), "{message}");
+        }
+        other => panic!("a transaction over --max-txn-ops gave {other:?}"),
+    }
+    let big = vec![7u8; SMALL_REQUEST_BYTES * 2];
+    match store.atomic().set(&key!["big"], big).commit() {
+        Err(Error::Remote {
+            status: 400,
+            message,
+        }) => {
+            assert!(message.contains("too large"), "{message}");
+        }
+        other => panic!("a request over --max-request-bytes gave {other:?}"),
+    }
+    assert_eq!(store.snapshot().get(&key!["big"]).expect("a read"), None);
+
+    member.kill();
+    let started = Instant::now();
+    match store.snapshot().get(&key!["k"]) {
+        Err(e @ Error::Unavailable { .. }) => assert!(e.is_transient()),
+        other => panic!("a read of a dead cluster gave {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(
+        took <= tuplekv_etcd::READ_RETRY_BUDGET + tuplekv_etcd::REQUEST_TIMEOUT * 2,
+        "the read retried for {took:?}"
+    );
+    // Refused connections: the commit was never sent, so the error is definite.
+    match store.atomic().set(&key!["k"], 1u64).commit() {
+        Err(Error::Unavailable { .. }) => {}
+        other => panic!("a commit to a dead cluster gave {other:?}"),
+    }
+}
+
+#[test]
+fn tombstones_go_once_compacted_and_not_before() {
+    let _serial = serial();
+    let store = open_manual();
+    for i in 0..3u64 {
+        let _ = store
+            .atomic()
+            .set(&key!["t", i], i)
+            .commit()
+            .expect("a commit");
+    }
+    for i in 0..3u64 {
+        let _ = store
+            .atomic()
+            .delete(&key!["t", i])
+            .commit()
+            .expect("a commit");
+    }
+    let before = collect_all(&store);
+    assert_eq!((before.scanned, before.tombstones), (3, 0), "{before:?}");
+    cluster().compact();
+    let after = collect_all(&store);
+    assert_eq!(after.tombstones, 3, "{after:?}");
+    assert_eq!(collect_all(&store).scanned, 0, "keys are left in etcd");
+    // A key collected reads and checks as absent, and can be written again.
+    assert_eq!(
+        store.snapshot().get(&key!["t", 0u64]).expect("a read"),
+        None
+    );
+    let res = store
+        .atomic()
+        .check(&key!["t", 0u64], None)
+        .set(&key!["t", 0u64], 9u64)
+        .commit()
+        .expect("a commit");
+    assert!(res.is_committed());
+}
+
+#[test]
+fn expired_values_become_tombstones_then_go() {
+    let _serial = serial();
+    let store = open_manual();
+    let _ = store
+        .atomic()
+        .set_with_expiry(&key!["e"], 1u64, Duration::from_millis(1500))
+        .set(&key!["stays"], 2u64)
+        .commit()
+        .expect("a commit");
+    let early = collect_all(&store);
+    assert_eq!(early.expired, 0, "{early:?}");
+    std::thread::sleep(Duration::from_millis(1700));
+    let pass = collect_all(&store);
+    assert_eq!((pass.scanned, pass.expired), (2, 1), "{pass:?}");
+    cluster().compact();
+    let pass = collect_all(&store);
+    assert_eq!(pass.tombstones, 1, "{pass:?}");
+    assert_eq!(collect_all(&store).scanned, 1);
+    let stays = store.snapshot().get(&key!["stays"]).expect("a read");
+    assert_eq!(stays.map(|e| e.value.as_u64()), Some(Some(2)));
+}
+
+#[test]
+fn a_range_check_older_than_a_collected_tombstone_conflicts() {
+    let _serial = serial();
+    let store = open_manual();
+    let _ = store
+        .atomic()
+        .set(&key!["r"], 1u64)
+        .commit()
+        .expect("a commit");
+    let snapshot = store.snapshot();
+    let listed = snapshot.scan(&everything(), false, 10).expect("a scan");
+    assert_eq!(listed.len(), 1);
+    let since = EtcdStore::snapshot_versionstamp(&snapshot);
+    let _ = store
+        .atomic()
+        .delete(&key!["r"])
+        .commit()
+        .expect("a commit");
+    cluster().compact();
+    assert_eq!(collect_all(&store).tombstones, 1);
+    let range_check = |since| {
+        let mut write = AtomicWrite::default();
+        write.range_checks.push(RangeCheck {
+            start: KeyBytes::from(everything().start),
+            end: KeyBytes::from(everything().end),
+            since,
+            expires_at: None,
+        });
+        write
+    };
+    // The key this snapshot listed is gone, with no tombstone left to compare: the fence
+    // must make the commit fail.
+    match store.commit(range_check(since)).expect("an answer") {
+        CommitResult::Conflict(c) => assert!(c.range_changed, "{c:?}"),
+        other => panic!("a stale range check committed: {other:?}"),
+    }
+    // A snapshot taken after the collection commits.
+    let fresh = store.snapshot();
+    assert!(
+        fresh
+            .scan(&everything(), false, 10)
+            .expect("a scan")
+            .is_empty()
+    );
+    let now = EtcdStore::snapshot_versionstamp(&fresh);
+    assert!(
+        store
+            .commit(range_check(now))
+            .expect("an answer")
+            .is_committed()
+    );
+}
+
 #[test]
 fn a_snapshot_older_than_the_compacted_revision_is_an_error_not_newer_data() {
+    let _serial = serial();
     let store = open();
     let _ = store
         .atomic()
