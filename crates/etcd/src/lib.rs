@@ -15,7 +15,8 @@
 //! - A store lives under a key prefix, so one cluster holds several: an encoded tuple key
 //!   `k` is the etcd key `prefix ++ "d" ++ k` (etcd orders keys by their bytes, as tuplekv
 //!   does), and `prefix ++ "m"` is the marker a commit without mutations writes, because
-//!   etcd gives a transaction without a write no revision.
+//!   etcd gives a transaction without a write no revision. `prefix ++ "g"` is the
+//!   collection fence (module `collect`).
 //! - A versionstamp is the etcd revision of the commit (8 bytes big-endian, then two zero
 //!   bytes). Revisions count every write to the cluster, so the stamps of one store leave
 //!   gaps; they still grow with every commit.
@@ -301,6 +302,11 @@ impl EtcdStore {
     pub fn collect_garbage(&self) -> Result<Collected, Error> {
         let collector = self.inner.collect.clone();
         self.block_on(async move { collector.pass().await })
+    }
+
+    /// The etcd key prefix this store lives under.
+    pub fn prefix(&self) -> &[u8] {
+        &self.inner.space.prefix
     }
 
     pub(crate) fn kv(&self) -> KvClient {

@@ -287,10 +287,19 @@ fn a_range_check_older_than_a_collected_tombstone_conflicts() {
         write
     };
     // The key this snapshot listed is gone, with no tombstone left to compare: the fence
-    // must make the commit fail.
-    match store.commit(range_check(since)).expect("an answer") {
-        CommitResult::Conflict(c) => assert!(c.range_changed, "{c:?}"),
-        other => panic!("a stale range check committed: {other:?}"),
+    // must make the commit fail, from this handle (which saw the fence move) and from
+    // another handle on the same store (which learns it from the failed comparison).
+    let other = EtcdStore::connect_with(
+        &cluster().client_urls(),
+        store.prefix(),
+        &CollectOptions { interval: None },
+    )
+    .expect("a second handle");
+    for handle in [&store, &other] {
+        match handle.commit(range_check(since)).expect("an answer") {
+            CommitResult::Conflict(c) => assert!(c.range_changed, "{c:?}"),
+            other => panic!("a stale range check committed: {other:?}"),
+        }
     }
     // A snapshot taken after the collection commits.
     let fresh = store.snapshot();
