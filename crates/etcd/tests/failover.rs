@@ -4,7 +4,15 @@
 //! restarted on its data a little later. Then, read from the store: no code handed out twice,
 //! the gapless numbers exactly `1..=n`, every write an app was told had committed present,
 //! no email held twice and the collection's `verify()` clean. The run prints its figures:
-//! codes, users, how long the cluster had no leader and how long no commit succeeded.
+//! codes, users, and the outage, measured three ways:
+//! - without a leader: from the kill until a running member reports itself leader
+//!   (`Cluster::leader()` polls every 50 ms);
+//! - without a commit, for the apps: from the kill until the first operation any app got
+//!   acknowledged (the apps report when each was, in Unix milliseconds);
+//! - for one client: from the kill until the parent's probe, which commits every
+//!   [`PROBE_INTERVAL`], gets an acknowledgement. A request that a follower accepted while
+//!   there was no leader waits for etcd's own request timeout (about 7 s on 3.4: 5 s plus
+//!   two election timeouts) before it fails, so this one can be much longer.
 //!
 //! This binary has no libtest harness (`harness = false` in Cargo.toml): the parent starts
 //! this very binary again with `--role app` for each app process. Arguments cargo or a
@@ -28,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use tuplekv_engine::codec::encode_key;
@@ -40,6 +48,13 @@ use tuplekv_sequence::{SequenceOptions, Sequences};
 use tuplekv_testkit::etcd::Cluster;
 
 type Result<T, E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
+
+/// The wall clock in Unix milliseconds, which the processes share (an `Instant` is not).
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 
 /// Returns early with an error made of a formatted message.
 macro_rules! bail {
@@ -76,6 +91,10 @@ const OPERATION_RETRY_FOR: Duration = Duration::from_secs(30);
 const APP_RUN_MAX: Duration = Duration::from_secs(50);
 /// Longest wait for an app to start, or to finish once told to stop.
 const APP_TIMEOUT: Duration = Duration::from_secs(40);
+/// How many times the checks run when a read fails.
+const CHECK_ATTEMPTS: u32 = 5;
+/// The pause before the checks run again.
+const CHECK_PAUSE: Duration = Duration::from_millis(500);
 /// The line an app prints once each of its threads has committed something.
 const READY: &str = "ready";
 
@@ -289,6 +308,8 @@ fn app(args: &[String]) -> Result<()> {
 /// every third; each acknowledged result becomes a report line.
 fn work(ctx: &AppCtx, thread: u64, ready: &AtomicU64) -> Result<Vec<String>> {
     let mut lines = Vec::new();
+    // When each operation was acknowledged (Unix ms), for the outage as the apps saw it.
+    let mut acks = Vec::new();
     let started = Instant::now();
     let mut last_ack = Instant::now();
     let mut i: u64 = 0;
@@ -296,9 +317,11 @@ fn work(ctx: &AppCtx, thread: u64, ready: &AtomicU64) -> Result<Vec<String>> {
         let seq = &ctx.fast[(i as usize) % ctx.fast.len()];
         let n = issue_fast(ctx, seq)?;
         lines.push(format!("fast {} {n}", seq.prefix()));
+        acks.push(unix_ms());
         if i.is_multiple_of(2) {
             let n = issue_gapless(ctx, thread, i)?;
             lines.push(format!("gapless {GAPLESS_PREFIX} {n}"));
+            acks.push(unix_ms());
         }
         if i.is_multiple_of(3) {
             let user = user_for(ctx.app, thread, i / 3);
@@ -308,6 +331,7 @@ fn work(ctx: &AppCtx, thread: u64, ready: &AtomicU64) -> Result<Vec<String>> {
                 "refused"
             };
             lines.push(format!("user {} {verdict} {}", user.id, user.email));
+            acks.push(unix_ms());
         }
         let waited = u64::try_from(last_ack.elapsed().as_millis()).unwrap_or(u64::MAX);
         ctx.stall_ms.fetch_max(waited, Ordering::Relaxed);
@@ -318,6 +342,8 @@ fn work(ctx: &AppCtx, thread: u64, ready: &AtomicU64) -> Result<Vec<String>> {
         }
         i += 1;
     }
+    let acks: Vec<String> = acks.iter().map(u64::to_string).collect();
+    lines.push(format!("acks {}", acks.join(" ")));
     Ok(lines)
 }
 
@@ -595,6 +621,7 @@ fn parent() -> Result<()> {
     std::thread::sleep(BEFORE_KILL);
 
     let leader = cluster.leader();
+    let killed_unix_ms = unix_ms();
     let killed_at = Instant::now();
     cluster.kill(leader);
     let next = cluster.leader();
@@ -634,11 +661,17 @@ fn parent() -> Result<()> {
         .iter()
         .map(|a| std::fs::read_to_string(&a.report))
         .collect::<Result<Vec<_>, _>>()?;
-    let failures = check(&store, &reports)?;
+    let (reported, failures) = check_settled(&store, &reports)?;
+    let (apps_outage, apps_gap) = apps_outage(&reported.acks, killed_unix_ms)?;
+    println!(
+        "apps: first acknowledged operation after the kill {apps_outage} ms after it; \
+         longest time no app got any acknowledgement {apps_gap} ms"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     println!(
         "time without a leader: {} ms (kill until a member reports itself leader); without \
-         a commit: {} ms (kill until the probe's first commit)",
+         a commit: {apps_outage} ms for the apps, {} ms for the probe (kill until the first \
+         acknowledged commit)",
         leaderless.as_millis(),
         outage.as_millis()
     );
@@ -679,6 +712,16 @@ fn outage(acks: &Mutex<Vec<Instant>>, killed_at: Instant) -> Result<(Duration, D
     Ok((first.duration_since(killed_at), longest))
 }
 
+/// From the apps' acknowledgement times: how long after the kill the first came, and the
+/// longest stretch with none from any app.
+fn apps_outage(acks: &[u64], killed_unix_ms: u64) -> Result<(u64, u64)> {
+    let Some(first) = acks.iter().find(|t| **t >= killed_unix_ms) else {
+        bail!("no app got an acknowledgement after the kill")
+    };
+    let longest = acks.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    Ok((first - killed_unix_ms, longest))
+}
+
 fn wait_app(id: usize, child: &mut Child) -> Result<()> {
     let deadline = Instant::now() + APP_TIMEOUT;
     loop {
@@ -709,6 +752,8 @@ struct Reported {
     transient: u64,
     landed: u64,
     stall_ms: u64,
+    /// Every acknowledgement time of every app (Unix ms), sorted.
+    acks: Vec<u64>,
 }
 
 fn parse_reports(reports: &[String]) -> Result<Reported> {
@@ -738,15 +783,38 @@ fn parse_reports(reports: &[String]) -> Result<Reported> {
                     r.landed += landed.parse::<u64>()?;
                     r.stall_ms = r.stall_ms.max(stall.parse()?);
                 }
+                ["acks", times @ ..] => {
+                    for t in times.iter().filter(|t| !t.is_empty()) {
+                        r.acks.push(t.parse()?);
+                    }
+                }
                 _ => bail!("app {app} wrote {line:?}"),
             }
         }
     }
+    r.acks.sort_unstable();
     Ok(r)
 }
 
-/// Every check; returns what failed.
-fn check(store: &EtcdStore, reports: &[String]) -> Result<Vec<String>> {
+/// [`check`], run again after a pause when a read fails (the checks only read, so a rerun is
+/// sound): the client may still meet a member it saw go down a moment ago.
+fn check_settled(store: &EtcdStore, reports: &[String]) -> Result<(Reported, Vec<String>)> {
+    let mut attempt = 1;
+    loop {
+        match check(store, reports) {
+            Ok(done) => return Ok(done),
+            Err(e) if attempt < CHECK_ATTEMPTS => {
+                println!("checks: a read failed ({e}); checking again");
+                attempt += 1;
+                std::thread::sleep(CHECK_PAUSE);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Every check; returns what the apps reported, and what failed.
+fn check(store: &EtcdStore, reports: &[String]) -> Result<(Reported, Vec<String>)> {
     let reported = parse_reports(reports)?;
     println!(
         "apps: {} writes with an unknown outcome, {} other retried errors, {} writes found \
@@ -760,7 +828,7 @@ fn check(store: &EtcdStore, reports: &[String]) -> Result<Vec<String>> {
     }
     check_gapless(store, &seqs, &reported, &mut failures)?;
     check_users(store, &reported, &mut failures)?;
-    Ok(failures)
+    Ok((reported, failures))
 }
 
 /// Numbers reported more than once.
