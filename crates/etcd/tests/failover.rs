@@ -91,6 +91,10 @@ const OPERATION_RETRY_FOR: Duration = Duration::from_secs(30);
 const APP_RUN_MAX: Duration = Duration::from_secs(50);
 /// Longest wait for an app to start, or to finish once told to stop.
 const APP_TIMEOUT: Duration = Duration::from_secs(40);
+/// Longest wait, once the apps are done, for the probe's first commit after the kill.
+const PROBE_WAIT_MAX: Duration = Duration::from_secs(20);
+/// How many of the probe's errors are printed.
+const PROBE_ERRORS_KEPT: usize = 3;
 /// How many times the checks run when a read fails.
 const CHECK_ATTEMPTS: u32 = 5;
 /// The pause before the checks run again.
@@ -574,18 +578,33 @@ fn set_up(store: &EtcdStore) -> Result<()> {
 }
 
 /// Commits a small write every [`PROBE_INTERVAL`] until `stop`, noting when each one was
-/// acknowledged.
-fn probe(store: EtcdStore, stop: Arc<AtomicBool>, acks: Arc<Mutex<Vec<Instant>>>) {
+/// acknowledged; returns how many commits failed and the first [`PROBE_ERRORS_KEPT`] errors
+/// with when they came back.
+fn probe(
+    store: EtcdStore,
+    stop: Arc<AtomicBool>,
+    acks: Arc<Mutex<Vec<Instant>>>,
+) -> (u64, Vec<(Instant, String)>) {
     let mut i: u64 = 0;
+    let mut failed = 0;
+    let mut errors = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         i += 1;
-        if store.atomic().set(&key!["probe"], i).commit().is_ok() {
-            acks.lock()
+        match store.atomic().set(&key!["probe"], i).commit() {
+            Ok(_) => acks
+                .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(Instant::now());
+                .push(Instant::now()),
+            Err(e) => {
+                failed += 1;
+                if errors.len() < PROBE_ERRORS_KEPT {
+                    errors.push((Instant::now(), e.to_string()));
+                }
+            }
         }
         std::thread::sleep(PROBE_INTERVAL);
     }
+    (failed, errors)
 }
 
 fn parent() -> Result<()> {
@@ -639,39 +658,64 @@ fn parent() -> Result<()> {
     std::thread::sleep(AFTER_RESTART);
 
     // Closing their stdin tells the apps to finish the round they are in and report.
+    let stopped_unix_ms = unix_ms();
     for app in &mut apps {
         app.stdin = None;
     }
     for (i, app) in apps.iter_mut().enumerate() {
         wait_app(i + 1, &mut app.child)?;
     }
-    stop_probe.store(true, Ordering::Relaxed);
-    if prober.join().is_err() {
-        bail!("the probe thread panicked");
+    // The probe runs until it has committed after the kill (its one request may still be
+    // held by a follower), or for PROBE_WAIT_MAX.
+    let probe_wait = Instant::now();
+    while probe_wait.elapsed() < PROBE_WAIT_MAX
+        && !acks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|t| *t > killed_at)
+    {
+        std::thread::sleep(PROBE_INTERVAL);
     }
+    stop_probe.store(true, Ordering::Relaxed);
+    let Ok((probe_failed, probe_errors)) = prober.join() else {
+        bail!("the probe thread panicked");
+    };
     let (outage, longest_gap) = outage(&acks, killed_at)?;
     println!(
         "probe: first commit after the kill {} ms after it; longest gap between probe \
-         commits {} ms",
+         commits {} ms; {probe_failed} commits failed",
         outage.as_millis(),
         longest_gap.as_millis()
     );
+    for (at, e) in &probe_errors {
+        let after = at.saturating_duration_since(killed_at).as_millis();
+        println!("  probe error {after} ms after the kill: {e}");
+    }
 
     let reports = apps
         .iter()
         .map(|a| std::fs::read_to_string(&a.report))
         .collect::<Result<Vec<_>, _>>()?;
     let (reported, failures) = check_settled(&store, &reports)?;
-    let (apps_outage, apps_gap) = apps_outage(&reported.acks, killed_unix_ms)?;
+    let (gap_from, gap_to) = apps_gap(&reported.acks, killed_unix_ms, stopped_unix_ms)?;
+    let apps_outage = gap_to - gap_from;
+    let tail = reported
+        .acks
+        .last()
+        .map_or(0, |t| t.saturating_sub(stopped_unix_ms));
     println!(
-        "apps: first acknowledged operation after the kill {apps_outage} ms after it; \
-         longest time no app got any acknowledgement {apps_gap} ms"
+        "apps: the longest stretch with no acknowledgement to any app while they worked: \
+         {apps_outage} ms, from {gap_from} ms to {gap_to} ms after the kill; the last \
+         operation in flight when they were told to stop ended {tail} ms later"
     );
     let _ = std::fs::remove_dir_all(&dir);
     println!(
         "time without a leader: {} ms (kill until a member reports itself leader); without \
-         a commit: {apps_outage} ms for the apps, {} ms for the probe (kill until the first \
-         acknowledged commit)",
+         a commit: {apps_outage} ms for the apps (longest stretch without an \
+         acknowledgement to any), {} ms for the probe (kill until its first acknowledged \
+         commit; one request a follower held until etcd's request timeout can make this \
+         about 7 s)",
         leaderless.as_millis(),
         outage.as_millis()
     );
@@ -712,14 +756,31 @@ fn outage(acks: &Mutex<Vec<Instant>>, killed_at: Instant) -> Result<(Duration, D
     Ok((first.duration_since(killed_at), longest))
 }
 
-/// From the apps' acknowledgement times: how long after the kill the first came, and the
-/// longest stretch with none from any app.
-fn apps_outage(acks: &[u64], killed_unix_ms: u64) -> Result<(u64, u64)> {
-    let Some(first) = acks.iter().find(|t| **t >= killed_unix_ms) else {
-        bail!("no app got an acknowledgement after the kill")
-    };
-    let longest = acks.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    Ok((first - killed_unix_ms, longest))
+/// From the apps' acknowledgement times (sorted): the longest stretch in which no app got
+/// one while they were still starting operations (until `stopped_unix_ms`, which ends the
+/// last stretch), as its start and end in milliseconds after the kill (the start may be
+/// before it). After the stop only operations already in flight end, which says nothing
+/// about the cluster.
+fn apps_gap(acks: &[u64], killed_unix_ms: u64, stopped_unix_ms: u64) -> Result<(i64, i64)> {
+    let mut times: Vec<u64> = acks
+        .iter()
+        .copied()
+        .filter(|t| *t <= stopped_unix_ms)
+        .collect();
+    if !times.iter().any(|t| *t >= killed_unix_ms) {
+        bail!("no app got an acknowledgement between the kill and the stop");
+    }
+    times.push(stopped_unix_ms);
+    let (from, to) = times
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .max_by_key(|(a, b)| b - a)
+        .unwrap_or((stopped_unix_ms, stopped_unix_ms));
+    let signed = |t: u64| i64::try_from(t).unwrap_or(i64::MAX);
+    Ok((
+        signed(from) - signed(killed_unix_ms),
+        signed(to) - signed(killed_unix_ms),
+    ))
 }
 
 fn wait_app(id: usize, child: &mut Child) -> Result<()> {
