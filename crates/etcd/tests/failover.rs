@@ -615,7 +615,7 @@ fn parent() -> Result<()> {
     let store = EtcdStore::connect(&cluster.client_urls(), STORE_PREFIX)?;
     set_up(&store)?;
 
-    let dir = tempfile_dir()?;
+    let dir = scratch_dir()?;
     let (tx, rx) = mpsc::channel();
     let mut apps = (1..=APPS)
         .map(|id| start_app(id, &endpoints, &dir, &tx))
@@ -733,7 +733,7 @@ fn parent() -> Result<()> {
 }
 
 /// A fresh scratch directory for the apps' reports.
-fn tempfile_dir() -> Result<PathBuf> {
+fn scratch_dir() -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("tuplekv-failover-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
