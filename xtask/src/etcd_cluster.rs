@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -87,17 +87,26 @@ pub(crate) fn run(members: usize) -> Result<()> {
     );
     println!();
     println!("Ctrl-C stops the cluster and removes its data.");
+    // Ctrl-C reaches the cluster process too (same process group): it stops the members,
+    // removes their data and exits 0. Where xtask outlives the signal, say so and end.
     let status = cluster
         .child
         .wait()
         .context("waiting for the cluster process")?;
-    bail!("the cluster process ended by itself ({status})")
+    if !status.success() {
+        bail!("the cluster process failed ({status})");
+    }
+    eprintln!("xtask: the etcd cluster stopped");
+    Ok(())
 }
 
 /// A cluster run by testkit's `etcd_cluster` binary; stopped by [`EtcdCluster::stop`], or
 /// when dropped.
 pub(crate) struct EtcdCluster {
     child: Child,
+    /// The binary's standard input, held apart from `child` (whose `wait` would close it):
+    /// closing it stops the cluster.
+    stdin: Option<ChildStdin>,
     urls: Vec<String>,
 }
 
@@ -120,6 +129,7 @@ impl EtcdCluster {
             .stdout
             .take()
             .context("the cluster's stdout was not captured")?;
+        let stdin = child.stdin.take();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut sent = false;
@@ -135,6 +145,7 @@ impl EtcdCluster {
         });
         let mut cluster = EtcdCluster {
             child,
+            stdin,
             urls: Vec::new(),
         };
         match rx.recv_timeout(START_TIMEOUT) {
@@ -159,7 +170,7 @@ impl EtcdCluster {
     /// is removed, killing the binary after [`STOP_TIMEOUT`] (its members then die with
     /// the harness's watchdog).
     pub(crate) fn stop(mut self) -> Result<()> {
-        drop(self.child.stdin.take());
+        drop(self.stdin.take());
         if wait_with_deadline(&mut self.child, STOP_TIMEOUT)?.is_none() {
             eprintln!("xtask: {CLUSTER_BIN} did not stop within {STOP_TIMEOUT:?}; killing it");
             self.child.kill().context("killing the cluster process")?;
@@ -174,7 +185,7 @@ impl EtcdCluster {
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
         // Closing stdin asks the binary to stop; give it the time to do so.
-        drop(self.child.stdin.take());
+        drop(self.stdin.take());
         if matches!(wait_with_deadline(&mut self.child, STOP_TIMEOUT), Ok(None)) {
             let _ = self.child.kill();
             let _ = self.child.wait();
