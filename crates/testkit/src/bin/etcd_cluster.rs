@@ -157,3 +157,33 @@ fn watch_signals(stop: mpsc::Sender<&'static str>) -> Result<tokio::runtime::Run
     });
     Ok(runtime)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(line: &str) -> Result<Option<(usize, bool)>, String> {
+        let args: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        parse(&args).map(|a| a.map(|a| (a.members, a.until_stdin_closes)))
+    }
+
+    #[test]
+    fn parses_arguments() {
+        assert_eq!(parsed(""), Ok(Some((MEMBERS_DEFAULT, false))));
+        assert_eq!(
+            parsed("--members 5 --until-stdin-closes"),
+            Ok(Some((5, true)))
+        );
+        assert_eq!(parsed("--members=1"), Ok(Some((1, false))));
+        assert_eq!(parsed("-h"), Ok(None));
+        for bad in [
+            "--members",
+            "--members 0",
+            "--members 8",
+            "--members x",
+            "3",
+        ] {
+            assert!(parsed(bad).is_err(), "{bad}");
+        }
+    }
+}
