@@ -13,6 +13,7 @@ mod ci;
 mod clients;
 mod cmd;
 mod conformance;
+mod etcd_cluster;
 mod fuzz;
 mod handoff;
 mod miri;
@@ -55,9 +56,11 @@ COMMANDS:
     soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
                                   long runs: many property cases, crash and stress rounds,
                                   the engine under AddressSanitizer and ThreadSanitizer, loom
-    conformance [--against tuplekv|denokv|both] [--keep-output DIR]
+    conformance [--against tuplekv|denokv|both] [--etcd] [--keep-output DIR]
                                   KV Connect conformance scripts with the real Deno and Node
-                                  clients against tuplekv serve and/or denokv
+                                  clients against tuplekv serve (--etcd: on an etcd cluster)
+                                  and/or denokv
+    etcd-cluster [--members N]    a local etcd cluster for `tuplekv serve --etcd`, until Ctrl-C
     remote-denokv                 RemoteStore's denokv tests (crates/remote/tests/denokv.rs)
                                   against a real denokv started for the run
     help [COMMAND]                print this help, or a command's
@@ -204,6 +207,8 @@ enum Task {
     Conformance(conformance::ConformanceArgs),
     /// `cargo xtask remote-denokv`.
     RemoteDenokv,
+    /// `cargo xtask etcd-cluster`, with its member count.
+    EtcdCluster(usize),
 }
 
 /// A command line that does not parse; the message says why.
@@ -237,6 +242,11 @@ fn parse(args: &[String]) -> Result<Task, UsageError> {
             Ok(None) => Ok(Task::Help(conformance::HELP)),
             Err(message) => usage(message),
         },
+        "etcd-cluster" => match etcd_cluster::parse(rest) {
+            Ok(Some(members)) => Ok(Task::EtcdCluster(members)),
+            Ok(None) => Ok(Task::Help(etcd_cluster::HELP)),
+            Err(message) => usage(message),
+        },
         "remote-denokv" => match rest {
             [] => Ok(Task::RemoteDenokv),
             [a] if is_help(a) => Ok(Task::Help(remote_denokv::HELP)),
@@ -256,6 +266,7 @@ fn help_for(topic: &str) -> Result<&'static str, UsageError> {
         "soak" => Ok(SOAK_HELP),
         "conformance" => Ok(conformance::HELP),
         "remote-denokv" => Ok(remote_denokv::HELP),
+        "etcd-cluster" => Ok(etcd_cluster::HELP),
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -404,6 +415,7 @@ fn main() -> ExitCode {
         Task::Soak(args) => soak::run(args),
         Task::Conformance(args) => conformance::run(args),
         Task::RemoteDenokv => remote_denokv::run(),
+        Task::EtcdCluster(members) => etcd_cluster::run(*members),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -544,6 +556,20 @@ mod tests {
             Ok(Task::Help(remote_denokv::HELP))
         );
         assert!(parse_str("remote-denokv --fast").is_err());
+    }
+
+    #[test]
+    fn etcd_cluster() {
+        assert_eq!(parse_str("etcd-cluster"), Ok(Task::EtcdCluster(3)));
+        assert_eq!(
+            parse_str("etcd-cluster --members 5"),
+            Ok(Task::EtcdCluster(5))
+        );
+        assert_eq!(
+            parse_str("help etcd-cluster"),
+            Ok(Task::Help(etcd_cluster::HELP))
+        );
+        assert!(parse_str("etcd-cluster --members 0").is_err());
     }
 
     #[test]
