@@ -453,6 +453,15 @@ fn rate_of(results: &Results, label: &str) -> Option<f64> {
         .filter(|r| *r > 0.0)
 }
 
+/// A latency of `us` microseconds, in ms from 1 ms up, else in µs.
+fn latency(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.2} µs")
+    }
+}
+
 /// The markdown report.
 fn render(results: &Results, command: &str, started: SystemTime, notes: &[String]) -> String {
     let mut out = String::from("# tuplekv on a 3-member etcd cluster\n\n");
@@ -468,14 +477,16 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
     let raw = rate_of(results, RAW);
     let redis = rate_of(results, REDIS);
     out.push_str(
-        "| workload | ops/s | p50 / p99 ms | vs raw etcd txn | vs Redis `INCR` | leader WAL \
+        "| workload | ops/s | p50 / p99 | vs raw etcd txn | vs Redis `INCR` | leader WAL \
          fsyncs/s (mean ms) | Raft proposals per leader fsync |\n|---|---|---|---|---|---|---|\n",
     );
     for row in &results.rows {
         let Ok(m) = &row.result else {
-            let why = row.result.as_ref().err().map_or("failed", |e| {
-                e.lines().next().unwrap_or("failed")
-            });
+            let why = row
+                .result
+                .as_ref()
+                .err()
+                .map_or("failed", |e| e.lines().next().unwrap_or("failed"));
             let _ = writeln!(out, "| {} | — ({why}) | | | | | |", row.label);
             continue;
         };
@@ -484,7 +495,7 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
             let _ = write!(cell, " ({} errors)", m.errors);
         }
         let latency = match (m.p50_us, m.p99_us) {
-            (Some(a), Some(b)) => format!("{:.2} / {:.2}", a / 1000.0, b / 1000.0),
+            (Some(a), Some(b)) => format!("{} / {}", latency(a), latency(b)),
             _ => "—".to_owned(),
         };
         let ratio = |peer: Option<f64>| {
@@ -615,8 +626,14 @@ mod tests {
             etcd_server_proposals_committed_total 42\n\
             go_goroutines 7\n";
         let m = parse_metrics(text);
-        assert_eq!(m.get("etcd_disk_wal_fsync_duration_seconds_count"), Some(&100.0));
-        assert_eq!(m.get("etcd_network_peer_round_trip_time_seconds_sum"), Some(&0.75));
+        assert_eq!(
+            m.get("etcd_disk_wal_fsync_duration_seconds_count"),
+            Some(&100.0)
+        );
+        assert_eq!(
+            m.get("etcd_network_peer_round_trip_time_seconds_sum"),
+            Some(&0.75)
+        );
         assert_eq!(m.get("etcd_server_proposals_committed_total"), Some(&42.0));
         assert!(!m.contains_key("go_goroutines"));
         let mut after = m.clone();
@@ -669,13 +686,20 @@ mod tests {
         let report = render(&results, "cargo xtask bench etcd", SystemTime::now(), &[]);
         assert!(
             report.contains(&format!(
-                "| {CHECKED} | 900.00 | 1.50 / 4.00 | 0.90x | 0.04x | 200 (1.00) | 4.5 |"
+                "| {CHECKED} | 900 | 1.50 ms / 4.00 ms | 0.90x | 0.04x | 200 (1.00) | 4.5 |"
             )),
             "{report}"
         );
-        assert!(report.contains("0.90 of raw, goal ≥ 0.8: **met**"), "{report}");
-        assert!(report.contains(&format!("| {GAPLESS} | — (boom) |")), "{report}");
+        assert!(
+            report.contains("0.90 of raw, goal ≥ 0.8: **met**"),
+            "{report}"
+        );
+        assert!(
+            report.contains(&format!("| {GAPLESS} | — (boom) |")),
+            "{report}"
+        );
         assert!(report.contains("0.20 ms"), "{report}");
+        assert_eq!(latency(0.03), "0.03 µs");
     }
 
     #[test]

@@ -212,9 +212,8 @@ fn run_rate<S, E: std::fmt::Display>(
                     match result {
                         Ok(()) => {
                             mine.ops += 1;
-                            mine.nanos.push(
-                                u64::try_from(now.elapsed().as_nanos()).unwrap_or(u64::MAX),
-                            );
+                            mine.nanos
+                                .push(u64::try_from(now.elapsed().as_nanos()).unwrap_or(u64::MAX));
                         }
                         Err(e) => {
                             mine.errors += 1;
@@ -257,23 +256,21 @@ fn checked(args: &Args) -> Result<Tally, String> {
     let mut tally = run_rate(
         args,
         |thread| Ok((key!["bench_checked", pid, thread as u64], None)),
-        |(key, last): &mut (tuplekv_engine::Key, Option<Versionstamp>)| {
-            match store
-                .atomic()
-                .check(key, *last)
-                .set(key, value.clone())
-                .commit()
-            {
-                Ok(CommitResult::Committed { versionstamp }) => {
-                    *last = Some(versionstamp);
-                    Ok(())
-                }
-                Ok(CommitResult::Conflict(_)) => {
-                    conflicts.fetch_add(1, Ordering::Relaxed);
-                    Err("a check failed on a key no other thread writes".to_owned())
-                }
-                Err(e) => Err(e.to_string()),
+        |(key, last): &mut (tuplekv_engine::Key, Option<Versionstamp>)| match store
+            .atomic()
+            .check(key, *last)
+            .set(key, value.clone())
+            .commit()
+        {
+            Ok(CommitResult::Committed { versionstamp }) => {
+                *last = Some(versionstamp);
+                Ok(())
             }
+            Ok(CommitResult::Conflict(_)) => {
+                conflicts.fetch_add(1, Ordering::Relaxed);
+                Err("a check failed on a key no other thread writes".to_owned())
+            }
+            Err(e) => Err(e.to_string()),
         },
     )?;
     tally.conflicts = Some(conflicts.into_inner());
@@ -466,8 +463,8 @@ mod tests {
 
     #[test]
     fn parses_workloads_and_refuses_bad_flags() {
-        let args = parse_args(&argv("raw-txn --endpoints http://a,http://b --threads 8"))
-            .expect("parses");
+        let args =
+            parse_args(&argv("raw-txn --endpoints http://a,http://b --threads 8")).expect("parses");
         assert_eq!(args.workload, Workload::RawTxn);
         assert_eq!(args.endpoints, ["http://a", "http://b"]);
         assert_eq!(args.threads, 8);
