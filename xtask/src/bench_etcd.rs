@@ -486,6 +486,15 @@ fn latency(us: f64) -> String {
     }
 }
 
+/// The raw etcd row that row `label` is compared with (the same concurrency), if any.
+fn raw_peer(label: &str) -> Option<&'static str> {
+    match label {
+        CHECKED | RAW => Some(RAW),
+        SEQ_CHECKED | SEQ_RAW => Some(SEQ_RAW),
+        _ => None,
+    }
+}
+
 /// The markdown report.
 fn render(results: &Results, command: &str, started: SystemTime, notes: &[String]) -> String {
     let mut out = String::from("# tuplekv on a 3-member etcd cluster\n\n");
@@ -501,7 +510,6 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
         report::machine(),
     );
     let raw = rate_of(results, RAW);
-    let seq_raw = rate_of(results, SEQ_RAW);
     let redis = rate_of(results, REDIS);
     out.push_str(
         "| workload | ops/s | p50 / p99 | vs raw etcd txn | vs Redis `INCR` | leader WAL \
@@ -543,17 +551,7 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
             out,
             "| {} | {cell} | {latency} | {} | {} | {fsync} | {per_fsync} |",
             row.label,
-            ratio(
-                if row.label.starts_with("checked") || row.label.starts_with("raw") {
-                    if row.label.contains("1 thread") {
-                        seq_raw
-                    } else {
-                        raw
-                    }
-                } else {
-                    None
-                }
-            ),
+            ratio(raw_peer(row.label).and_then(|peer| rate_of(results, peer))),
             ratio(redis)
         );
     }
