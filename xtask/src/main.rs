@@ -7,6 +7,7 @@
 //! options. Only std and anyhow are used; arguments are parsed by hand in [`parse`].
 
 mod bench;
+mod bench_etcd;
 mod bench_remote;
 mod bench_server;
 mod ci;
@@ -52,7 +53,8 @@ COMMANDS:
     fuzz --list                   print the fuzz targets
     bench [--quick] [GROUP...]    run criterion bench groups (default: all of them);
                                   the group `server` compares KV Connect servers,
-                                  `remote` code sequences through `RemoteStore`
+                                  `remote` code sequences through `RemoteStore`,
+                                  `etcd` tuplekv on a 3-member etcd cluster
     soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
                                   long runs: many property cases, crash and stress rounds,
                                   the engine under AddressSanitizer and ThreadSanitizer, loom
@@ -155,6 +157,13 @@ and PostgreSQL `nextval` through pgbench (a throw-away cluster, when PostgreSQL 
 and the sequential get and commit latency of `RemoteStore` against an in-process `Database`.
 It prints a table with the goals (fast >= 10x Redis, gapless >= Redis) marked met or not and
 writes it to target/bench-reports/remote.md (about a minute; `--quick`: 1 s per workload).
+
+The group `etcd` (never run by default) builds the load process `etcd_load` in release mode,
+starts a 3-member etcd cluster on loopback (the test kit's harness) and runs 4 processes x 4
+threads of checked commits through `EtcdStore` beside raw etcd transactions with the same
+client (the overhead ratio, goal >= 0.8), codes in fast and gapless mode, and Redis `INCR`;
+with the leader's WAL fsyncs from etcd's /metrics. Report: target/bench-reports/etcd.md
+(about 1.5 minutes once built).
 
 OPTIONS:
     --quick    criterion's `--quick` with short warm-up/measurement: a smoke run of about 5
