@@ -135,6 +135,14 @@ impl ApiError {
             Error::EmptyKey => Self::bad_request("key cannot be empty"),
             Error::ExpireInTooLarge { .. } => Self::bad_request(text::INVALID_MUTATION_EXPIRE_AT),
             Error::Closed => Self::new(StatusCode::SERVICE_UNAVAILABLE, text::UNAVAILABLE),
+            // What a store behind the server (an etcd cluster, say) cannot do: the client's
+            // request, refused with the store's reason. A 5xx here would make Deno's client
+            // retry it for ever.
+            Error::Unsupported { .. } => Self::bad_request(e.to_string()),
+            // Nothing was done and the request may succeed later.
+            Error::Unavailable { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, text::UNAVAILABLE)
+            }
             _ => Self::internal(),
         }
     }
