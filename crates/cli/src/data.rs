@@ -16,15 +16,15 @@ use crate::entry::{entry_for_people, entry_to_json};
 use crate::keys::{format_key, parse_key};
 use crate::target::{TargetArgs, with_store};
 
-/// Arguments of `tuplekv get`.
+/// Arguments of `tuplekv get` and `tuplekv delete`: where, which key, and how to print.
 #[derive(Debug, Args)]
-pub(crate) struct GetArgs {
+pub(crate) struct KeyArgs {
     #[command(flatten)]
     target: TargetArgs,
     /// The key, as Deno writes it: '["users", 1n]'.
     #[arg(long_help = KEY_HELP)]
     key: String,
-    /// Print the entry as a JSON object (`null` when absent).
+    /// Print the result as a JSON object (`get`: the entry, `null` when absent).
     #[arg(long)]
     json: bool,
 }
@@ -53,19 +53,6 @@ pub(crate) struct SetArgs {
     /// Expire the value this many milliseconds after the commit.
     #[arg(long, value_name = "MS")]
     expire_in: Option<u64>,
-    /// Print the result as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-/// Arguments of `tuplekv delete`.
-#[derive(Debug, Args)]
-pub(crate) struct DeleteArgs {
-    #[command(flatten)]
-    target: TargetArgs,
-    /// The key, as Deno writes it: '["users", 1n]'.
-    #[arg(long_help = KEY_HELP)]
-    key: String,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -149,7 +136,7 @@ fn decoded(entry: &Entry) -> Result<Key, String> {
 }
 
 /// Runs `tuplekv get`.
-pub(crate) fn get(args: GetArgs) -> Result<(), String> {
+pub(crate) fn get(args: KeyArgs) -> Result<(), String> {
     let key = key_arg(&args.key)?;
     let opened = args.target.open(Create::No)?;
     let found = with_store!(&opened, |s| s
@@ -199,7 +186,7 @@ pub(crate) fn set(args: SetArgs) -> Result<(), String> {
 }
 
 /// Runs `tuplekv delete`.
-pub(crate) fn delete(args: DeleteArgs) -> Result<(), String> {
+pub(crate) fn delete(args: KeyArgs) -> Result<(), String> {
     let key = key_arg(&args.key)?;
     let opened = args.target.open(Create::No)?;
     let result = with_store!(&opened, |s| s.atomic().delete(&key).commit())

@@ -35,11 +35,11 @@ enum Command {
     /// Serve a store over KV Connect (`Deno.openKv("http://…")`, Node's `@deno/kv`).
     Serve(serve::ServeArgs),
     /// Print the entry at a key, e.g. `tuplekv get --path DIR '["users", 1n]'`.
-    Get(data::GetArgs),
+    Get(data::KeyArgs),
     /// Set a key to a value (`--bytes`, `--u64`, `--string` or `--v8-hex`).
     Set(data::SetArgs),
     /// Delete a key.
-    Delete(data::DeleteArgs),
+    Delete(data::KeyArgs),
     /// List entries by prefix or range, in key order (or reversed).
     List(data::ListArgs),
     /// Print the current state of keys, then each change, until Ctrl-C.

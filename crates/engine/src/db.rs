@@ -225,8 +225,8 @@ impl Database {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Locked`] if the directory is open elsewhere, [`Error::Corrupt`] if a file is
-    /// damaged beyond a torn tail (naming the file and offset), [`Error::Io`] for I/O errors.
+    /// [`Error::Locked`] if the directory is still open elsewhere after a second's wait,
+    /// [`Error::Corrupt`] if a file is damaged beyond a torn tail (naming the file and offset), [`Error::Io`] for I/O errors.
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Database, Error> {
         let log_options = LogOptions {
             fs: Arc::clone(&options.fs),

@@ -56,6 +56,22 @@ fn second_open_of_an_open_directory_is_refused_until_it_closes() {
 }
 
 #[test]
+fn an_open_waits_briefly_for_a_lock_that_is_being_released() {
+    // A child process started between a close and the next open holds a copy of the lock
+    // file until it execs; the open waits that moment out instead of failing now and then.
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), options()).unwrap();
+    db.set(&key!["k"], b"v").unwrap();
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        db.close().unwrap();
+    });
+    let reopened = Database::open(dir.path(), options()).unwrap();
+    closer.join().unwrap();
+    assert!(reopened.get(&key!["k"]).unwrap().is_some());
+}
+
+#[test]
 fn expiry_deadlines_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::open(dir.path(), options()).unwrap();

@@ -256,6 +256,19 @@ struct User {
 }
 
 /// The users collection: a unique email and a non-unique colour index.
+/// Audits the users' indexes, prints the report, and fails with `drifted` unless it is clean.
+fn verify(users: &Collection<User, Database>, drifted: &'static str) -> Result<()> {
+    let report = users.verify()?;
+    println!(
+        "  verify: {} records, {} index entries, clean: {}",
+        report.records,
+        report.entries,
+        report.is_clean()
+    );
+    anyhow::ensure!(report.is_clean(), drifted);
+    Ok(())
+}
+
 fn users(db: &Database) -> Result<Collection<User, Database>> {
     Ok(Collection::builder("users", |u: &User| key![u.id])
         .unique("email", |u| Some(key![u.email.clone()]))
@@ -288,14 +301,7 @@ fn users_collection(db: &Database) -> Result<()> {
         .map(|(_, u)| u.name)
         .collect();
     println!("  users who like green: {green:?}");
-    let report = users.verify()?;
-    println!(
-        "  verify: {} records, {} index entries, clean: {}",
-        report.records,
-        report.entries,
-        report.is_clean()
-    );
-    anyhow::ensure!(report.is_clean(), "an index drifted");
+    verify(&users, "an index drifted")?;
     Ok(())
 }
 
@@ -464,14 +470,7 @@ fn restart(dir: &std::path::Path, db: Database, before: &[String]) -> Result<()>
         .get_by("email", &key!["ada@example.com"])?
         .context("Ada survived the restart")?;
     println!("  ada@example.com is still user {}: {}", ada.id, ada.name);
-    let report = users.verify()?;
-    println!(
-        "  verify: {} records, {} index entries, clean: {}",
-        report.records,
-        report.entries,
-        report.is_clean()
-    );
-    anyhow::ensure!(report.is_clean(), "an index drifted across the restart");
+    verify(&users, "an index drifted across the restart")?;
     let after = issue_codes(&db, 2, 300)?;
     for prefix in ["INFO", "WARN", "ERR"] {
         let (old, new) = (

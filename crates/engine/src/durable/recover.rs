@@ -154,17 +154,31 @@ pub(crate) fn recover(dir: &Path, options: &LogOptions) -> Result<Recovered, Err
     })
 }
 
-/// Takes the directory's advisory lock: one open handle per directory.
+/// How long opening waits for a directory lock that another handle holds before it reports
+/// [`Error::Locked`]. The lock is an advisory lock on an open file, and a child process this
+/// process starts holds a copy of that file from `fork` until its `exec` closes it: a handle
+/// closed at that moment stays locked for that short while, so an open right after a close
+/// (in a process that also starts processes) would fail now and then without this wait.
+pub(crate) const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Takes the directory's advisory lock: one open handle per directory. Waits up to
+/// [`LOCK_WAIT`] for a holder to let go.
 fn lock(fs: &dyn FileSystem, dir: &Path) -> Result<Box<dyn Send + Sync>, Error> {
-    fs.lock_dir(dir).map_err(|e| {
-        if e.kind() == io::ErrorKind::WouldBlock {
-            Error::Locked {
-                path: dir.to_path_buf(),
+    let started = Instant::now();
+    loop {
+        match fs.lock_dir(dir) {
+            Ok(lock) => return Ok(lock),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if started.elapsed() >= LOCK_WAIT {
+                    return Err(Error::Locked {
+                        path: dir.to_path_buf(),
+                    });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
-        } else {
-            io_error("locking", dir, &e)
+            Err(e) => return Err(io_error("locking", dir, &e)),
         }
-    })
+    }
 }
 
 /// The versions of the checkpoints and the first versions of the segments in `dir`, each
