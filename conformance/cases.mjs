@@ -28,7 +28,6 @@ export const MUTATIONS_MAX = 1000;
  * answers that refusal with a 500, which Deno's client retries without end, so the case is
  * skipped rather than run to see the refusal.
  */
-const ETCD_NO_VSKEY = "EtcdStore refuses versionstamped keys (answered 500, which Deno retries)";
 
 /** Checks per atomic write allowed by Deno's client (denokv's server allows only 10). */
 export const CHECKS_MAX = 100;
@@ -495,7 +494,6 @@ export const cases = [
   {
     name: "vskey.set",
     only: "deno",
-    unsupportedOn: { etcd: ETCD_NO_VSKEY },
     async run(t) {
       const r = await t.kv.set(t.k(t.kv.commitVersionstamp()), "stamped");
       const entries = [];
@@ -509,7 +507,6 @@ export const cases = [
   {
     name: "vskey.atomic",
     only: "deno",
-    unsupportedOn: { etcd: ETCD_NO_VSKEY },
     async run(t) {
       const r = await t.kv.atomic()
         .set(t.k("log", t.kv.commitVersionstamp()), 1)
@@ -976,7 +973,7 @@ function encodedKeySize(key) {
 /**
  * Runs every case for `ctx.client`, printing one line per case, and returns the names of the
  * cases whose checks failed (with why on stderr).
- * `ctx = { client, server, backend, kv, KvU64, isU64, openWithToken, prefix, print, warn }`.
+ * `ctx = { client, server, kv, KvU64, isU64, openWithToken, prefix, print, warn }`.
  */
 export async function runCases(ctx, only = null) {
   const failures = [];
@@ -985,12 +982,6 @@ export async function runCases(ctx, only = null) {
     const canon = new Canon(ctx.prefix, ctx.isU64);
     if (c.only && c.only !== ctx.client) {
       ctx.print(`${c.name}: ${canon.json({ skipped: `${c.only} client only` })}`);
-      continue;
-    }
-    const unsupported = ctx.backend && c.unsupportedOn?.[ctx.backend];
-    if (unsupported) {
-      ctx.print(`${c.name}: ${canon.json({ skipped: `unsupported on ${ctx.backend}: ${unsupported}` })}`);
-      ctx.warn(`skip ${c.name}: unsupported on ${ctx.backend}: ${unsupported}`);
       continue;
     }
     const t = {

@@ -13,9 +13,6 @@ export async function drive(client) {
   const token = client.env("CONFORMANCE_TOKEN");
   const server = client.env("CONFORMANCE_SERVER") ?? "tuplekv";
   const mode = client.env("CONFORMANCE_MODE") ?? "cases";
-  // The store behind the server (`etcd` for `tuplekv serve --etcd`): cases a backend cannot
-  // serve say so with `unsupportedOn` and are skipped for it alone.
-  const backend = client.env("CONFORMANCE_BACKEND") ?? null;
   if (!url || !token) {
     client.warn("set CONFORMANCE_URL (http://127.0.0.1:PORT) and CONFORMANCE_TOKEN");
     return 2;
@@ -31,7 +28,6 @@ export async function drive(client) {
       const failures = await runCases({
         client: client.name,
         server,
-        backend,
         kv,
         KvU64: client.KvU64,
         isU64: client.isU64,

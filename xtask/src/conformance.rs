@@ -9,8 +9,7 @@
 //! purpose are listed in `conformance/expected-differences.txt`.
 //!
 //! With `--etcd` the tuplekv server is `tuplekv serve --etcd` on a fresh local etcd cluster
-//! (module `etcd_cluster`); the scripts are told so (`CONFORMANCE_BACKEND=etcd`) and accept
-//! that backend's known refusals (versionstamped keys) for it alone.
+//! (module `etcd_cluster`); it must answer every case as `tuplekv serve` does.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -42,8 +41,7 @@ OPTIONS:
                        denokv: denokv 0.14.0 (`cargo install`ed into the tool cache the
                        first time, which takes minutes)
                        both: both servers, then their case lines compared; a difference fails
-                       unless conformance/expected-differences.txt lists the case (with
-                       --etcd, or conformance/expected-differences-etcd.txt)
+                       unless conformance/expected-differences.txt lists the case
     --etcd             run tuplekv as `tuplekv serve --etcd` on a fresh 3-member etcd cluster
                        on loopback (`etcd` must be installed; see `cargo xtask etcd-cluster`);
                        its outputs are named tuplekv-etcd. Not with `--against denokv`
@@ -52,10 +50,6 @@ OPTIONS:
 
 /// The file listing the cases where tuplekv differs from denokv on purpose.
 const EXPECTED_DIFFERENCES: &str = "conformance/expected-differences.txt";
-/// The further cases where `tuplekv serve --etcd` differs from denokv (what `EtcdStore`
-/// cannot do), added to [`EXPECTED_DIFFERENCES`] with `--etcd`.
-const EXPECTED_DIFFERENCES_ETCD: &str = "conformance/expected-differences-etcd.txt";
-
 /// Which server(s) a run is against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Against {
@@ -150,16 +144,6 @@ impl Server {
             Server::Denokv => "denokv",
         }
     }
-
-    /// The store behind the server (`CONFORMANCE_BACKEND`): the scripts accept a backend's
-    /// known refusals for it alone.
-    fn backend(self) -> &'static str {
-        match self {
-            Server::Tuplekv => "engine",
-            Server::TuplekvEtcd => "etcd",
-            Server::Denokv => "sqlite",
-        }
-    }
 }
 
 /// The scripts of one run, in order: (output name, client, mode, strict).
@@ -226,10 +210,7 @@ pub(crate) fn run(args: &ConformanceArgs) -> Result<()> {
         outputs.insert(server.name(), run.outputs);
     }
     if args.against == Against::Both {
-        let mut expected = read_expected_differences(EXPECTED_DIFFERENCES)?;
-        if args.etcd {
-            expected.extend(read_expected_differences(EXPECTED_DIFFERENCES_ETCD)?);
-        }
+        let expected = read_expected_differences(EXPECTED_DIFFERENCES)?;
         let unexpected = compare(&outputs["denokv"], &outputs[ours.name()], &expected);
         failures.extend(unexpected);
     }
@@ -274,7 +255,6 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
                 .env("CONFORMANCE_URL", &url)
                 .env("CONFORMANCE_TOKEN", &token)
                 .env("CONFORMANCE_SERVER", server.script_name())
-                .env("CONFORMANCE_BACKEND", server.backend())
                 .env("CONFORMANCE_MODE", mode)
                 .env("CONFORMANCE_CROSS_PREFIX", &cross_prefix)
                 .env("CONFORMANCE_CROSS_STRICT", if strict { "1" } else { "0" });

@@ -231,7 +231,7 @@ impl Collector {
             .when([Compare::mod_revision(fence.clone(), CompareOp::Equal, seen)])
             .and_then([TxnOp::put(
                 fence,
-                envelope::encode(&Value::U64(bound), None),
+                envelope::encode(&Value::U64(bound), None, None),
                 None,
             )]);
         let response = kv.txn(txn).await.map_err(write_error)?;

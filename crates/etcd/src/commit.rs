@@ -10,6 +10,18 @@
 //! A check of a versionstamp also compares the value's deadline (see `envelope`), so a value
 //! that expired is not taken for the one checked.
 //!
+//! Every commit also writes the store's marker key, so the marker's `mod_revision` is the
+//! revision of the store's last commit. A commit with versionstamped keys cannot know its
+//! revision before etcd assigns it, so it does not use it: it reads the current revision `G`
+//! and the marker, claims the versionstamp `G` followed by `00 01` (between the stamp of
+//! revision `G` and that of `G + 1`), writes it into its keys and into its values' envelopes,
+//! and compares the marker with what it read. The comparison holds only if no commit of the
+//! store landed since the read, so every earlier commit has a smaller stamp (a revision of at
+//! most `G`), every later one a larger (a revision above `G`), and no two commits claim one
+//! stamp. Such a commit conflicts with every commit of the store made meanwhile and is tried
+//! again, at most [`STAMPED_COMMIT_ATTEMPTS_MAX`] times. A check of a stamp that is not a
+//! revision compares the `mod_revision` read of a value carrying that stamp.
+//!
 //! A commit with range checks also compares the `mod_revision` of the collection fence
 //! (module `collect`) with the state it last saw, and conflicts when the fence's bound is
 //! above a range check's snapshot: the collector may have removed a tombstone written after
@@ -19,8 +31,8 @@ use std::collections::HashMap;
 
 use etcd_client::{Compare, CompareOp, GetOptions, KvClient, Txn, TxnOp, TxnOpResponse};
 use tuplekv_engine::{
-    AtomicWrite, CommitResult, Conflict, Error, Expiry, FailedCheck, KeyBytes, MutationKind, Value,
-    Versionstamp, sum_numbers,
+    AtomicWrite, CommitResult, Conflict, Error, Expiry, FailedCheck, KeyBytes, Mutation,
+    MutationKind, Value, Versionstamp, sum_numbers, versionstamped_key,
 };
 
 use crate::envelope::{self, Stored};
@@ -30,6 +42,15 @@ use crate::{Space, TXN_OPS_MAX, now_ms};
 /// Most times one commit is sent when its sum/min/max guesses (or the tombstones its checks
 /// expected) turn out stale; then [`Error::TransactionConflict`].
 pub const COMMIT_ATTEMPTS_MAX: u32 = 16;
+
+/// Most times a commit with versionstamped keys is sent: it is tried again whenever another
+/// commit of the store lands between its read of the current revision and its transaction,
+/// so under a heavy write load it can give [`Error::TransactionConflict`].
+pub const STAMPED_COMMIT_ATTEMPTS_MAX: u32 = 64;
+
+/// The two bytes after the revision in the versionstamp a commit with versionstamped keys
+/// claims: above the stamp of that revision's commit, below the next revision's.
+const CLAIMED_SUFFIX: [u8; 2] = [0, 1];
 
 /// The last state seen of one etcd key.
 #[derive(Debug, Clone)]
@@ -46,10 +67,30 @@ impl Observed {
 
     fn stamp(&self, now: u64) -> Option<Versionstamp> {
         self.live(now)?;
-        Some(Versionstamp::from_version(
-            u64::try_from(self.mod_revision).ok()?,
-        ))
+        let stored = self.stored.as_ref()?;
+        Some(stored.versionstamp(self.mod_revision))
     }
+}
+
+/// What a commit with versionstamped keys claims in one attempt: its versionstamp, and the
+/// marker's `mod_revision` that must still hold for the claim to be sound.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    stamp: Versionstamp,
+    marker_revision: i64,
+}
+
+/// The versionstamp claimed when the current revision is `head`.
+fn claimed_stamp(head: i64) -> Versionstamp {
+    let mut bytes = [0u8; 10];
+    bytes[..8].copy_from_slice(&u64::try_from(head).unwrap_or(0).to_be_bytes());
+    bytes[8..].copy_from_slice(&CLAIMED_SUFFIX);
+    Versionstamp::from_bytes(bytes)
+}
+
+/// Whether `stamp` is a revision's (its last two bytes zero), not a claimed one.
+fn is_revision(stamp: Versionstamp) -> bool {
+    stamp.as_bytes()[8..] == [0, 0]
 }
 
 /// What a key holds after a commit's mutations: a value with its deadline, or nothing.
@@ -69,18 +110,11 @@ pub(crate) async fn commit(
     write: AtomicWrite,
 ) -> Result<CommitResult, Error> {
     write.validate()?;
-    if write
+    let stamped = write
         .mutations
         .iter()
-        .any(|m| matches!(m.kind, MutationKind::SetSuffixVersionstampedKey { .. }))
-    {
-        return Err(Error::Unsupported {
-            operation: "a versionstamped key (set_versionstamped)",
-            needs: "the commit's revision before the commit, which etcd does not give: \
-                    the written key would have to name a revision not yet assigned",
-        });
-    }
-    let compares = 2 * (write.checks.len() + write.mutations.len()) + write.range_checks.len() + 1;
+        .any(|m| matches!(m.kind, MutationKind::SetSuffixVersionstampedKey { .. }));
+    let compares = 2 * (write.checks.len() + write.mutations.len()) + write.range_checks.len() + 2;
     if compares > TXN_OPS_MAX {
         return Err(Error::Unsupported {
             operation: "a commit needing more etcd comparisons than TXN_OPS_MAX (4096)",
@@ -88,6 +122,36 @@ pub(crate) async fn commit(
         });
     }
     let mut known: HashMap<Vec<u8>, Observed> = HashMap::new();
+    let marker = space.marker();
+    // What a claim needs (the current revision and the marker), and the values carrying the
+    // claimed stamps that checks name, read before the first attempt.
+    let mut first_reads: Vec<Vec<u8>> = Vec::new();
+    if stamped {
+        first_reads.push(marker.clone());
+    }
+    for check in &write.checks {
+        if check.versionstamp.is_some_and(|vs| !is_revision(vs)) {
+            first_reads.push(space.data(&check.key));
+        }
+    }
+    let mut head = 0;
+    if !first_reads.is_empty() {
+        let gets: Vec<TxnOp> = first_reads
+            .iter()
+            .map(|k| TxnOp::get(k.clone(), None))
+            .collect();
+        let response = kv
+            .txn(Txn::new().and_then(gets))
+            .await
+            .map_err(|e| crate::errors::read_error(e, 0))?;
+        head = response.header().map_or(0, |h| h.revision());
+        learn(&mut known, &marker, &first_reads, &response.op_responses())?;
+    }
+    let attempts = if stamped {
+        STAMPED_COMMIT_ATTEMPTS_MAX
+    } else {
+        COMMIT_ATTEMPTS_MAX
+    };
     let fence = space.fence();
     let oldest_since = write.range_checks.iter().map(|rc| rc.since.version()).min();
     if oldest_since.is_some() {
@@ -99,12 +163,17 @@ pub(crate) async fn commit(
                 stored: (mod_revision != 0).then(|| Stored {
                     value: Some(Value::U64(bound)),
                     deadline: envelope::NO_DEADLINE,
+                    stamp: None,
                 }),
             },
         );
     }
-    for _ in 0..COMMIT_ATTEMPTS_MAX {
+    for _ in 0..attempts {
         let now = now_ms();
+        let claim = stamped.then(|| Claim {
+            stamp: claimed_stamp(head),
+            marker_revision: known.get(&marker).map_or(0, |o| o.mod_revision),
+        });
         if let (Some(since), Some(seen)) = (oldest_since, known.get(&fence)) {
             space.saw_fence(seen.mod_revision, fence_bound(seen));
             if fence_bound(seen) > since {
@@ -125,18 +194,22 @@ pub(crate) async fn commit(
                 range_changed: true,
             }));
         }
-        let plan = plan(&write, &space, &known, now)?;
+        let plan = plan(&write, &space, &known, now, claim)?;
         let response = kv.txn(plan.txn).await.map_err(write_error)?;
+        let revision = response.header().map_or(0, |h| h.revision());
         if response.succeeded() {
-            let revision = response.header().map_or(0, |h| h.revision());
-            let version = u64::try_from(revision).map_err(|_| Error::OutcomeUnknown {
-                reason: format!("etcd answered the commit with revision {revision}"),
-            })?;
-            return Ok(CommitResult::Committed {
-                versionstamp: Versionstamp::from_version(version),
-            });
+            let versionstamp = match claim {
+                Some(claim) => claim.stamp,
+                None => Versionstamp::from_version(u64::try_from(revision).map_err(|_| {
+                    Error::OutcomeUnknown {
+                        reason: format!("etcd answered the commit with revision {revision}"),
+                    }
+                })?),
+            };
+            return Ok(CommitResult::Committed { versionstamp });
         }
-        let range_changed = learn(&mut known, &plan.reads, &response.op_responses())?;
+        head = revision;
+        let range_changed = learn(&mut known, &marker, &plan.reads, &response.op_responses())?;
         let conflict = Conflict {
             failed_checks: failed_checks(&write, &space, &known, now_ms()),
             range_changed,
@@ -144,12 +217,10 @@ pub(crate) async fn commit(
         if !conflict.failed_checks.is_empty() || conflict.range_changed {
             return Ok(CommitResult::Conflict(conflict));
         }
-        // A guess was stale (a sum's operand, a tombstone's revision): again, with what the
-        // `else` branch read.
+        // A guess was stale (a sum's operand, a tombstone's revision, the marker a claim
+        // needs): again, with what the `else` branch read.
     }
-    Err(Error::TransactionConflict {
-        attempts: COMMIT_ATTEMPTS_MAX,
-    })
+    Err(Error::TransactionConflict { attempts })
 }
 
 /// The bound the collection fence holds (0 when absent).
@@ -185,10 +256,11 @@ fn failed_checks(
         .collect()
 }
 
-/// Records the `else` branch's reads in `known`; returns whether a range check's range
-/// changed.
+/// Records the `else` branch's reads in `known` (the `marker` holds no envelope); returns
+/// whether a range check's range changed.
 fn learn(
     known: &mut HashMap<Vec<u8>, Observed>,
+    marker: &[u8],
     reads: &[Vec<u8>],
     responses: &[TxnOpResponse],
 ) -> Result<bool, Error> {
@@ -202,6 +274,10 @@ fn learn(
                 let observed = match get.kvs().first() {
                     None => Observed {
                         mod_revision: 0,
+                        stored: None,
+                    },
+                    Some(kv) if kv.key() == marker => Observed {
+                        mod_revision: kv.mod_revision(),
                         stored: None,
                     },
                     Some(kv) => Observed {
@@ -222,12 +298,13 @@ fn revision_of(versionstamp: Versionstamp) -> i64 {
     i64::try_from(versionstamp.version()).unwrap_or(-1)
 }
 
-/// The transaction of one attempt at `now`, from what `known` holds.
+/// The transaction of one attempt at `now`, from what `known` holds, making `claim` if given.
 fn plan(
     write: &AtomicWrite,
     space: &Space,
     known: &HashMap<Vec<u8>, Observed>,
     now: u64,
+    claim: Option<Claim>,
 ) -> Result<Plan, Error> {
     let mut compares = Vec::new();
     let mut reads: Vec<Vec<u8>> = Vec::new();
@@ -241,10 +318,19 @@ fn plan(
         let key = space.data(&check.key);
         match check.versionstamp {
             Some(vs) => {
+                let revision = if is_revision(vs) {
+                    revision_of(vs)
+                } else {
+                    // The value read carrying this stamp, unchanged; none: the check fails.
+                    known
+                        .get(&key)
+                        .filter(|o| o.stamp(now) == Some(vs))
+                        .map_or(-1, |o| o.mod_revision)
+                };
                 compares.push(Compare::mod_revision(
                     key.clone(),
                     CompareOp::Equal,
-                    revision_of(vs),
+                    revision,
                 ));
                 compares.push(Compare::value(
                     key.clone(),
@@ -267,6 +353,15 @@ fn plan(
         }
         read(&key, &mut reads);
     }
+    let marker = space.marker();
+    if let Some(claim) = claim {
+        compares.push(Compare::mod_revision(
+            marker.clone(),
+            CompareOp::Equal,
+            claim.marker_revision,
+        ));
+        read(&marker, &mut reads);
+    }
     if !write.range_checks.is_empty() {
         let fence = space.fence();
         let seen = known.get(&fence).map_or(0, |o| o.mod_revision);
@@ -276,6 +371,17 @@ fn plan(
     let mut staged: Vec<(KeyBytes, Staged)> = Vec::new();
     let mut at: HashMap<KeyBytes, usize> = HashMap::new();
     for (index, m) in write.mutations.iter().enumerate() {
+        let written;
+        let m = match (&m.kind, claim) {
+            (MutationKind::SetSuffixVersionstampedKey { .. }, Some(claim)) => {
+                written = Mutation {
+                    key: versionstamped_key(&m.key, claim.stamp),
+                    kind: m.kind.clone(),
+                };
+                &written
+            }
+            _ => m,
+        };
         let reads_current = !matches!(
             m.kind,
             MutationKind::Set { .. }
@@ -319,16 +425,15 @@ fn plan(
         .iter()
         .map(|(key, result)| {
             let value = match result {
-                Some((v, deadline)) => envelope::encode(v, *deadline),
+                Some((v, deadline)) => envelope::encode(v, *deadline, claim.map(|c| c.stamp)),
                 None => envelope::tombstone(),
             };
             TxnOp::put(space.data(key), value, None)
         })
         .collect();
-    if puts.is_empty() {
-        // etcd gives a transaction without a write no revision; every commit needs one.
-        puts.push(TxnOp::put(space.marker(), Vec::new(), None));
-    }
+    // Every commit writes the marker: etcd gives a transaction without a write no revision,
+    // and a claim compares the marker's `mod_revision` with the store's last commit.
+    puts.push(TxnOp::put(marker, Vec::new(), None));
     let mut else_ops: Vec<TxnOp> = reads.iter().map(|k| TxnOp::get(k.clone(), None)).collect();
     for rc in &write.range_checks {
         let since = revision_of(rc.since);

@@ -7,9 +7,14 @@
 //! `(now + 1)` as 8 big-endian bytes ([`live_after`]), which lets a transaction's comparison
 //! refuse a value that expired between the read and the commit. A tombstone has deadline 0,
 //! so it is never live: deletions stay in etcd as keys, and a range comparison sees them.
+//!
+//! A value written by a commit with a versionstamped key carries that commit's versionstamp
+//! (see `commit`), which is not its etcd revision: the tag then has [`STAMPED`] set and the 10
+//! stamp bytes come between the tag and the payload. Any other value's versionstamp is its
+//! `mod_revision`.
 
 use bytes::Bytes;
-use tuplekv_engine::{Error, Value};
+use tuplekv_engine::{Error, Value, Versionstamp};
 
 /// The deadline of a value that never expires.
 pub(crate) const NO_DEADLINE: u64 = u64::MAX;
@@ -21,6 +26,8 @@ const TAG_TOMBSTONE: u8 = 0;
 const TAG_BYTES: u8 = 1;
 const TAG_U64: u8 = 2;
 const TAG_V8: u8 = 3;
+/// Set in the tag of a value that carries its versionstamp.
+const STAMPED: u8 = 0x80;
 
 /// What one etcd value holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +36,8 @@ pub(crate) struct Stored {
     pub(crate) value: Option<Value>,
     /// The deadline (Unix ms); [`NO_DEADLINE`] when it does not expire, 0 for a tombstone.
     pub(crate) deadline: u64,
+    /// The versionstamp the value was written with, when it is not its `mod_revision`.
+    pub(crate) stamp: Option<Versionstamp>,
 }
 
 impl Stored {
@@ -37,30 +46,35 @@ impl Stored {
         self.value.as_ref().filter(|_| self.deadline > now)
     }
 
+    /// The versionstamp of the value whose etcd `mod_revision` is `mod_revision`.
+    pub(crate) fn versionstamp(&self, mod_revision: i64) -> Versionstamp {
+        self.stamp
+            .unwrap_or_else(|| Versionstamp::from_version(u64::try_from(mod_revision).unwrap_or(0)))
+    }
+
     /// The deadline as an entry shows it.
     pub(crate) fn expires_at(&self) -> Option<u64> {
         (self.deadline != NO_DEADLINE).then_some(self.deadline)
     }
 }
 
-/// The envelope of `value`, expiring at `deadline` if any. A deadline of `u64::MAX` is the
-/// same as none.
-pub(crate) fn encode(value: &Value, deadline: Option<u64>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_LEN + value.size());
+/// The envelope of `value`, expiring at `deadline` if any, carrying `stamp` if given. A
+/// deadline of `u64::MAX` is the same as none.
+pub(crate) fn encode(value: &Value, deadline: Option<u64>, stamp: Option<Versionstamp>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + 10 + value.size());
     out.extend_from_slice(&deadline.unwrap_or(NO_DEADLINE).to_be_bytes());
+    let (tag, payload): (u8, &[u8]) = match value {
+        Value::Bytes(b) => (TAG_BYTES, b),
+        Value::U64(_) => (TAG_U64, &[]),
+        Value::V8(b) => (TAG_V8, b),
+    };
+    out.push(if stamp.is_some() { tag | STAMPED } else { tag });
+    if let Some(stamp) = stamp {
+        out.extend_from_slice(stamp.as_bytes());
+    }
     match value {
-        Value::Bytes(b) => {
-            out.push(TAG_BYTES);
-            out.extend_from_slice(b);
-        }
-        Value::U64(n) => {
-            out.push(TAG_U64);
-            out.extend_from_slice(&n.to_be_bytes());
-        }
-        Value::V8(b) => {
-            out.push(TAG_V8);
-            out.extend_from_slice(b);
-        }
+        Value::U64(n) => out.extend_from_slice(&n.to_be_bytes()),
+        _ => out.extend_from_slice(payload),
     }
     out
 }
@@ -100,6 +114,18 @@ pub(crate) fn decode(key: &[u8], bytes: &[u8]) -> Result<Stored, Error> {
     let (&tag, payload) = rest
         .split_first()
         .ok_or_else(|| corrupt("the envelope has no tag".into()))?;
+    let (tag, stamp, payload) = if tag & STAMPED != 0 && tag != TAG_TOMBSTONE {
+        let (stamp, payload) = payload
+            .split_first_chunk::<10>()
+            .ok_or_else(|| corrupt("a stamped value without its versionstamp".into()))?;
+        (
+            tag & !STAMPED,
+            Some(Versionstamp::from_bytes(*stamp)),
+            payload,
+        )
+    } else {
+        (tag, None, payload)
+    };
     let value = match tag {
         TAG_TOMBSTONE => None,
         TAG_BYTES => Some(Value::Bytes(Bytes::copy_from_slice(payload))),
@@ -112,7 +138,11 @@ pub(crate) fn decode(key: &[u8], bytes: &[u8]) -> Result<Stored, Error> {
         }
         other => return Err(corrupt(format!("unknown value tag {other}"))),
     };
-    Ok(Stored { value, deadline })
+    Ok(Stored {
+        value,
+        deadline,
+        stamp,
+    })
 }
 
 #[cfg(test)]
@@ -128,9 +158,18 @@ mod tests {
             Value::from(&b""[..]),
         ] {
             for deadline in [None, Some(0), Some(1234)] {
-                let stored = decode(b"k", &encode(&value, deadline)).expect("an envelope");
-                assert_eq!(stored.value.as_ref(), Some(&value));
-                assert_eq!(stored.expires_at(), deadline);
+                for stamp in [
+                    None,
+                    Some(Versionstamp::from_bytes([1, 2, 3, 4, 5, 6, 7, 8, 0, 1])),
+                ] {
+                    let stored =
+                        decode(b"k", &encode(&value, deadline, stamp)).expect("an envelope");
+                    assert_eq!(stored.value.as_ref(), Some(&value));
+                    assert_eq!(stored.expires_at(), deadline);
+                    assert_eq!(stored.stamp, stamp);
+                    let expected = stamp.unwrap_or(Versionstamp::from_version(9));
+                    assert_eq!(stored.versionstamp(9), expected);
+                }
             }
         }
         let dead = decode(b"k", &tombstone()).expect("an envelope");
@@ -141,8 +180,12 @@ mod tests {
     #[test]
     fn the_byte_comparison_says_whether_a_value_is_live() {
         let value = Value::U64(1);
-        for deadline in [0u64, 1, 99, 100, 101, 5000] {
-            let bytes = encode(&value, Some(deadline));
+        let stamp = Some(Versionstamp::from_bytes([9; 10]));
+        for (deadline, stamp) in [0u64, 1, 99, 100, 101, 5000]
+            .into_iter()
+            .flat_map(|d| [(d, None), (d, stamp)])
+        {
+            let bytes = encode(&value, Some(deadline), stamp);
             let stored = decode(b"k", &bytes).expect("an envelope");
             for now in [0u64, 99, 100, 101] {
                 let greater = bytes.as_slice() > live_after(now).as_slice();
@@ -150,7 +193,7 @@ mod tests {
             }
         }
         assert!(tombstone().as_slice() < live_after(0).as_slice());
-        assert!(encode(&value, None).as_slice() > live_after(u64::MAX - 1).as_slice());
+        assert!(encode(&value, None, None).as_slice() > live_after(u64::MAX - 1).as_slice());
     }
 
     #[test]
@@ -161,6 +204,8 @@ mod tests {
             b"12345678",
             b"\0\0\0\0\0\0\0\x01\x09",
             b"\0\0\0\0\0\0\0\x01\x02abc",
+            b"\0\0\0\0\0\0\0\x01\x81short",
+            b"\0\0\0\0\0\0\0\x01\x82\0\0\0\0\0\0\0\0\0\x01abc",
         ] {
             assert!(
                 matches!(decode(b"k", bad), Err(Error::Corrupt { .. })),

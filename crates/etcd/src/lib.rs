@@ -14,8 +14,8 @@
 //! # The mapping
 //! - A store lives under a key prefix, so one cluster holds several: an encoded tuple key
 //!   `k` is the etcd key `prefix ++ "d" ++ k` (etcd orders keys by their bytes, as tuplekv
-//!   does), and `prefix ++ "m"` is the marker a commit without mutations writes, because
-//!   etcd gives a transaction without a write no revision. `prefix ++ "g"` is the
+//!   does), and `prefix ++ "m"` is the marker every commit writes: etcd gives a transaction
+//!   without a write no revision, and the marker's `mod_revision` is the store's last commit. `prefix ++ "g"` is the
 //!   collection fence (module `collect`).
 //! - A versionstamp is the etcd revision of the commit (8 bytes big-endian, then two zero
 //!   bytes). Revisions count every write to the cluster, so the stamps of one store leave
@@ -30,9 +30,14 @@
 //!   reads what it takes to say which checks failed.
 //! - A snapshot reads at one revision, fixed by its first read. A revision that etcd has
 //!   compacted gives [`Error::SnapshotExpired`].
-//! - Versionstamped keys ([`MutationKind::SetSuffixVersionstampedKey`]) are refused with
-//!   [`Error::Unsupported`]: the key would have to name the commit's revision before etcd
-//!   assigns it.
+//! - A commit with versionstamped keys ([`MutationKind::SetSuffixVersionstampedKey`]) must
+//!   name its versionstamp before etcd assigns a revision, so it claims one: the current
+//!   revision followed by `00 01`, guarded by a comparison of the marker that fails if any
+//!   other commit of the store landed meanwhile (then it is tried again, at most
+//!   [`STAMPED_COMMIT_ATTEMPTS_MAX`] times). Its values carry the claimed stamp in their
+//!   envelopes. Stamps still grow with every commit and are never shared, but such commits
+//!   serialize with all others: under a heavy write load they may give
+//!   [`Error::TransactionConflict`].
 //!
 //! # The cluster's limits
 //! etcd refuses transactions of more than 128 operations and requests over 1.5 MiB by
@@ -69,7 +74,7 @@ use tuplekv_engine::limits::{KEY_SIZE_MAX_WRITE, WATCH_KEYS_MAX};
 use tuplekv_engine::{AtomicWrite, CommitResult, Entry, Error, KeyBytes, Store, Versionstamp};
 
 pub use collect::{COLLECT_INTERVAL_DEFAULT, COLLECT_SCAN_MAX, CollectOptions, Collected};
-pub use commit::COMMIT_ATTEMPTS_MAX;
+pub use commit::{COMMIT_ATTEMPTS_MAX, STAMPED_COMMIT_ATTEMPTS_MAX};
 pub use errors::{READ_RETRY_BUDGET, READ_RETRY_PAUSE, READ_RETRY_PAUSE_MAX};
 pub use snapshot::EtcdSnapshot;
 pub use watch::{EtcdWatch, WATCH_POLL_INTERVAL};

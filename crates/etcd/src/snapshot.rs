@@ -203,11 +203,10 @@ pub(crate) async fn get_page(
         let Some(key) = space.user_key(kv.key()) else {
             continue;
         };
-        let version = u64::try_from(kv.mod_revision()).unwrap_or(0);
         entries.push(Entry {
             key: KeyBytes::from(key),
             value: value.clone(),
-            versionstamp: Versionstamp::from_version(version),
+            versionstamp: stored.versionstamp(kv.mod_revision()),
             expires_at: stored.expires_at(),
         });
     }

@@ -114,7 +114,7 @@ async fn read(
             Some(Entry {
                 key: key.clone(),
                 value,
-                versionstamp: Versionstamp::from_version(u64::try_from(kv.mod_revision()).ok()?),
+                versionstamp: stored.versionstamp(kv.mod_revision()),
                 expires_at: stored.expires_at(),
             })
         })

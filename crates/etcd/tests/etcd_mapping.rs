@@ -1,7 +1,8 @@
 //! What is particular to the etcd mapping, beyond the shared contract: a compacted snapshot
 //! is an error rather than newer data, deletions stay visible to range comparisons but not
-//! to reads, a commit without mutations still gets a revision of its own, and versionstamped
-//! keys are refused with a reason; etcd's refusals are definite errors; the collector
+//! to reads, a commit without mutations still gets a revision of its own, a commit with
+//! versionstamped keys claims a stamp between two revisions that no other commit shares;
+//! etcd's refusals are definite errors; the collector
 //! removes tombstones and expired values without losing a concurrent write or letting a
 //! range check miss a change.
 
@@ -12,8 +13,10 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tuplekv_engine::codec::encode_key;
 use tuplekv_engine::{
-    AtomicWrite, ByteRange, CommitResult, Error, KeyBytes, RangeCheck, ReadView, Store, key,
+    AtomicWrite, ByteRange, CommitResult, Error, KeyBytes, ListOptions, RangeCheck, ReadView,
+    Selector, Store, Versionstamp, key, versionstamped_key,
 };
 use tuplekv_etcd::{CollectOptions, Collected, EtcdStore};
 use tuplekv_testkit::etcd::{Cluster, etcd_binary};
@@ -387,17 +390,129 @@ fn a_commit_without_mutations_gets_a_new_versionstamp() {
     assert!(a.is_some() && b > a, "{a:?} then {b:?}");
 }
 
+/// Commits `atomic`, which must commit; its versionstamp.
+fn committed(atomic: tuplekv_engine::Atomic<'_, EtcdStore>) -> Versionstamp {
+    match atomic.commit().expect("a commit") {
+        CommitResult::Committed { versionstamp } => versionstamp,
+        other => panic!("expected a commit: {other:?}"),
+    }
+}
+
 #[test]
-fn a_versionstamped_key_is_refused_with_a_reason() {
+fn a_versionstamped_commit_claims_a_stamp_between_two_revisions() {
     let store = open();
+    let before = committed(store.atomic().set(&key!["plain"], 1u64));
+    // Another store on the cluster writes meanwhile: revisions move, our claim holds.
+    let neighbour = open();
+    committed(neighbour.atomic().set(&key!["elsewhere"], 1u64));
+    let claimed = committed(
+        store
+            .atomic()
+            .set_versionstamped(&key!["log"], "first")
+            .set(&key!["beside"], 2u64),
+    );
+    let after = committed(store.atomic().set(&key!["plain"], 3u64));
+    assert!(
+        before < claimed && claimed < after,
+        "{before} {claimed} {after}"
+    );
+    assert_eq!(
+        claimed.as_bytes()[8..],
+        [0, 1],
+        "a claimed stamp, not a revision"
+    );
+
+    let snapshot = store.snapshot();
+    let written = versionstamped_key(&encode_key(&key!["log"]), claimed);
+    let entry = snapshot
+        .get_raw(&written)
+        .expect("a read")
+        .expect("written");
+    assert_eq!(entry.versionstamp, claimed);
+    let beside = snapshot.get(&key!["beside"]).expect("a read").expect("set");
+    assert_eq!(
+        beside.versionstamp, claimed,
+        "every value of the commit carries it"
+    );
+    let listed: Vec<_> = store
+        .list(&Selector::prefix(&key!["log"]), ListOptions::default())
+        .expect("a list")
+        .map(|e| e.expect("an entry").versionstamp)
+        .collect();
+    assert_eq!(listed, [claimed]);
+
+    // A check of the claimed stamp holds until the value changes, then fails naming what
+    // is there.
+    let checked = store
+        .atomic()
+        .check(&key!["beside"], Some(claimed))
+        .sum(&key!["beside"], 1);
+    let summed = committed(checked);
+    assert!(summed > after);
     match store
         .atomic()
-        .set_versionstamped(&key!["log"], 1u64)
+        .check(&key!["beside"], Some(claimed))
+        .set(&key!["beside"], 0u64)
         .commit()
+        .expect("an answer")
     {
-        Err(Error::Unsupported { operation, .. }) => assert!(operation.contains("versionstamp")),
-        other => panic!("a versionstamped key gave {other:?}"),
+        CommitResult::Conflict(conflict) => {
+            assert_eq!(conflict.failed_checks.len(), 1);
+            assert_eq!(conflict.failed_checks[0].actual, Some(summed));
+        }
+        other => panic!("a stale claimed stamp committed: {other:?}"),
     }
+    let now = store.snapshot().get(&key!["beside"]).unwrap().unwrap();
+    assert_eq!((now.value.as_u64(), now.versionstamp), (Some(3), summed));
+}
+
+#[test]
+fn versionstamped_commits_racing_plain_ones_never_share_or_reorder_stamps() {
+    let store = open();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (claims, plain) = std::thread::scope(|s| {
+        let plain = s.spawn(|| {
+            let mut stamps = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                stamps.push(committed(store.atomic().sum(&key!["busy"], 1)));
+            }
+            stamps
+        });
+        let mut claims = Vec::new();
+        let mut conflicts = 0;
+        while claims.len() < 20 {
+            match store
+                .atomic()
+                .set_versionstamped(&key!["log"], 1u64)
+                .commit()
+            {
+                Ok(CommitResult::Committed { versionstamp }) => claims.push(versionstamp),
+                Err(Error::TransactionConflict { .. }) => conflicts += 1,
+                other => panic!("a versionstamped commit gave {other:?}"),
+            }
+            assert!(conflicts < 50, "versionstamped commits starve");
+        }
+        stop.store(true, Ordering::Relaxed);
+        (claims, plain.join().expect("the plain committer"))
+    });
+    for stamps in [&claims, &plain] {
+        assert!(stamps.windows(2).all(|w| w[0] < w[1]), "{stamps:?}");
+    }
+    let mut all: Vec<_> = claims.iter().chain(&plain).copied().collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), claims.len() + plain.len(), "a stamp was shared");
+    // Every claimed key was written, each holding its own stamp, in stamp order.
+    let listed: Vec<Versionstamp> = store
+        .list(&Selector::prefix(&key!["log"]), ListOptions::default())
+        .expect("a list")
+        .map(|e| e.expect("an entry").versionstamp)
+        .collect();
+    assert_eq!(listed, claims);
+    // The busy counter's final stamp is the last plain commit's: the claims left no trace
+    // on it.
+    let busy = store.snapshot().get(&key!["busy"]).unwrap().unwrap();
+    assert_eq!(Some(busy.versionstamp), plain.last().copied());
 }
 
 #[test]
