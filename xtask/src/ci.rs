@@ -99,6 +99,10 @@ fn steps(args: &CiArgs) -> Vec<Step> {
     let mut conformance = cmd::cargo();
     conformance.args(["xtask", "conformance", "--against", "tuplekv"]);
     steps.push(Step::command("clients", conformance));
+    // The same scripts against `tuplekv serve --etcd` on a fresh 3-member etcd cluster.
+    let mut conformance_etcd = cmd::cargo();
+    conformance_etcd.args(["xtask", "conformance", "--against", "tuplekv", "--etcd"]);
+    steps.push(Step::command("clients-etcd", conformance_etcd));
 
     // The unsafe modules' unit tests, full size, under AddressSanitizer (a minute with its
     // build), then scaled down under Miri: real threads on real hardware, then every access
@@ -174,11 +178,19 @@ mod tests {
     }
 
     #[test]
-    fn runs_fmt_clippy_test_doc_ref_map_asan_miri_in_order() {
+    fn runs_fmt_clippy_test_doc_ref_map_clients_asan_miri_in_order() {
         assert_eq!(
             names(&CiArgs::default()),
             [
-                "fmt", "clippy", "test", "doc", "ref-map", "clients", "asan", "miri"
+                "fmt",
+                "clippy",
+                "test",
+                "doc",
+                "ref-map",
+                "clients",
+                "clients-etcd",
+                "asan",
+                "miri"
             ]
         );
         let skipping = CiArgs {
@@ -187,7 +199,15 @@ mod tests {
         };
         assert_eq!(
             names(&skipping),
-            ["fmt", "clippy", "doc", "ref-map", "clients", "asan"]
+            [
+                "fmt",
+                "clippy",
+                "doc",
+                "ref-map",
+                "clients",
+                "clients-etcd",
+                "asan"
+            ]
         );
     }
 
