@@ -15,7 +15,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tuplekv_engine::{Database, Durability, Options, Store};
 use tuplekv_etcd::EtcdStore;
-use tuplekv_server::{CommitMode, ServerConfig, router, serve_with};
+use tuplekv_server::{CommitMode, ReadMode, ServerConfig, router, serve_with};
 
 /// Where `serve` listens by default: loopback only.
 const ADDR_DEFAULT: &str = "127.0.0.1:4512";
@@ -25,11 +25,6 @@ const BUFFERED_SYNC_INTERVAL: Duration = Duration::from_millis(100);
 const ETCD_PREFIX_DEFAULT: &str = "tuplekv/";
 /// Most `--etcd` endpoints (etcd clusters have a handful of members).
 const ETCD_ENDPOINTS_MAX: usize = 16;
-/// Worker threads of the server's runtime with `--etcd`. The server reads a snapshot on the
-/// request's task, and an `EtcdStore` read waits there for the cluster's answer (a network
-/// round trip, on its own runtime): more workers than cores keep one slow read from holding
-/// up the other requests.
-const ETCD_WORKER_THREADS: usize = 16;
 
 /// Arguments of `tuplekv serve`.
 #[derive(Debug, Args)]
@@ -135,9 +130,11 @@ fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
 /// Serves the store under `--etcd-prefix` on the etcd cluster at `--etcd`.
 fn run_etcd(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
     let endpoints = etcd_endpoints(&args.etcd)?;
-    // `EtcdStore::commit` waits for the cluster on the calling thread: run it on the
-    // blocking pool, never on a runtime worker.
-    let config = config.with_commit_mode(CommitMode::BlockingPool);
+    // `EtcdStore`'s commits and reads wait for the cluster on the calling thread: run them
+    // on the blocking pool, never on a runtime worker.
+    let config = config
+        .with_commit_mode(CommitMode::BlockingPool)
+        .with_read_mode(ReadMode::BlockingPool);
     // Connected before the server's runtime starts: the store runs its own runtime, and its
     // blocking methods must not be called from a runtime's task.
     let store = EtcdStore::connect(&endpoints, args.etcd_prefix.as_bytes()).map_err(|e| {
@@ -147,7 +144,6 @@ fn run_etcd(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
         )
     })?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(ETCD_WORKER_THREADS)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
