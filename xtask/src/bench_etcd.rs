@@ -2,8 +2,8 @@
 //! etcd transaction rate through the same client crate and beside Redis `INCR`.
 //!
 //! Builds the load process `etcd_load` (and `remote_codes`, whose `redis-incr` workload is the
-//! Redis peer) in release mode, starts the cluster through `etcd_load cluster` (the test kit's
-//! harness: the same members and flags as the etcd tests), and runs [`PROCESSES`] load
+//! Redis peer) in release mode, starts the cluster through xtask's `etcd-cluster` launcher (the
+//! test kit's harness: the same members and flags as the etcd tests), and runs [`PROCESSES`] load
 //! processes at once per workload, each with [`THREADS`] threads; their rates are summed:
 //! - checked commits through `EtcdStore` (one key check and one set each) and raw etcd
 //!   transactions (one `mod_revision` comparison and one put each), alternating for
@@ -19,22 +19,22 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
 use crate::bench::Redis;
 use crate::bench_server::{LOAD_PACKAGE, build_release, load_average, publish, rate, run_client};
+use crate::etcd_cluster::EtcdCluster;
 use crate::report;
-use crate::server_process::wait_with_deadline;
 
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "etcd";
-/// The load process of the etcd workloads (and the cluster holder).
+/// The load process of the etcd workloads.
 const LOAD_BIN: &str = "etcd_load";
 /// The load process whose `redis-incr` workload is the Redis peer.
 const REDIS_BIN: &str = "remote_codes";
@@ -52,10 +52,6 @@ const GOAL_OF_RAW: f64 = 0.8;
 const LOADED: (usize, usize) = (PROCESSES, THREADS);
 /// One process of one thread: a commit's latency with nothing else in flight.
 const SEQUENTIAL: (usize, usize) = (1, 1);
-/// Longest wait for the cluster holder to say where the cluster is.
-const CLUSTER_START_TIMEOUT: Duration = Duration::from_secs(90);
-/// Longest wait for the cluster holder to stop once told.
-const CLUSTER_STOP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Longest wait for one `/metrics` answer.
 const METRICS_TIMEOUT: Duration = Duration::from_secs(3);
 /// No secret to hide in the load processes' command lines (NUL never occurs in one).
@@ -66,6 +62,10 @@ const WAL_FSYNC: &str = "etcd_disk_wal_fsync_duration_seconds";
 const BACKEND_COMMIT: &str = "etcd_disk_backend_commit_duration_seconds";
 const PEER_RTT: &str = "etcd_network_peer_round_trip_time_seconds";
 const PROPOSALS: &str = "etcd_server_proposals_committed_total";
+/// 1 on the member that leads, 0 on the others.
+const IS_LEADER: &str = "etcd_server_is_leader";
+/// How many times (100 ms apart) the members' metrics are read to find the leader.
+const LEADER_POLLS: usize = 100;
 
 /// How long each workload runs.
 #[derive(Debug, Clone, Copy)]
@@ -209,59 +209,23 @@ fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> Delta
     }
 }
 
-/// The cluster, held by an `etcd_load cluster` process; stopped when dropped.
-struct EtcdCluster {
-    holder: Child,
+/// The test harness's cluster (run by xtask's `etcd-cluster` launcher) and which member
+/// leads it.
+struct Cluster {
+    members: EtcdCluster,
     urls: Vec<String>,
     leader: usize,
 }
 
-impl EtcdCluster {
-    /// Starts `etcd_load cluster` and waits for its line saying where the members are.
-    fn start(load: &Path) -> Result<EtcdCluster> {
-        let mut holder = Command::new(load)
-            .args(["cluster", "--members", &MEMBERS.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("could not start {} cluster", load.display()))?;
-        let stdout = holder.stdout.take().context("stdout not captured")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = match rx.recv_timeout(CLUSTER_START_TIMEOUT) {
-            Ok(line) if line.starts_with('{') => line,
-            other => {
-                let _ = holder.kill();
-                let _ = holder.wait();
-                bail!(
-                    "the etcd cluster did not start within {CLUSTER_START_TIMEOUT:?} ({})",
-                    match other {
-                        Ok(_) => "the holder exited; its error is above",
-                        Err(_) => "no answer",
-                    }
-                );
-            }
-        };
-        let v: serde_json::Value =
-            serde_json::from_str(line.trim()).with_context(|| format!("cluster line `{line}`"))?;
-        let urls: Vec<String> = v["client_urls"]
-            .as_array()
-            .context("no `client_urls` in the cluster line")?
-            .iter()
-            .filter_map(|u| u.as_str().map(str::to_owned))
-            .collect();
-        let leader = v["leader"]
-            .as_u64()
-            .and_then(|l| usize::try_from(l).ok())
-            .filter(|l| *l < urls.len())
-            .context("no valid `leader` in the cluster line")?;
-        Ok(EtcdCluster {
-            holder,
+impl Cluster {
+    /// Starts [`MEMBERS`] members and finds the leader from their metrics.
+    fn start() -> Result<Cluster> {
+        let members = EtcdCluster::start(MEMBERS)?;
+        let urls = members.urls().to_vec();
+        let leader = leader_of(&urls)
+            .context("no member's metrics say it leads (etcd_server_is_leader)")?;
+        Ok(Cluster {
+            members,
             urls,
             leader,
         })
@@ -270,28 +234,32 @@ impl EtcdCluster {
     fn leader_metrics(&self) -> Option<BTreeMap<String, f64>> {
         metrics(self.urls.get(self.leader)?)
     }
+
+    /// Stops the members and removes their data.
+    fn stop(self) -> Result<()> {
+        self.members.stop()
+    }
 }
 
-impl Drop for EtcdCluster {
-    fn drop(&mut self) {
-        // Closing its stdin tells the holder to stop the members and remove their data.
-        drop(self.holder.stdin.take());
-        match wait_with_deadline(&mut self.holder, CLUSTER_STOP_TIMEOUT) {
-            Ok(Some(_)) => {}
-            _ => {
-                // Its watchdog kills the members once it is gone.
-                let _ = self.holder.kill();
-                let _ = self.holder.wait();
-            }
+/// The index of the member of `urls` whose metrics say it leads, waiting out an election.
+fn leader_of(urls: &[String]) -> Option<usize> {
+    for _ in 0..LEADER_POLLS {
+        let leader = urls.iter().position(|url| {
+            metrics(url).is_some_and(|m| m.get(IS_LEADER).copied() == Some(1.0))
+        });
+        if leader.is_some() {
+            return leader;
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
+    None
 }
 
 /// [`PROCESSES`] `etcd_load WORKLOAD` processes against the cluster, summed, with the
 /// leader's metrics around them.
 fn etcd_workload(
     load: &Path,
-    cluster: &EtcdCluster,
+    cluster: &Cluster,
     workload: &str,
     prefix: &str,
     d: Durations,
@@ -374,7 +342,7 @@ struct Results {
 
 /// Measures every workload.
 fn measure(load: &Path, redis_load: &Path, d: Durations) -> Result<Results> {
-    let cluster = EtcdCluster::start(load)?;
+    let cluster = Cluster::start()?;
     eprintln!(
         "\n[bench etcd] {MEMBERS} members at {}; leader {}",
         cluster.urls.join(","),
@@ -412,7 +380,9 @@ fn measure(load: &Path, redis_load: &Path, d: Durations) -> Result<Results> {
         let sum = m.get(&format!("{PEER_RTT}_sum"))?;
         (*count > 0.0).then(|| sum / count * 1000.0)
     });
-    drop(cluster);
+    if let Err(e) = cluster.stop() {
+        eprintln!("[bench etcd] stopping the cluster: {e:#}");
+    }
     let redis = match Redis::start() {
         Ok(redis) => {
             eprintln!("\n[bench etcd] redis-server at {}", redis.url());

@@ -1,15 +1,11 @@
-//! `etcd_load`: one process of `cargo xtask bench etcd`. It either holds a local etcd cluster
-//! (the test kit's harness, so the bench runs the members with the same flags as the etcd
-//! tests), or drives one workload against a cluster from T threads for D seconds and prints
-//! one JSON line with the rate and the per-operation latency.
+//! `etcd_load`: one process of `cargo xtask bench etcd`. It drives one workload against an
+//! etcd cluster (which xtask starts with the test kit's harness) from T threads for D seconds
+//! and prints one JSON line with the rate and the per-operation latency.
 //!
 //! ```text
-//! etcd_load cluster [--members 3]
 //! etcd_load checked|raw-txn|fast|gapless --endpoints URL[,URL…] [--threads 4] [--seconds 5]
 //!                                        [--warmup 0.5] [--prefix BENCH]
 //! ```
-//! - `cluster` starts the members, prints `{"client_urls": [...], "leader": I}` and keeps
-//!   them until its standard input closes; then it stops them and removes their data.
 //! - `checked`: commits through an `EtcdStore`, each with one key check and one set of a
 //!   100-byte value, every thread on a key of its own (so no check fails).
 //! - `raw-txn`: the same through the `etcd-client` crate directly: a transaction with one
@@ -19,7 +15,6 @@
 //! xtask runs several of these processes at once and sums their rates; each process measures
 //! its own window after its warm-up.
 
-use std::io::Read as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex, PoisonError};
@@ -41,10 +36,6 @@ const SECONDS_DEFAULT: f64 = 5.0;
 const WARMUP_DEFAULT: f64 = 0.5;
 /// Longest window `--seconds` or `--warmup` may ask for.
 const SECONDS_MAX: f64 = 600.0;
-/// Members of the cluster unless `--members` says otherwise.
-const MEMBERS_DEFAULT: usize = 3;
-/// Most members `cluster` starts (the harness's own limit).
-const MEMBERS_MAX: usize = tuplekv_testkit::etcd::MEMBERS_MAX;
 /// Key prefix (of the store, and of the raw keys) unless `--prefix` says otherwise.
 const PREFIX_DEFAULT: &str = "BENCH";
 /// Digits of the codes: wide enough that a run never widens them.
@@ -58,15 +49,13 @@ const VALUE_SIZE: usize = 100;
 const RAW_IO_THREADS: usize = 2;
 
 const USAGE: &str = "\
-usage: etcd_load cluster [--members N]
-       etcd_load checked|raw-txn|fast|gapless --endpoints URL[,URL...] [--threads N]
+usage: etcd_load checked|raw-txn|fast|gapless --endpoints URL[,URL...] [--threads N]
                  [--seconds S] [--warmup S] [--prefix P]
 Prints JSON lines on stdout.";
 
 /// What this process does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Workload {
-    Cluster,
     Checked,
     RawTxn,
     Fast,
@@ -76,7 +65,6 @@ enum Workload {
 impl Workload {
     fn name(self) -> &'static str {
         match self {
-            Workload::Cluster => "cluster",
             Workload::Checked => "checked",
             Workload::RawTxn => "raw-txn",
             Workload::Fast => "fast",
@@ -93,7 +81,6 @@ struct Args {
     seconds: f64,
     warmup: f64,
     prefix: String,
-    members: usize,
 }
 
 fn parse_number<T: std::str::FromStr + PartialOrd>(
@@ -112,7 +99,6 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
     let (workload, rest) = match argv.split_first() {
         Some((w, rest)) => (
             match w.as_str() {
-                "cluster" => Workload::Cluster,
                 "checked" => Workload::Checked,
                 "raw-txn" => Workload::RawTxn,
                 "fast" => Workload::Fast,
@@ -130,7 +116,6 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         seconds: SECONDS_DEFAULT,
         warmup: WARMUP_DEFAULT,
         prefix: PREFIX_DEFAULT.to_owned(),
-        members: MEMBERS_DEFAULT,
     };
     for (flag, value) in flag_pairs(rest, USAGE)? {
         match flag {
@@ -145,11 +130,10 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--seconds" => args.seconds = parse_number(flag, value, 0.1, SECONDS_MAX)?,
             "--warmup" => args.warmup = parse_number(flag, value, 0.0, SECONDS_MAX)?,
             "--prefix" => args.prefix = value.to_owned(),
-            "--members" => args.members = parse_number(flag, value, 1, MEMBERS_MAX)?,
             other => return Err(format!("unknown flag `{other}`\n{USAGE}")),
         }
     }
-    if workload != Workload::Cluster && args.endpoints.is_empty() {
+    if args.endpoints.is_empty() {
         return Err(format!("`--endpoints` is required\n{USAGE}"));
     }
     Ok(args)
@@ -377,30 +361,6 @@ fn codes(args: &Args) -> Result<Tally, String> {
     }
 }
 
-/// Starts the cluster, says where it is, and holds it until standard input closes.
-fn cluster(args: &Args) -> Result<(), String> {
-    let members = args.members;
-    let started = std::panic::catch_unwind(move || tuplekv_testkit::etcd::Cluster::start(members));
-    let cluster = started.map_err(|panic| {
-        let message = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_else(|| "the cluster did not start".to_owned());
-        format!("starting etcd: {message}")
-    })?;
-    let leader = cluster.leader();
-    println!(
-        "{}",
-        serde_json::json!({ "client_urls": cluster.client_urls(), "leader": leader })
-    );
-    // Until the parent closes our stdin (or dies): the members live as long as we do.
-    let mut sink = Vec::new();
-    let _ = std::io::stdin().read_to_end(&mut sink);
-    drop(cluster);
-    Ok(())
-}
-
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let args = match parse_args(&argv) {
@@ -411,15 +371,6 @@ fn main() -> ExitCode {
         }
     };
     let result = match args.workload {
-        Workload::Cluster => {
-            return match cluster(&args) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("etcd_load: {e}");
-                    ExitCode::FAILURE
-                }
-            };
-        }
         Workload::Checked => checked(&args),
         Workload::RawTxn => raw_txn(&args),
         Workload::Fast | Workload::Gapless => codes(&args),
@@ -468,18 +419,13 @@ mod tests {
         assert_eq!(args.workload, Workload::RawTxn);
         assert_eq!(args.endpoints, ["http://a", "http://b"]);
         assert_eq!(args.threads, 8);
-        assert_eq!(
-            parse_args(&argv("cluster")).expect("parses").members,
-            MEMBERS_DEFAULT
-        );
         for bad in [
             "",
             "slow --endpoints http://x",
             "checked",
             "checked --endpoints http://x --threads 0",
             "fast --endpoints http://x --seconds -1",
-            "cluster --members 0",
-            "cluster --members 99",
+            "cluster",
             "gapless --endpoints http://x --nope 1",
         ] {
             assert!(parse_args(&argv(bad)).is_err(), "{bad}");
