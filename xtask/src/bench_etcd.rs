@@ -173,7 +173,8 @@ fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
         let wanted = [WAL_FSYNC, BACKEND_COMMIT, PEER_RTT]
             .iter()
             .any(|h| name == format!("{h}_sum") || name == format!("{h}_count"))
-            || name == PROPOSALS;
+            || name == PROPOSALS
+            || name == IS_LEADER;
         if let (true, Ok(v)) = (wanted, value.trim().parse::<f64>()) {
             *out.entry(name.to_owned()).or_insert(0.0) += v;
         }
@@ -633,6 +634,7 @@ mod tests {
             etcd_network_peer_round_trip_time_seconds_sum{To=\"a\"} 0.5\n\
             etcd_network_peer_round_trip_time_seconds_sum{To=\"b\"} 0.25\n\
             etcd_server_proposals_committed_total 42\n\
+            etcd_server_is_leader 1\n\
             go_goroutines 7\n";
         let m = parse_metrics(text);
         assert_eq!(
@@ -644,6 +646,7 @@ mod tests {
             Some(&0.75)
         );
         assert_eq!(m.get("etcd_server_proposals_committed_total"), Some(&42.0));
+        assert_eq!(m.get(IS_LEADER), Some(&1.0), "the leader is found by it");
         assert!(!m.contains_key("go_goroutines"));
         let mut after = m.clone();
         after.insert("etcd_disk_wal_fsync_duration_seconds_count".into(), 150.0);

@@ -221,6 +221,23 @@ mod tests {
     }
 
     #[test]
+    fn an_unreachable_store_is_503_and_an_unsupported_operation_400() {
+        // Clients retry a 5xx: a store that cannot be reached now is worth retrying, an
+        // operation it can never do (Deno retries a 500 for ever) is not.
+        let unavailable = Error::Unavailable {
+            reason: "no leader".into(),
+        };
+        assert_eq!(mapped(unavailable), (503, text::UNAVAILABLE.to_owned()));
+        let unsupported = Error::Unsupported {
+            operation: "a second read of one snapshot",
+            needs: "snapshots held by the server",
+        };
+        let (status, message) = mapped(unsupported);
+        assert_eq!(status, 400);
+        assert!(message.contains("a second read of one snapshot"), "{message}");
+    }
+
+    #[test]
     fn engine_io_failures_are_the_servers_500() {
         let io = Error::Io(IoError::new(
             "syncing the log",
