@@ -223,8 +223,8 @@ impl Cluster {
     fn start() -> Result<Cluster> {
         let members = EtcdCluster::start(MEMBERS)?;
         let urls = members.urls().to_vec();
-        let leader = leader_of(&urls)
-            .context("no member's metrics say it leads (etcd_server_is_leader)")?;
+        let leader =
+            leader_of(&urls).context("no member's metrics say it leads (etcd_server_is_leader)")?;
         Ok(Cluster {
             members,
             urls,
@@ -245,9 +245,9 @@ impl Cluster {
 /// The index of the member of `urls` whose metrics say it leads, waiting out an election.
 fn leader_of(urls: &[String]) -> Option<usize> {
     for _ in 0..LEADER_POLLS {
-        let leader = urls.iter().position(|url| {
-            metrics(url).is_some_and(|m| m.get(IS_LEADER).copied() == Some(1.0))
-        });
+        let leader = urls
+            .iter()
+            .position(|url| metrics(url).is_some_and(|m| m.get(IS_LEADER).copied() == Some(1.0)));
         if leader.is_some() {
             return leader;
         }

@@ -49,6 +49,9 @@ impl Step {
     }
 }
 
+/// The facade's optional `etcd` feature, as a workspace-wide `--features` value.
+const FACADE_ETCD: &str = "tuplekv/etcd";
+
 /// The steps `ci` runs, in order.
 fn steps(args: &CiArgs) -> Vec<Step> {
     let mut steps = Vec::new();
@@ -57,11 +60,14 @@ fn steps(args: &CiArgs) -> Vec<Step> {
     fmt.args(["fmt", "--all", "--", "--check"]);
     steps.push(Step::command("fmt", fmt));
 
+    // The facade's `etcd` feature too: nothing else in the workspace turns it on.
     let mut clippy = cmd::cargo();
     clippy.args([
         "clippy",
         "--workspace",
         "--all-targets",
+        "--features",
+        FACADE_ETCD,
         "--",
         "-D",
         "warnings",
@@ -73,9 +79,24 @@ fn steps(args: &CiArgs) -> Vec<Step> {
         test.args(["test", "--workspace"]);
         steps.push(Step::command("test", test));
     }
+    // The facade's `etcd` feature, which `cargo test --workspace` leaves off (so also with
+    // `--skip-tests`, which skips that command only).
+    {
+        let mut facade = cmd::cargo();
+        facade.args([
+            "test",
+            "-p",
+            "tuplekv",
+            "--features",
+            "etcd",
+            "--test",
+            "etcd_facade",
+        ]);
+        steps.push(Step::command("facade-etcd", facade));
+    }
 
     let mut doc = cmd::cargo();
-    doc.args(["doc", "--workspace", "--no-deps"])
+    doc.args(["doc", "--workspace", "--no-deps", "--features", FACADE_ETCD])
         .env("RUSTDOCFLAGS", "-D warnings");
     steps.push(Step::command("doc", doc));
 
@@ -185,6 +206,7 @@ mod tests {
                 "fmt",
                 "clippy",
                 "test",
+                "facade-etcd",
                 "doc",
                 "ref-map",
                 "clients",
@@ -202,6 +224,7 @@ mod tests {
             [
                 "fmt",
                 "clippy",
+                "facade-etcd",
                 "doc",
                 "ref-map",
                 "clients",

@@ -75,11 +75,13 @@ cargo xtask ci [--skip-tests] [--skip-miri]
 
 Runs, from the workspace root, stopping at the first failure:
     cargo fmt --all -- --check
-    cargo clippy --workspace --all-targets -- -D warnings
+    cargo clippy --workspace --all-targets --features tuplekv/etcd -- -D warnings
     cargo test --workspace                      (left out with --skip-tests)
-    RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps
+    cargo test -p tuplekv --features etcd --test etcd_facade
+    RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps --features tuplekv/etcd
     cargo test -p tuplekv-engine --features reference-keymap --test model
     cargo xtask conformance --against tuplekv   (the real Deno and Node clients)
+    cargo xtask conformance --against tuplekv --etcd   (the same, on `serve --etcd`)
     RUSTC_BOOTSTRAP=1 RUSTFLAGS=-Zsanitizer=address ... cargo test -p tuplekv-engine \\
         --target x86_64-unknown-linux-gnu --lib -- keymap::tests:: chain_cell::tests::
     cargo xtask miri                            (left out with --skip-miri; where Miri

@@ -234,7 +234,10 @@ mod tests {
         };
         let (status, message) = mapped(unsupported);
         assert_eq!(status, 400);
-        assert!(message.contains("a second read of one snapshot"), "{message}");
+        assert!(
+            message.contains("a second read of one snapshot"),
+            "{message}"
+        );
     }
 
     #[test]
