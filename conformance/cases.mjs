@@ -22,6 +22,13 @@ export const VALUE_SIZE_MAX = 65536;
 export const READ_RANGES_MAX = 10;
 /** Mutations per atomic write. */
 export const MUTATIONS_MAX = 1000;
+/**
+ * Why `tuplekv serve --etcd` cannot run the versionstamped-key cases: EtcdStore refuses such a
+ * commit (the key would have to name the etcd revision before etcd assigns it). The server
+ * answers that refusal with a 500, which Deno's client retries without end, so the case is
+ * skipped rather than run to see the refusal.
+ */
+
 /** Checks per atomic write allowed by Deno's client (denokv's server allows only 10). */
 export const CHECKS_MAX = 100;
 /** Checks per atomic write that denokv's server accepts. */

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{bench_remote, bench_server, cmd, handoff, perf_doc, report};
+use crate::{bench_etcd, bench_remote, bench_server, cmd, handoff, perf_doc, report};
 
 /// The package holding the benches.
 const PACKAGE: &str = "tuplekv-benches";
@@ -174,6 +174,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
             bench_server::run as fn(bool) -> Result<()>,
         ),
         (bench_remote::GROUP, bench_remote::run),
+        (bench_etcd::GROUP, bench_etcd::run),
     ] {
         if args.groups.iter().any(|g| g == group) {
             let rest: Vec<String> = args

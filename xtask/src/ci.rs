@@ -49,6 +49,9 @@ impl Step {
     }
 }
 
+/// The facade's optional `etcd` feature, as a workspace-wide `--features` value.
+const FACADE_ETCD: &str = "tuplekv/etcd";
+
 /// The steps `ci` runs, in order.
 fn steps(args: &CiArgs) -> Vec<Step> {
     let mut steps = Vec::new();
@@ -57,11 +60,14 @@ fn steps(args: &CiArgs) -> Vec<Step> {
     fmt.args(["fmt", "--all", "--", "--check"]);
     steps.push(Step::command("fmt", fmt));
 
+    // The facade's `etcd` feature too: nothing else in the workspace turns it on.
     let mut clippy = cmd::cargo();
     clippy.args([
         "clippy",
         "--workspace",
         "--all-targets",
+        "--features",
+        FACADE_ETCD,
         "--",
         "-D",
         "warnings",
@@ -73,9 +79,24 @@ fn steps(args: &CiArgs) -> Vec<Step> {
         test.args(["test", "--workspace"]);
         steps.push(Step::command("test", test));
     }
+    // The facade's `etcd` feature, which `cargo test --workspace` leaves off (so also with
+    // `--skip-tests`, which skips that command only).
+    {
+        let mut facade = cmd::cargo();
+        facade.args([
+            "test",
+            "-p",
+            "tuplekv",
+            "--features",
+            "etcd",
+            "--test",
+            "etcd_facade",
+        ]);
+        steps.push(Step::command("facade-etcd", facade));
+    }
 
     let mut doc = cmd::cargo();
-    doc.args(["doc", "--workspace", "--no-deps"])
+    doc.args(["doc", "--workspace", "--no-deps", "--features", FACADE_ETCD])
         .env("RUSTDOCFLAGS", "-D warnings");
     steps.push(Step::command("doc", doc));
 
@@ -99,6 +120,10 @@ fn steps(args: &CiArgs) -> Vec<Step> {
     let mut conformance = cmd::cargo();
     conformance.args(["xtask", "conformance", "--against", "tuplekv"]);
     steps.push(Step::command("clients", conformance));
+    // The same scripts against `tuplekv serve --etcd` on a fresh 3-member etcd cluster.
+    let mut conformance_etcd = cmd::cargo();
+    conformance_etcd.args(["xtask", "conformance", "--against", "tuplekv", "--etcd"]);
+    steps.push(Step::command("clients-etcd", conformance_etcd));
 
     // The unsafe modules' unit tests, full size, under AddressSanitizer (a minute with its
     // build), then scaled down under Miri: real threads on real hardware, then every access
@@ -174,11 +199,20 @@ mod tests {
     }
 
     #[test]
-    fn runs_fmt_clippy_test_doc_ref_map_asan_miri_in_order() {
+    fn runs_fmt_clippy_test_doc_ref_map_clients_asan_miri_in_order() {
         assert_eq!(
             names(&CiArgs::default()),
             [
-                "fmt", "clippy", "test", "doc", "ref-map", "clients", "asan", "miri"
+                "fmt",
+                "clippy",
+                "test",
+                "facade-etcd",
+                "doc",
+                "ref-map",
+                "clients",
+                "clients-etcd",
+                "asan",
+                "miri"
             ]
         );
         let skipping = CiArgs {
@@ -187,7 +221,16 @@ mod tests {
         };
         assert_eq!(
             names(&skipping),
-            ["fmt", "clippy", "doc", "ref-map", "clients", "asan"]
+            [
+                "fmt",
+                "clippy",
+                "facade-etcd",
+                "doc",
+                "ref-map",
+                "clients",
+                "clients-etcd",
+                "asan"
+            ]
         );
     }
 

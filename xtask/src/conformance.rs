@@ -7,6 +7,9 @@
 //! which must match; Deno writes and Node reads, which Node 20 cannot decode and is only
 //! recorded), and stops the server. The differences between the two servers that are there on
 //! purpose are listed in `conformance/expected-differences.txt`.
+//!
+//! With `--etcd` the tuplekv server is `tuplekv serve --etcd` on a fresh local etcd cluster
+//! (module `etcd_cluster`); it must answer every case as `tuplekv serve` does.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -16,12 +19,14 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use crate::server_process::{Running, Stderr, generate_token, scratch_dir};
+use crate::etcd_cluster::{EtcdCluster, MEMBERS_DEFAULT};
+use crate::server_process::{Running, Stderr, generate_token, scratch_dir, target_dir};
 use crate::{clients, cmd};
 
 /// Help for `cargo xtask conformance`.
 pub(crate) const HELP: &str = "\
-cargo xtask conformance [--against tuplekv|denokv|both] [--keep-output DIR] [--tuplekv-bin PATH]
+cargo xtask conformance [--against tuplekv|denokv|both] [--etcd] [--keep-output DIR]
+                        [--tuplekv-bin PATH]
 
 Runs the KV Connect conformance scripts of conformance/ with the real clients: Deno 2.9.6
 (`deno run -A --unstable-kv conformance/deno.ts`) and Node's @deno/kv 0.14.0
@@ -37,12 +42,14 @@ OPTIONS:
                        first time, which takes minutes)
                        both: both servers, then their case lines compared; a difference fails
                        unless conformance/expected-differences.txt lists the case
+    --etcd             run tuplekv as `tuplekv serve --etcd` on a fresh 3-member etcd cluster
+                       on loopback (`etcd` must be installed; see `cargo xtask etcd-cluster`);
+                       its outputs are named tuplekv-etcd. Not with `--against denokv`
     --keep-output DIR  write each script's output to DIR/<server>-<script>.txt
     --tuplekv-bin P    use this tuplekv binary instead of building tuplekv-cli";
 
 /// The file listing the cases where tuplekv differs from denokv on purpose.
 const EXPECTED_DIFFERENCES: &str = "conformance/expected-differences.txt";
-
 /// Which server(s) a run is against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Against {
@@ -64,6 +71,8 @@ pub(crate) struct ConformanceArgs {
     pub(crate) keep_output: Option<PathBuf>,
     /// A prebuilt tuplekv binary.
     pub(crate) tuplekv_bin: Option<PathBuf>,
+    /// Serve tuplekv from a fresh etcd cluster (`tuplekv serve --etcd`).
+    pub(crate) etcd: bool,
 }
 
 /// Parses the options of `conformance`: `Ok(None)` asks for help.
@@ -97,8 +106,14 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<ConformanceArgs>, String> 
             }
             "--keep-output" => out.keep_output = Some(PathBuf::from(value("--keep-output")?)),
             "--tuplekv-bin" => out.tuplekv_bin = Some(PathBuf::from(value("--tuplekv-bin")?)),
+            "--etcd" if inline.is_none() => out.etcd = true,
             other => return Err(format!("`conformance` does not take `{other}`")),
         }
+    }
+    if out.etcd && out.against == Against::Denokv {
+        return Err(
+            "`--etcd` runs `tuplekv serve --etcd`; it does not go with `--against denokv`".into(),
+        );
     }
     Ok(Some(out))
 }
@@ -107,6 +122,8 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<ConformanceArgs>, String> 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Server {
     Tuplekv,
+    /// `tuplekv serve --etcd` on a fresh etcd cluster.
+    TuplekvEtcd,
     Denokv,
 }
 
@@ -115,6 +132,15 @@ impl Server {
     fn name(self) -> &'static str {
         match self {
             Server::Tuplekv => "tuplekv",
+            Server::TuplekvEtcd => "tuplekv-etcd",
+            Server::Denokv => "denokv",
+        }
+    }
+
+    /// The implementation the scripts are told they talk to (`CONFORMANCE_SERVER`).
+    fn script_name(self) -> &'static str {
+        match self {
+            Server::Tuplekv | Server::TuplekvEtcd => "tuplekv",
             Server::Denokv => "denokv",
         }
     }
@@ -151,16 +177,21 @@ pub(crate) fn run(args: &ConformanceArgs) -> Result<()> {
         deno: clients::deno()?,
         node_kv_dir: clients::node_kv_dir()?,
     };
+    let ours = if args.etcd {
+        Server::TuplekvEtcd
+    } else {
+        Server::Tuplekv
+    };
     let servers: &[Server] = match args.against {
-        Against::Tuplekv => &[Server::Tuplekv],
+        Against::Tuplekv => &[ours],
         Against::Denokv => &[Server::Denokv],
-        Against::Both => &[Server::Denokv, Server::Tuplekv],
+        Against::Both => &[Server::Denokv, ours],
     };
     let mut outputs = BTreeMap::new();
     let mut failures = Vec::new();
     for &server in servers {
         let binary = match server {
-            Server::Tuplekv => tuplekv_binary(args.tuplekv_bin.as_deref())?,
+            Server::Tuplekv | Server::TuplekvEtcd => tuplekv_binary(args.tuplekv_bin.as_deref())?,
             Server::Denokv => clients::denokv()?,
         };
         let run = run_against(server, &binary, &clients)?;
@@ -179,8 +210,8 @@ pub(crate) fn run(args: &ConformanceArgs) -> Result<()> {
         outputs.insert(server.name(), run.outputs);
     }
     if args.against == Against::Both {
-        let expected = read_expected_differences()?;
-        let unexpected = compare(&outputs["denokv"], &outputs["tuplekv"], &expected);
+        let expected = read_expected_differences(EXPECTED_DIFFERENCES)?;
+        let unexpected = compare(&outputs["denokv"], &outputs[ours.name()], &expected);
         failures.extend(unexpected);
     }
     if !failures.is_empty() {
@@ -202,8 +233,9 @@ struct Run {
 fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> {
     let token = generate_token()?;
     let scratch = scratch_dir(&format!("conformance-{}", server.name()))?;
-    let running = match start_server(server, binary, &token, &scratch) {
-        Ok(running) => running,
+    // Held until the server has stopped.
+    let (running, cluster) = match start_server(server, binary, &token, &scratch) {
+        Ok(started) => started,
         Err(e) => {
             let _ = fs::remove_dir_all(&scratch);
             return Err(e);
@@ -222,7 +254,7 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
             command
                 .env("CONFORMANCE_URL", &url)
                 .env("CONFORMANCE_TOKEN", &token)
-                .env("CONFORMANCE_SERVER", server.name())
+                .env("CONFORMANCE_SERVER", server.script_name())
                 .env("CONFORMANCE_MODE", mode)
                 .env("CONFORMANCE_CROSS_PREFIX", &cross_prefix)
                 .env("CONFORMANCE_CROSS_STRICT", if strict { "1" } else { "0" });
@@ -244,7 +276,9 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
     })();
     let stopped = running.stop();
     let _ = fs::remove_dir_all(&scratch);
+    let cluster_stopped = cluster.map_or(Ok(()), EtcdCluster::stop);
     result?;
+    cluster_stopped?;
     let status = stopped?;
     eprintln!("xtask: {} stopped ({status})", server.name());
     Ok(run)
@@ -342,11 +376,32 @@ fn run_script(command: &mut Command, server: Server, name: &str) -> Result<(bool
     Ok((status.success(), stdout))
 }
 
-/// Starts `server` on a free loopback port and waits until it listens.
-fn start_server(server: Server, binary: &Path, token: &str, scratch: &Path) -> Result<Running> {
+/// Starts `server` on a free loopback port and waits until it listens; for
+/// [`Server::TuplekvEtcd`], on a fresh etcd cluster, returned with it.
+fn start_server(
+    server: Server,
+    binary: &Path,
+    token: &str,
+    scratch: &Path,
+) -> Result<(Running, Option<EtcdCluster>)> {
     match server {
-        Server::Tuplekv => Running::tuplekv(binary, &[], token, Stderr::Inherit),
-        Server::Denokv => Running::denokv(binary, scratch, token, Stderr::Inherit),
+        Server::Tuplekv => Ok((Running::tuplekv(binary, &[], token, Stderr::Inherit)?, None)),
+        Server::TuplekvEtcd => {
+            let cluster = EtcdCluster::start(MEMBERS_DEFAULT)?;
+            eprintln!("xtask: etcd cluster at {}", cluster.urls().join(","));
+            let args = [
+                "--etcd".into(),
+                cluster.urls().join(",").into(),
+                "--etcd-prefix".into(),
+                "conformance/".into(),
+            ];
+            let running = Running::tuplekv(binary, &args, token, Stderr::Inherit)?;
+            Ok((running, Some(cluster)))
+        }
+        Server::Denokv => Ok((
+            Running::denokv(binary, scratch, token, Stderr::Inherit)?,
+            None,
+        )),
     }
 }
 
@@ -359,24 +414,17 @@ fn tuplekv_binary(explicit: Option<&Path>) -> Result<PathBuf> {
         return Ok(path.to_path_buf());
     }
     cmd::run(cmd::cargo().args(["build", "-p", "tuplekv-cli", "--bin", "tuplekv"]))?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cmd::workspace_root().join("target"));
-    let target = if target.is_relative() {
-        cmd::workspace_root().join(target)
-    } else {
-        target
-    };
-    let binary = target.join("debug").join("tuplekv");
+    let binary = target_dir().join("debug").join("tuplekv");
     if !binary.is_file() {
         bail!("cargo built no {}", binary.display());
     }
     Ok(binary)
 }
 
-/// The case names of `expected-differences.txt` with their reasons.
-fn read_expected_differences() -> Result<BTreeMap<String, String>> {
-    let path = cmd::workspace_root().join(EXPECTED_DIFFERENCES);
+/// The case names of an expected-differences file (`file`, from the workspace root) with
+/// their reasons.
+fn read_expected_differences(file: &str) -> Result<BTreeMap<String, String>> {
+    let path = cmd::workspace_root().join(file);
     let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     Ok(parse_expected_differences(&text))
 }
@@ -440,7 +488,7 @@ fn compare(
         }
     }
     for name in expected.keys().filter(|n| !differed.contains(*n)) {
-        eprintln!("  note: {EXPECTED_DIFFERENCES} lists {name}, which did not differ this run");
+        eprintln!("  note: the expected differences list {name}, which did not differ this run");
     }
     unexpected
 }
@@ -475,7 +523,12 @@ mod tests {
                 against: Against::Both,
                 keep_output: Some(PathBuf::from("out")),
                 tuplekv_bin: None,
+                etcd: false,
             }))
+        );
+        assert_eq!(
+            parse(&args("--etcd --against both")).map(|a| a.map(|a| (a.etcd, a.against))),
+            Ok(Some((true, Against::Both)))
         );
         assert_eq!(
             parse(&args("--against=denokv")).map(|a| a.map(|a| a.against)),
@@ -487,6 +540,8 @@ mod tests {
             "--keep-output",
             "--fast",
             "denokv",
+            "--etcd --against denokv",
+            "--etcd=1",
         ] {
             assert!(parse(&args(bad)).is_err(), "{bad}");
         }

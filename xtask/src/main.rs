@@ -7,12 +7,14 @@
 //! options. Only std and anyhow are used; arguments are parsed by hand in [`parse`].
 
 mod bench;
+mod bench_etcd;
 mod bench_remote;
 mod bench_server;
 mod ci;
 mod clients;
 mod cmd;
 mod conformance;
+mod etcd_cluster;
 mod fuzz;
 mod handoff;
 mod miri;
@@ -51,13 +53,16 @@ COMMANDS:
     fuzz --list                   print the fuzz targets
     bench [--quick] [GROUP...]    run criterion bench groups (default: all of them);
                                   the group `server` compares KV Connect servers,
-                                  `remote` code sequences through `RemoteStore`
+                                  `remote` code sequences through `RemoteStore`,
+                                  `etcd` tuplekv on a 3-member etcd cluster
     soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
                                   long runs: many property cases, crash and stress rounds,
                                   the engine under AddressSanitizer and ThreadSanitizer, loom
-    conformance [--against tuplekv|denokv|both] [--keep-output DIR]
+    conformance [--against tuplekv|denokv|both] [--etcd] [--keep-output DIR]
                                   KV Connect conformance scripts with the real Deno and Node
-                                  clients against tuplekv serve and/or denokv
+                                  clients against tuplekv serve (--etcd: on an etcd cluster)
+                                  and/or denokv
+    etcd-cluster [--members N]    a local etcd cluster for `tuplekv serve --etcd`, until Ctrl-C
     remote-denokv                 RemoteStore's denokv tests (crates/remote/tests/denokv.rs)
                                   against a real denokv started for the run
     help [COMMAND]                print this help, or a command's
@@ -70,11 +75,13 @@ cargo xtask ci [--skip-tests] [--skip-miri]
 
 Runs, from the workspace root, stopping at the first failure:
     cargo fmt --all -- --check
-    cargo clippy --workspace --all-targets -- -D warnings
+    cargo clippy --workspace --all-targets --features tuplekv/etcd -- -D warnings
     cargo test --workspace                      (left out with --skip-tests)
-    RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps
+    cargo test -p tuplekv --features etcd --test etcd_facade
+    RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps --features tuplekv/etcd
     cargo test -p tuplekv-engine --features reference-keymap --test model
     cargo xtask conformance --against tuplekv   (the real Deno and Node clients)
+    cargo xtask conformance --against tuplekv --etcd   (the same, on `serve --etcd`)
     RUSTC_BOOTSTRAP=1 RUSTFLAGS=-Zsanitizer=address ... cargo test -p tuplekv-engine \\
         --target x86_64-unknown-linux-gnu --lib -- keymap::tests:: chain_cell::tests::
     cargo xtask miri                            (left out with --skip-miri; where Miri
@@ -153,6 +160,13 @@ and the sequential get and commit latency of `RemoteStore` against an in-process
 It prints a table with the goals (fast >= 10x Redis, gapless >= Redis) marked met or not and
 writes it to target/bench-reports/remote.md (about a minute; `--quick`: 1 s per workload).
 
+The group `etcd` (never run by default) builds the load process `etcd_load` in release mode,
+starts a 3-member etcd cluster on loopback (the test kit's harness) and runs 4 processes x 4
+threads of checked commits through `EtcdStore` beside raw etcd transactions with the same
+client (the overhead ratio, goal >= 0.8), codes in fast and gapless mode, and Redis `INCR`;
+with the leader's WAL fsyncs from etcd's /metrics. Report: target/bench-reports/etcd.md
+(about 1.5 minutes once built).
+
 OPTIONS:
     --quick    criterion's `--quick` with short warm-up/measurement: a smoke run of about 5
                minutes on a 2-vCPU machine once the benches are built (engine about 2.5,
@@ -204,6 +218,8 @@ enum Task {
     Conformance(conformance::ConformanceArgs),
     /// `cargo xtask remote-denokv`.
     RemoteDenokv,
+    /// `cargo xtask etcd-cluster`, with its member count.
+    EtcdCluster(usize),
 }
 
 /// A command line that does not parse; the message says why.
@@ -237,6 +253,11 @@ fn parse(args: &[String]) -> Result<Task, UsageError> {
             Ok(None) => Ok(Task::Help(conformance::HELP)),
             Err(message) => usage(message),
         },
+        "etcd-cluster" => match etcd_cluster::parse(rest) {
+            Ok(Some(members)) => Ok(Task::EtcdCluster(members)),
+            Ok(None) => Ok(Task::Help(etcd_cluster::HELP)),
+            Err(message) => usage(message),
+        },
         "remote-denokv" => match rest {
             [] => Ok(Task::RemoteDenokv),
             [a] if is_help(a) => Ok(Task::Help(remote_denokv::HELP)),
@@ -256,6 +277,7 @@ fn help_for(topic: &str) -> Result<&'static str, UsageError> {
         "soak" => Ok(SOAK_HELP),
         "conformance" => Ok(conformance::HELP),
         "remote-denokv" => Ok(remote_denokv::HELP),
+        "etcd-cluster" => Ok(etcd_cluster::HELP),
         other => usage(format!("unknown command `{other}`")),
     }
 }
@@ -404,6 +426,7 @@ fn main() -> ExitCode {
         Task::Soak(args) => soak::run(args),
         Task::Conformance(args) => conformance::run(args),
         Task::RemoteDenokv => remote_denokv::run(),
+        Task::EtcdCluster(members) => etcd_cluster::run(*members),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -544,6 +567,20 @@ mod tests {
             Ok(Task::Help(remote_denokv::HELP))
         );
         assert!(parse_str("remote-denokv --fast").is_err());
+    }
+
+    #[test]
+    fn etcd_cluster() {
+        assert_eq!(parse_str("etcd-cluster"), Ok(Task::EtcdCluster(3)));
+        assert_eq!(
+            parse_str("etcd-cluster --members 5"),
+            Ok(Task::EtcdCluster(5))
+        );
+        assert_eq!(
+            parse_str("help etcd-cluster"),
+            Ok(Task::Help(etcd_cluster::HELP))
+        );
+        assert!(parse_str("etcd-cluster --members 0").is_err());
     }
 
     #[test]

@@ -241,6 +241,19 @@ fn spawn(
         .with_context(|| format!("could not start {name}"))
 }
 
+/// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the workspace root), or the
+/// workspace's `target`.
+pub(crate) fn target_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cmd::workspace_root().join("target"));
+    if target.is_relative() {
+        cmd::workspace_root().join(target)
+    } else {
+        target
+    }
+}
+
 /// The last [`LOG_TAIL_LINES`] lines of the file at `log`.
 pub(crate) fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();

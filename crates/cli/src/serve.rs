@@ -1,5 +1,10 @@
-//! `tuplekv serve`: a KV Connect server over an in-memory or durable store, stopped
-//! gracefully by SIGINT or SIGTERM (then the store is synced and closed).
+//! `tuplekv serve`: a KV Connect server over an in-memory or durable store, or over an etcd
+//! cluster (`--etcd`), stopped gracefully by SIGINT or SIGTERM (then a local store is synced
+//! and closed).
+//!
+//! With `--etcd` the server keeps no state of its own: several `tuplekv serve --etcd` processes
+//! given the same cluster and `--etcd-prefix` serve one store, and any of them may stop or
+//! die without losing an acknowledged write.
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -8,21 +13,34 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use tuplekv_engine::{Database, Durability, Options};
-use tuplekv_server::{CommitMode, ServerConfig, router, serve_with};
+use tuplekv_engine::{Database, Durability, Options, Store};
+use tuplekv_etcd::EtcdStore;
+use tuplekv_server::{CommitMode, ReadMode, ServerConfig, router, serve_with};
 
 /// Where `serve` listens by default: loopback only.
 const ADDR_DEFAULT: &str = "127.0.0.1:4512";
 /// Time between background syncs with `--durability buffered`.
 const BUFFERED_SYNC_INTERVAL: Duration = Duration::from_millis(100);
+/// The key prefix of the store in etcd when `--etcd-prefix` is not given.
+const ETCD_PREFIX_DEFAULT: &str = "tuplekv/";
+/// Most `--etcd` endpoints (etcd clusters have a handful of members).
+const ETCD_ENDPOINTS_MAX: usize = 16;
 
 /// Arguments of `tuplekv serve`.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// Directory of a durable store (created if missing). Without it the store is in memory
-    /// and its data dies with the process.
-    #[arg(long)]
+    /// Directory of a durable store (created if missing). Without it (or `--etcd`) the store
+    /// is in memory and its data dies with the process.
+    #[arg(long, conflicts_with = "etcd")]
     path: Option<PathBuf>,
+    /// Serve the store kept on this etcd cluster: its members' client URLs, comma-separated
+    /// (`http://127.0.0.1:2379,http://127.0.0.1:22379`). Several servers given the same
+    /// cluster and prefix serve the same data.
+    #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// The key prefix of the store in the etcd cluster (one cluster can hold several stores).
+    #[arg(long, value_name = "P", default_value = ETCD_PREFIX_DEFAULT, requires = "etcd")]
+    etcd_prefix: String,
     /// When a durable store acknowledges a commit: `sync` once it is on stable storage,
     /// `buffered` before (synced in the background every 100 ms).
     #[arg(long, value_enum, default_value_t = DurabilityArg::Sync, requires = "path")]
@@ -48,12 +66,20 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
         .access_token
         .as_deref()
         .ok_or("an access token is required: pass --access-token or set TUPLEKV_ACCESS_TOKEN")?;
+    let config = ServerConfig::new(token).map_err(|e| e.to_string())?;
+    if args.etcd.is_empty() {
+        run_local(&args, config)
+    } else {
+        run_etcd(&args, config)
+    }
+}
+
+/// Serves an in-memory store, or the durable one at `--path`.
+fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
     // A `Database`'s asynchronous commit never blocks the caller (a durable one waits for its
     // sync without holding a thread): await it on the request's task rather than hop to the
     // blocking pool and back for every write.
-    let config = ServerConfig::new(token)
-        .map_err(|e| e.to_string())?
-        .with_commit_mode(CommitMode::Inline);
+    let config = config.with_commit_mode(CommitMode::Inline);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -75,8 +101,16 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
                 .map_err(|e| format!("cannot open the store at {}: {e}", dir.display()))?
         }
     };
+    let kind = match &args.path {
+        None => "in memory: data dies with the process".to_owned(),
+        Some(dir) => format!(
+            "durable at {} ({:?} durability)",
+            dir.display(),
+            args.durability
+        ),
+    };
     let store = Arc::new(store);
-    runtime.block_on(serve_until_signal(Arc::clone(&store), &args, config))?;
+    runtime.block_on(serve_until_signal(Arc::clone(&store), args, &kind, config))?;
     drop(runtime);
     let store = Arc::into_inner(store).ok_or("the store is still in use after shutdown")?;
     if args.path.is_some() {
@@ -93,9 +127,71 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
-async fn serve_until_signal(
-    store: Arc<Database>,
+/// Serves the store under `--etcd-prefix` on the etcd cluster at `--etcd`.
+fn run_etcd(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
+    let endpoints = etcd_endpoints(&args.etcd)?;
+    // `EtcdStore`'s commits and reads wait for the cluster on the calling thread: run them
+    // on the blocking pool, never on a runtime worker.
+    let config = config
+        .with_commit_mode(CommitMode::BlockingPool)
+        .with_read_mode(ReadMode::BlockingPool);
+    // Connected before the server's runtime starts: the store runs its own runtime, and its
+    // blocking methods must not be called from a runtime's task.
+    let store = EtcdStore::connect(&endpoints, args.etcd_prefix.as_bytes()).map_err(|e| {
+        format!(
+            "cannot open the store in the etcd cluster at {}: {e}",
+            endpoints.join(",")
+        )
+    })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let kind = format!(
+        "etcd cluster at {} under prefix {:?}: replicated by the cluster",
+        endpoints.join(","),
+        args.etcd_prefix
+    );
+    let store = Arc::new(store);
+    runtime.block_on(serve_until_signal(Arc::clone(&store), args, &kind, config))?;
+    drop(runtime);
+    // Nothing to sync: every acknowledged commit is already on the cluster.
+    drop(store);
+    tracing::info!("etcd client closed");
+    Ok(())
+}
+
+/// The `--etcd` endpoints, checked: each `http://HOST:PORT` or `https://HOST:PORT` (a
+/// trailing `/` is dropped).
+fn etcd_endpoints(given: &[String]) -> Result<Vec<String>, String> {
+    if given.len() > ETCD_ENDPOINTS_MAX {
+        return Err(format!(
+            "--etcd names {} endpoints; at most {ETCD_ENDPOINTS_MAX} are allowed",
+            given.len()
+        ));
+    }
+    given
+        .iter()
+        .map(|url| {
+            let url = url.trim().trim_end_matches('/');
+            let host = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"));
+            match host {
+                Some(host) if !host.is_empty() && !host.contains('/') => Ok(url.to_owned()),
+                _ => Err(format!(
+                    "--etcd: `{url}` is not an etcd client URL (expected http://HOST:PORT or \
+                     https://HOST:PORT, comma-separated)"
+                )),
+            }
+        })
+        .collect()
+}
+
+async fn serve_until_signal<S: Store + 'static>(
+    store: Arc<S>,
     args: &ServeArgs,
+    kind: &str,
     config: ServerConfig,
 ) -> Result<(), String> {
     // Before the listening line: a signal sent as soon as a script reads it must be handled
@@ -107,14 +203,6 @@ async fn serve_until_signal(
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    let kind = match &args.path {
-        None => "in memory: data dies with the process".to_owned(),
-        Some(dir) => format!(
-            "durable at {} ({:?} durability)",
-            dir.display(),
-            args.durability
-        ),
-    };
     tracing::info!(%addr, store = %kind, "tuplekv serve: KV Connect server started");
     // The one line tests and scripts read to find the port.
     let mut stdout = std::io::stdout().lock();
@@ -155,4 +243,33 @@ fn init_logging() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn urls(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn etcd_endpoints_are_checked() {
+        assert_eq!(
+            etcd_endpoints(&urls(&["http://127.0.0.1:2379/", " https://h:1 "])),
+            Ok(urls(&["http://127.0.0.1:2379", "https://h:1"]))
+        );
+        for bad in [
+            "",
+            "127.0.0.1:2379",
+            "http://",
+            "http://h:1/v3",
+            "grpc://h:1",
+        ] {
+            let err = etcd_endpoints(&urls(&[bad])).expect_err(bad);
+            assert!(err.contains("not an etcd client URL"), "{bad}: {err}");
+        }
+        let many = vec!["http://h:1".to_owned(); ETCD_ENDPOINTS_MAX + 1];
+        assert!(etcd_endpoints(&many).is_err());
+    }
 }

@@ -1,7 +1,7 @@
 //! `tuplekv serve` as a process: it refuses to start without a good token, says where it
 //! listens and what it serves, exits 0 on SIGTERM, and a durable server killed with SIGKILL
 //! during acknowledged writes from several clients has every acknowledged write after a
-//! restart.
+//! restart. With `--etcd`, two servers fronting one etcd cluster serve the same data.
 
 #[path = "../../server/tests/common/mod.rs"]
 mod common;
@@ -293,4 +293,106 @@ async fn check_all_present(dir: &Path, keys: &[Vec<u8>]) {
     server.signal("TERM");
     let (ok, stderr) = server.exit().await;
     assert!(ok, "{stderr}");
+}
+
+#[test]
+fn serve_refuses_etcd_with_a_path_and_bad_etcd_urls() {
+    let both = run_serve(
+        &["--etcd", "http://127.0.0.1:1", "--path", "x"],
+        Some(TOKEN),
+    );
+    assert!(!both.status.success());
+    let stderr = String::from_utf8_lossy(&both.stderr);
+    assert!(
+        stderr.contains("--path") && stderr.contains("--etcd"),
+        "{stderr}"
+    );
+    let prefix_alone = run_serve(&["--etcd-prefix", "p/"], Some(TOKEN));
+    assert!(!prefix_alone.status.success());
+    assert!(String::from_utf8_lossy(&prefix_alone.stderr).contains("--etcd"));
+    let bad = run_serve(&["--etcd", "127.0.0.1:2379"], Some(TOKEN));
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("is not an etcd client URL"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
+#[test]
+fn serve_says_when_the_etcd_cluster_cannot_be_reached() {
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let out = run_serve(
+        &["--etcd", &format!("http://127.0.0.1:{port}")],
+        Some(TOKEN),
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot open the store in the etcd cluster"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_etcd_servers_on_one_cluster_serve_the_same_data() {
+    let cluster = tuplekv_testkit::etcd::Cluster::start(3);
+    let urls = cluster.client_urls().join(",");
+    let etcd = ["--etcd", urls.as_str(), "--etcd-prefix", "serve-test/"];
+    let a = ServeProcess::start(&etcd);
+    let b = ServeProcess::start(&etcd);
+    // A server on another prefix of the same cluster is another store.
+    let other = ServeProcess::start(&["--etcd", urls.as_str(), "--etcd-prefix", "other/"]);
+    let (mut ca, mut cb, mut co) = (
+        Client::h2(a.addr).await,
+        Client::h1(b.addr).await,
+        Client::h2(other.addr).await,
+    );
+    let k = key2("shared", "n");
+
+    // Written through a, read through b with a's versionstamp.
+    let first = ca
+        .commit(write_of(vec![check(&k, None)], vec![set(&k, u64_value(7))]))
+        .await;
+    assert_eq!(first.status, AW_SUCCESS);
+    let got = cb.get(&k).await.expect("a's write, read through b");
+    assert_eq!(got.versionstamp, first.versionstamp);
+    assert_eq!(got.value, u64_value(7).data);
+    assert!(co.get(&k).await.is_none(), "another prefix sees nothing");
+
+    // A check through b on a's versionstamp passes; the same check through a then fails,
+    // because b's write moved the key on.
+    let second = cb
+        .commit(write_of(
+            vec![check(&k, Some(&first.versionstamp))],
+            vec![set(&k, u64_value(8))],
+        ))
+        .await;
+    assert_eq!(second.status, AW_SUCCESS);
+    assert!(second.versionstamp > first.versionstamp);
+    let stale = ca
+        .commit(write_of(
+            vec![check(&k, Some(&first.versionstamp))],
+            vec![set(&k, u64_value(9))],
+        ))
+        .await;
+    assert_eq!(stale.status, AW_CHECK_FAILURE);
+    let got = ca.get(&k).await.expect("b's write, read through a");
+    assert_eq!(
+        (got.value, got.versionstamp),
+        (u64_value(8).data, second.versionstamp)
+    );
+
+    drop((ca, cb, co));
+    for server in [a, b, other] {
+        server.signal("TERM");
+        let (ok, stderr) = server.exit().await;
+        assert!(ok, "{stderr}");
+        assert!(stderr.contains("etcd cluster at"), "{stderr}");
+    }
+    drop(cluster);
 }

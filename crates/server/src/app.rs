@@ -23,11 +23,12 @@ use tuplekv_engine::{CommitResult, ReadView, Store, Versionstamp};
 use crate::error::{ApiError, text};
 use crate::limits::{METADATA_BODIES_IN_FLIGHT_MAX, METADATA_BODY_MAX, REQUEST_BODY_MAX};
 use crate::protocol::{
-    decode_atomic_write, decode_range_checks, decode_read_mode, decode_snapshot_read, encode_entry,
+    ExtensionRead, ReadRange, decode_atomic_write, decode_range_checks, decode_read_mode,
+    decode_snapshot_read, encode_entry,
 };
 use crate::snapshots::Held;
 use crate::stats::{Endpoint, ServerStats};
-use crate::{CommitMode, ServerConfig};
+use crate::{CommitMode, ReadMode, ServerConfig};
 
 /// What every handler shares.
 pub(crate) struct AppState<S: Store> {
@@ -341,17 +342,39 @@ async fn snapshot_read<S: Store + 'static>(
         false => None,
     };
     drop(body);
-    if let Some(m) = &mode {
+    let bytes = match state.config.read_mode() {
+        ReadMode::Inline => read_ranges(&state, &ranges, mode.as_ref())?,
+        ReadMode::BlockingPool => {
+            let state = Arc::clone(&state);
+            tokio::task::spawn_blocking(move || read_ranges(&state, &ranges, mode.as_ref()))
+                .await
+                .map_err(|e| {
+                    tracing::error!(error = %e, "read task failed");
+                    ApiError::internal()
+                })??
+        }
+    };
+    Ok(protobuf_bytes(bytes))
+}
+
+/// Reads `ranges` from one snapshot (a held one, or one to hold, as `mode` says) and
+/// encodes the output.
+fn read_ranges<S: Store>(
+    state: &AppState<S>,
+    ranges: &[ReadRange],
+    mode: Option<&ExtensionRead>,
+) -> Result<Vec<u8>, ApiError> {
+    if let Some(m) = mode {
         m.release
             .iter()
             .for_each(|&(v, id)| state.held.release(v, id));
     }
-    let snapshot = match mode.as_ref().and_then(|m| m.at) {
+    let snapshot = match mode.and_then(|m| m.at) {
         Some(at) => state.held.get(at).ok_or_else(|| snapshot_gone(at))?,
         None => state.store.snapshot(),
     };
     let versionstamp = S::snapshot_versionstamp(&snapshot);
-    if let Some(m) = mode.as_ref().filter(|m| m.hold) {
+    if let Some(m) = mode.filter(|m| m.hold) {
         state.held.hold(versionstamp, m.hold_id, &snapshot);
     }
     if mode.is_some() {
@@ -359,7 +382,7 @@ async fn snapshot_read<S: Store + 'static>(
     }
     let mut out = Vec::with_capacity(ranges.len());
     let mut expires_at_ms = Vec::new();
-    for r in &ranges {
+    for r in ranges {
         let entries = snapshot
             .scan(&r.range, r.reverse, r.limit)
             .map_err(|e| engine_error(&e))?;
@@ -387,7 +410,7 @@ async fn snapshot_read<S: Store + 'static>(
         .encode(&mut bytes)
         .map_err(|_| ApiError::internal())?;
     }
-    Ok(protobuf_bytes(bytes))
+    Ok(bytes)
 }
 
 /// 410 Gone: the snapshot at `at` is no longer held.

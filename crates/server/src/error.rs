@@ -135,6 +135,14 @@ impl ApiError {
             Error::EmptyKey => Self::bad_request("key cannot be empty"),
             Error::ExpireInTooLarge { .. } => Self::bad_request(text::INVALID_MUTATION_EXPIRE_AT),
             Error::Closed => Self::new(StatusCode::SERVICE_UNAVAILABLE, text::UNAVAILABLE),
+            // What a store behind the server (an etcd cluster, say) cannot do: the client's
+            // request, refused with the store's reason. A 5xx here would make Deno's client
+            // retry it for ever.
+            Error::Unsupported { .. } => Self::bad_request(e.to_string()),
+            // Nothing was done and the request may succeed later.
+            Error::Unavailable { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, text::UNAVAILABLE)
+            }
             _ => Self::internal(),
         }
     }
@@ -210,6 +218,26 @@ mod tests {
     #[test]
     fn a_closed_store_is_denokvs_503() {
         assert_eq!(mapped(Error::Closed), (503, text::UNAVAILABLE.to_owned()));
+    }
+
+    #[test]
+    fn an_unreachable_store_is_503_and_an_unsupported_operation_400() {
+        // Clients retry a 5xx: a store that cannot be reached now is worth retrying, an
+        // operation it can never do (Deno retries a 500 for ever) is not.
+        let unavailable = Error::Unavailable {
+            reason: "no leader".into(),
+        };
+        assert_eq!(mapped(unavailable), (503, text::UNAVAILABLE.to_owned()));
+        let unsupported = Error::Unsupported {
+            operation: "a second read of one snapshot",
+            needs: "snapshots held by the server",
+        };
+        let (status, message) = mapped(unsupported);
+        assert_eq!(status, 400);
+        assert!(
+            message.contains("a second read of one snapshot"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -76,6 +76,21 @@ pub enum CommitMode {
     Inline,
 }
 
+/// Where the server runs a store's snapshot reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ReadMode {
+    /// On the request's own task: right for a store whose reads are memory reads
+    /// (`Database`, in memory or durable), where a hop to another thread would cost more
+    /// than the read.
+    #[default]
+    Inline,
+    /// On tokio's blocking pool: for a store whose reads wait on the network (an
+    /// `EtcdStore`, whose read waits a round trip to the cluster), so a slow read never
+    /// holds a runtime worker thread that other requests need.
+    BlockingPool,
+}
+
 /// Why a [`ServerConfig`] could not be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -111,6 +126,7 @@ pub struct ServerConfig {
     watch_streams_max: usize,
     request_bodies_in_flight_max: usize,
     commit_mode: CommitMode,
+    read_mode: ReadMode,
     snapshots_held_max: usize,
     snapshot_idle_timeout: Duration,
     token_lifetime: Duration,
@@ -148,6 +164,7 @@ impl ServerConfig {
             watch_streams_max: limits::WATCH_STREAMS_MAX,
             request_bodies_in_flight_max: limits::REQUEST_BODIES_IN_FLIGHT_MAX,
             commit_mode: CommitMode::default(),
+            read_mode: ReadMode::default(),
             snapshots_held_max: limits::SNAPSHOTS_HELD_MAX,
             snapshot_idle_timeout: limits::SNAPSHOT_IDLE_TIMEOUT,
             token_lifetime: limits::METADATA_TOKEN_LIFETIME,
@@ -198,6 +215,23 @@ impl ServerConfig {
         self
     }
 
+    /// Sets where snapshot reads run (default [`ReadMode::Inline`]).
+    ///
+    /// ```
+    /// use tuplekv_server::{ReadMode, ServerConfig};
+    ///
+    /// // A store whose reads wait on the network: keep them off the runtime's workers.
+    /// let config = ServerConfig::new("a-long-secret-token")
+    ///     .expect("a long enough token")
+    ///     .with_read_mode(ReadMode::BlockingPool);
+    /// assert_eq!(config.read_mode(), ReadMode::BlockingPool);
+    /// ```
+    #[must_use]
+    pub fn with_read_mode(mut self, mode: ReadMode) -> Self {
+        self.read_mode = mode;
+        self
+    }
+
     /// Sets how many snapshots the server holds for clients of tuplekv's extension (default
     /// [`limits::SNAPSHOTS_HELD_MAX`]; zero is raised to 1) and how long one stays after its
     /// last read (default [`limits::SNAPSHOT_IDLE_TIMEOUT`]).
@@ -228,6 +262,11 @@ impl ServerConfig {
     /// Where commits run.
     pub fn commit_mode(&self) -> CommitMode {
         self.commit_mode
+    }
+
+    /// Where snapshot reads run.
+    pub fn read_mode(&self) -> ReadMode {
+        self.read_mode
     }
 
     /// The token clients must present.
@@ -284,6 +323,7 @@ impl std::fmt::Debug for ServerConfig {
                 &self.request_bodies_in_flight_max,
             )
             .field("commit_mode", &self.commit_mode)
+            .field("read_mode", &self.read_mode)
             .field("snapshots_held_max", &self.snapshots_held_max)
             .field("snapshot_idle_timeout", &self.snapshot_idle_timeout)
             .field("token_lifetime", &self.token_lifetime)

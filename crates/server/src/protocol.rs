@@ -70,7 +70,7 @@ pub fn decode_snapshot_read(body: &[u8]) -> Result<Vec<ReadRange>, ApiError> {
 
 /// How a `snapshot_read` of tuplekv's extension reads (see [`tuplekv_wire`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadMode {
+pub struct ExtensionRead {
     /// Hold the state read for later reads.
     pub hold: bool,
     /// Read the held state at this versionstamp.
@@ -85,7 +85,7 @@ pub struct ReadMode {
 ///
 /// # Errors
 /// Invalid protobuf, or an `at` that is not 10 bytes.
-pub fn decode_read_mode(body: &[u8]) -> Result<Option<ReadMode>, ApiError> {
+pub fn decode_read_mode(body: &[u8]) -> Result<Option<ExtensionRead>, ApiError> {
     let ext = tuplekv_wire::SnapshotReadExtension::decode(body)
         .map_err(|e| ApiError::invalid_protobuf(&e))?;
     let Some(ext) = ext.tuplekv else {
@@ -105,7 +105,7 @@ pub fn decode_read_mode(body: &[u8]) -> Result<Option<ReadMode>, ApiError> {
         .iter()
         .map(|h| Ok((versionstamp(&h.versionstamp)?, h.hold_id)))
         .collect::<Result<_, ApiError>>()?;
-    Ok(Some(ReadMode {
+    Ok(Some(ExtensionRead {
         hold: ext.hold,
         hold_id: ext.hold_id,
         at,

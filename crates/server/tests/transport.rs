@@ -1,6 +1,6 @@
 //! The transport: HTTP/1.1 and h2c on one port, many connections at once, graceful shutdown
 //! that finishes requests in flight, and durable commits from concurrent requests sharing
-//! log syncs.
+//! log syncs; reads that wait on their store kept off the runtime.
 
 mod common;
 
@@ -10,7 +10,7 @@ use common::*;
 use denokv_proto::datapath as pb;
 use prost::Message;
 use tuplekv_engine::{Database, Durability, Options};
-use tuplekv_server::{CommitMode, ServerConfig};
+use tuplekv_server::{CommitMode, ReadMode, ServerConfig};
 
 #[tokio::test]
 async fn http1_and_h2c_clients_share_one_port_and_one_store() {
@@ -178,5 +178,132 @@ async fn concurrent_durable_writes_share_log_syncs(mode: CommitMode) {
         "{WRITERS} concurrent writes took {syncs} syncs: no sharing"
     );
     println!("{WRITERS} concurrent durable writes took {syncs} log syncs");
+    server.stop().await;
+}
+
+/// An in-memory database whose snapshot reads wait at a gate the test opens, as a store
+/// whose reads wait on the network does.
+#[derive(Clone)]
+struct GatedReads {
+    db: Database,
+    gate: Arc<Gate>,
+}
+
+/// Opened once; reads wait for it at most [`GATE_WAIT_MAX`].
+#[derive(Default)]
+struct Gate {
+    open: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+    /// Reads that reached the gate.
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// How long a gated read waits before it fails (so a broken test fails, never hangs).
+const GATE_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Gate {
+    fn pass(&self) -> Result<(), tuplekv_engine::Error> {
+        self.waiting
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let open = self.open.lock().expect("gate lock");
+        let (open, _) = self
+            .opened
+            .wait_timeout_while(open, GATE_WAIT_MAX, |open| !*open)
+            .expect("gate lock");
+        match *open {
+            true => Ok(()),
+            false => Err(tuplekv_engine::Error::Unavailable {
+                reason: "the gate never opened".into(),
+            }),
+        }
+    }
+
+    fn open(&self) {
+        *self.open.lock().expect("gate lock") = true;
+        self.opened.notify_all();
+    }
+}
+
+/// A [`GatedReads`] snapshot.
+#[derive(Clone)]
+struct GatedSnapshot {
+    inner: tuplekv_engine::Snapshot,
+    gate: Arc<Gate>,
+}
+
+impl tuplekv_engine::ReadView for GatedSnapshot {
+    fn get_raw(&self, key: &[u8]) -> Result<Option<tuplekv_engine::Entry>, tuplekv_engine::Error> {
+        self.gate.pass()?;
+        self.inner.get_raw(key)
+    }
+
+    fn scan(
+        &self,
+        range: &tuplekv_engine::ByteRange,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<tuplekv_engine::Entry>, tuplekv_engine::Error> {
+        self.gate.pass()?;
+        self.inner.scan(range, reverse, limit)
+    }
+}
+
+impl tuplekv_engine::Store for GatedReads {
+    type Snapshot = GatedSnapshot;
+    type Watch = tuplekv_engine::Watch;
+
+    fn snapshot(&self) -> GatedSnapshot {
+        GatedSnapshot {
+            inner: self.db.snapshot(),
+            gate: Arc::clone(&self.gate),
+        }
+    }
+
+    fn watch_raw(
+        &self,
+        keys: Vec<tuplekv_engine::KeyBytes>,
+    ) -> Result<tuplekv_engine::Watch, tuplekv_engine::Error> {
+        self.db.watch_raw(keys)
+    }
+
+    fn snapshot_versionstamp(snapshot: &GatedSnapshot) -> tuplekv_engine::Versionstamp {
+        Database::snapshot_versionstamp(&snapshot.inner)
+    }
+
+    fn commit(
+        &self,
+        write: tuplekv_engine::AtomicWrite,
+    ) -> Result<tuplekv_engine::CommitResult, tuplekv_engine::Error> {
+        self.db.commit(write)
+    }
+}
+
+/// On a runtime with one thread, a read that waits on its store (the gate) must leave the
+/// runtime free: a commit on another connection is answered while the read waits, and the
+/// read is answered once the gate opens. (Run inline, the read holds the only thread until
+/// the gate gives up, and is answered 503.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_waiting_read_on_the_blocking_pool_leaves_the_runtime_to_other_requests() {
+    let store = Arc::new(GatedReads {
+        db: Database::in_memory(),
+        gate: Arc::default(),
+    });
+    let config = ServerConfig::new(TOKEN)
+        .expect("a long enough token")
+        .with_read_mode(ReadMode::BlockingPool);
+    let server = TestServer::start_with(Arc::clone(&store), config, |o| o).await;
+    let mut reader = server.h2().await;
+    let read = tokio::spawn(async move { reader.read(read_of(vec![get_range(&key("k"))])).await });
+    while store.gate.waiting.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let mut writer = server.h2().await;
+    let out = writer
+        .commit(write_of(vec![], vec![set(&key("k"), bytes_value(b"v"))]))
+        .await;
+    assert_eq!(out.status, AW_SUCCESS, "the commit waited for the read");
+    store.gate.open();
+    let reply = read.await.expect("the read task");
+    assert_eq!(reply.status, 200, "{}", reply.text());
     server.stop().await;
 }

@@ -5,8 +5,8 @@
 //! memory tests (`counted`), helpers for tests that drive a database (`db`) or its directory
 //! on disk (`durable`), the contract every store backend keeps, written once and run on each
 //! (`contract`), a checker thread's rounds for concurrent tests to wait on (`rounds`), a
-//! seeded generator (`rng`), and the bodies of the fuzz targets so `cargo test` can replay
-//! their corpus.
+//! seeded generator (`rng`), a local etcd cluster (`etcd`), and the bodies of the fuzz
+//! targets so `cargo test` can replay their corpus.
 
 pub mod config;
 pub mod contract;
@@ -14,6 +14,7 @@ pub mod counted;
 pub mod db;
 pub mod durable;
 pub mod engine_ops;
+pub mod etcd;
 pub mod executor;
 pub mod fuzz;
 pub mod recovery;

@@ -70,7 +70,9 @@
 //! - per-prefix code sequences: [`Sequences`] ([`sequence`]);
 //! - a client for a shared store ([`remote`]): [`RemoteStore`] is a [`Store`] on a
 //!   `tuplekv serve` (or any KV Connect) server, so collections and sequences run unchanged on
-//!   many app servers at once.
+//!   many app servers at once;
+//! - with the `etcd` feature, a store that outlives its machine (`tuplekv::etcd`):
+//!   `EtcdStore` is a [`Store`] on a replicated etcd cluster.
 
 pub use tuplekv_codec as codec;
 pub use tuplekv_codec::{
@@ -84,6 +86,10 @@ pub use tuplekv_engine::{
     KeyWatch, ListCursor, ListIter, ListOptions, Options, ReadView, RecoveryReport, Snapshot,
     Stats, Store, Transaction, TransactionOptions, Value, Versionstamp, Watch, WatchUpdate,
 };
+#[cfg(feature = "etcd")]
+pub use tuplekv_etcd as etcd;
+#[cfg(feature = "etcd")]
+pub use tuplekv_etcd::EtcdStore;
 pub use tuplekv_index as index;
 pub use tuplekv_index::{Collection, RecordFormat};
 pub use tuplekv_remote as remote;

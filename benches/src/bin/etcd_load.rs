@@ -1,0 +1,434 @@
+//! `etcd_load`: one process of `cargo xtask bench etcd`. It drives one workload against an
+//! etcd cluster (which xtask starts with the test kit's harness) from T threads for D seconds
+//! and prints one JSON line with the rate and the per-operation latency.
+//!
+//! ```text
+//! etcd_load checked|raw-txn|fast|gapless --endpoints URL[,URL…] [--threads 4] [--seconds 5]
+//!                                        [--warmup 0.5] [--prefix BENCH]
+//! ```
+//! - `checked`: commits through an `EtcdStore`, each with one key check and one set of a
+//!   100-byte value, every thread on a key of its own (so no check fails).
+//! - `raw-txn`: the same through the `etcd-client` crate directly: a transaction with one
+//!   `mod_revision` comparison and one put, on a runtime of the same size as `EtcdStore`'s.
+//! - `fast`, `gapless`: codes of one sequence through `Sequences<EtcdStore>`.
+//!
+//! xtask runs several of these processes at once and sums their rates; each process measures
+//! its own window after its warm-up.
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Barrier, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, KvClient, Txn, TxnOp};
+use tuplekv_benches::{flag_pairs, quantile};
+use tuplekv_engine::{CommitResult, Store, Versionstamp, key};
+use tuplekv_etcd::{CONNECT_TIMEOUT, EtcdStore, REQUEST_TIMEOUT};
+use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
+
+/// Threads per process unless `--threads` says otherwise.
+const THREADS_DEFAULT: usize = 4;
+/// Most threads one process may run.
+const THREADS_MAX: usize = 256;
+/// Measured seconds unless `--seconds` says otherwise.
+const SECONDS_DEFAULT: f64 = 5.0;
+/// Unmeasured seconds before the window unless `--warmup` says otherwise.
+const WARMUP_DEFAULT: f64 = 0.5;
+/// Longest window `--seconds` or `--warmup` may ask for.
+const SECONDS_MAX: f64 = 600.0;
+/// Key prefix (of the store, and of the raw keys) unless `--prefix` says otherwise.
+const PREFIX_DEFAULT: &str = "BENCH";
+/// Digits of the codes: wide enough that a run never widens them.
+const CODE_WIDTH: usize = 12;
+/// A thread stops after this many failed operations (a broken cluster must not spin).
+const ERRORS_MAX: u64 = 100;
+/// Bytes of the value each checked commit (and each raw put) writes.
+const VALUE_SIZE: usize = 100;
+/// Worker threads of the raw workload's runtime: as many as `EtcdStore` runs its client on,
+/// so the two rows differ by our layer only.
+const RAW_IO_THREADS: usize = 2;
+
+const USAGE: &str = "\
+usage: etcd_load checked|raw-txn|fast|gapless --endpoints URL[,URL...] [--threads N]
+                 [--seconds S] [--warmup S] [--prefix P]
+Prints JSON lines on stdout.";
+
+/// What this process does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    Checked,
+    RawTxn,
+    Fast,
+    Gapless,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Checked => "checked",
+            Workload::RawTxn => "raw-txn",
+            Workload::Fast => "fast",
+            Workload::Gapless => "gapless",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Args {
+    workload: Workload,
+    endpoints: Vec<String>,
+    threads: usize,
+    seconds: f64,
+    warmup: f64,
+    prefix: String,
+}
+
+fn parse_number<T: std::str::FromStr + PartialOrd>(
+    flag: &str,
+    value: &str,
+    min: T,
+    max: T,
+) -> Result<T, String> {
+    match value.parse::<T>() {
+        Ok(n) if n >= min && n <= max => Ok(n),
+        _ => Err(format!("`{flag}` needs a number in range, not `{value}`")),
+    }
+}
+
+fn parse_args(argv: &[String]) -> Result<Args, String> {
+    let (workload, rest) = match argv.split_first() {
+        Some((w, rest)) => (
+            match w.as_str() {
+                "checked" => Workload::Checked,
+                "raw-txn" => Workload::RawTxn,
+                "fast" => Workload::Fast,
+                "gapless" => Workload::Gapless,
+                other => return Err(format!("unknown workload `{other}`\n{USAGE}")),
+            },
+            rest,
+        ),
+        None => return Err(USAGE.to_owned()),
+    };
+    let mut args = Args {
+        workload,
+        endpoints: Vec::new(),
+        threads: THREADS_DEFAULT,
+        seconds: SECONDS_DEFAULT,
+        warmup: WARMUP_DEFAULT,
+        prefix: PREFIX_DEFAULT.to_owned(),
+    };
+    for (flag, value) in flag_pairs(rest, USAGE)? {
+        match flag {
+            "--endpoints" => {
+                args.endpoints = value
+                    .split(',')
+                    .filter(|e| !e.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+            }
+            "--threads" => args.threads = parse_number(flag, value, 1, THREADS_MAX)?,
+            "--seconds" => args.seconds = parse_number(flag, value, 0.1, SECONDS_MAX)?,
+            "--warmup" => args.warmup = parse_number(flag, value, 0.0, SECONDS_MAX)?,
+            "--prefix" => args.prefix = value.to_owned(),
+            other => return Err(format!("unknown flag `{other}`\n{USAGE}")),
+        }
+    }
+    if args.endpoints.is_empty() {
+        return Err(format!("`--endpoints` is required\n{USAGE}"));
+    }
+    Ok(args)
+}
+
+/// What the threads of one rate run counted.
+#[derive(Debug, Default)]
+struct Tally {
+    ops: u64,
+    errors: u64,
+    first_error: Option<String>,
+    /// Nanoseconds of each measured successful operation.
+    nanos: Vec<u64>,
+    /// Store commits and refused commits over the whole run (warm-up included), where the
+    /// workload knows them.
+    commits: Option<u64>,
+    conflicts: Option<u64>,
+}
+
+/// Runs `op` on `args.threads` threads: unmeasured for the warm-up, then counted for the
+/// window. Each thread gets its own state from `setup(thread index)`.
+fn run_rate<S, E: std::fmt::Display>(
+    args: &Args,
+    setup: impl Fn(usize) -> Result<S, String> + Sync,
+    op: impl Fn(&mut S) -> Result<(), E> + Sync,
+) -> Result<Tally, String> {
+    let tally = Mutex::new(Tally::default());
+    let barrier = Barrier::new(args.threads);
+    let failed = AtomicBool::new(false);
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let window = Duration::from_secs_f64(args.seconds);
+    let setup_error = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for index in 0..args.threads {
+            let (tally, barrier, failed, setup_error) = (&tally, &barrier, &failed, &setup_error);
+            let (setup, op) = (&setup, &op);
+            scope.spawn(move || {
+                let state = setup(index);
+                if let Err(e) = &state {
+                    failed.store(true, Ordering::Relaxed);
+                    *setup_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.clone());
+                }
+                barrier.wait();
+                let Ok(mut state) = state else { return };
+                if failed.load(Ordering::Relaxed) {
+                    return;
+                }
+                let measure_from = Instant::now() + warmup;
+                let until = measure_from + window;
+                let mut mine = Tally::default();
+                loop {
+                    let now = Instant::now();
+                    if now >= until || mine.errors >= ERRORS_MAX {
+                        break;
+                    }
+                    let result = op(&mut state);
+                    if now < measure_from {
+                        continue;
+                    }
+                    match result {
+                        Ok(()) => {
+                            mine.ops += 1;
+                            mine.nanos
+                                .push(u64::try_from(now.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                        }
+                        Err(e) => {
+                            mine.errors += 1;
+                            mine.first_error.get_or_insert_with(|| e.to_string());
+                        }
+                    }
+                }
+                let mut total = tally.lock().unwrap_or_else(PoisonError::into_inner);
+                total.ops += mine.ops;
+                total.errors += mine.errors;
+                total.nanos.append(&mut mine.nanos);
+                if total.first_error.is_none() {
+                    total.first_error = mine.first_error;
+                }
+            });
+        }
+    });
+    if let Some(e) = setup_error
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+    {
+        return Err(e);
+    }
+    Ok(tally.into_inner().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Connects an `EtcdStore` under `args.prefix`; one per process, shared by its threads, as
+/// a server would.
+fn connect(args: &Args) -> Result<EtcdStore, String> {
+    EtcdStore::connect(&args.endpoints, args.prefix.as_bytes())
+        .map_err(|e| format!("connecting to {}: {e}", args.endpoints.join(",")))
+}
+
+/// Checked commits: each thread checks its own key's last versionstamp and sets it.
+fn checked(args: &Args) -> Result<Tally, String> {
+    let store = connect(args)?;
+    let pid = u64::from(std::process::id());
+    let value = vec![7u8; VALUE_SIZE];
+    let conflicts = std::sync::atomic::AtomicU64::new(0);
+    let mut tally = run_rate(
+        args,
+        |thread| Ok((key!["bench_checked", pid, thread as u64], None)),
+        |(key, last): &mut (tuplekv_engine::Key, Option<Versionstamp>)| match store
+            .atomic()
+            .check(key, *last)
+            .set(key, value.clone())
+            .commit()
+        {
+            Ok(CommitResult::Committed { versionstamp }) => {
+                *last = Some(versionstamp);
+                Ok(())
+            }
+            Ok(CommitResult::Conflict(_)) => {
+                conflicts.fetch_add(1, Ordering::Relaxed);
+                Err("a check failed on a key no other thread writes".to_owned())
+            }
+            Err(e) => Err(e.to_string()),
+        },
+    )?;
+    tally.conflicts = Some(conflicts.into_inner());
+    Ok(tally)
+}
+
+/// The raw client: a runtime like `EtcdStore`'s and a KV client on it.
+struct Raw {
+    runtime: tokio::runtime::Runtime,
+    kv: KvClient,
+}
+
+impl Raw {
+    fn connect(endpoints: &[String]) -> Result<Raw, String> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RAW_IO_THREADS)
+            .thread_name("etcd-load-raw")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("a runtime for the raw client: {e}"))?;
+        let options = ConnectOptions::new()
+            .with_timeout(REQUEST_TIMEOUT)
+            .with_connect_timeout(CONNECT_TIMEOUT);
+        let endpoints = endpoints.to_vec();
+        let client = runtime
+            .block_on(Client::connect(endpoints, Some(options)))
+            .map_err(|e| format!("connecting the raw client: {e}"))?;
+        Ok(Raw {
+            kv: client.kv_client(),
+            runtime,
+        })
+    }
+
+    /// One transaction: put `value` at `key` if its `mod_revision` is `last`; returns the new
+    /// revision. Spawned on the runtime and waited for on this thread, as `EtcdStore` does.
+    fn checked_put(&self, key: &[u8], last: i64, value: &[u8]) -> Result<i64, String> {
+        let mut kv = self.kv.clone();
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, last)])
+            .and_then([TxnOp::put(key, value, None)]);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.runtime.spawn(async move {
+            let _ = tx.send(kv.txn(txn).await);
+        });
+        let response = rx
+            .recv()
+            .map_err(|_| "the raw client's runtime stopped".to_owned())?
+            .map_err(|e| e.to_string())?;
+        if !response.succeeded() {
+            return Err("a comparison failed on a key no other thread writes".to_owned());
+        }
+        response
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| "a transaction answer without a header".to_owned())
+    }
+}
+
+/// Raw etcd transactions: one `mod_revision` comparison and one put each.
+fn raw_txn(args: &Args) -> Result<Tally, String> {
+    let raw = Raw::connect(&args.endpoints)?;
+    let pid = std::process::id();
+    let value = vec![7u8; VALUE_SIZE];
+    run_rate(
+        args,
+        |thread| {
+            let key = format!("{}raw/{pid}/{thread}", args.prefix).into_bytes();
+            Ok((key, 0i64))
+        },
+        |(key, last): &mut (Vec<u8>, i64)| {
+            *last = raw.checked_put(key, *last, &value)?;
+            Ok::<(), String>(())
+        },
+    )
+}
+
+/// Codes of one sequence (created if missing) from every thread; one handle per process.
+fn codes(args: &Args) -> Result<Tally, String> {
+    let store = connect(args)?;
+    let mode = match args.workload {
+        Workload::Gapless => Mode::Gapless,
+        _ => Mode::Fast,
+    };
+    let seqs = Sequences::new(store);
+    let options = SequenceOptions {
+        mode,
+        width: CODE_WIDTH,
+        ..SequenceOptions::default()
+    };
+    let name = "CODES";
+    seqs.create(name, options)
+        .map_err(|e| format!("creating sequence {name}: {e}"))?;
+    if mode == Mode::Fast {
+        let seq = seqs.fast(name).map_err(|e| e.to_string())?;
+        let mut tally = run_rate(args, |_| Ok(()), |_: &mut ()| seq.next_number().map(drop))?;
+        tally.commits = Some(seq.reservations());
+        Ok(tally)
+    } else {
+        let seq = seqs.gapless(name).map_err(|e| e.to_string())?;
+        let mut tally = run_rate(args, |_| Ok(()), |_: &mut ()| seq.next().map(drop))?;
+        let stats = seq.stats();
+        (tally.commits, tally.conflicts) = (Some(stats.commits), Some(stats.conflicts));
+        Ok(tally)
+    }
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse_args(&argv) {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("etcd_load: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match args.workload {
+        Workload::Checked => checked(&args),
+        Workload::RawTxn => raw_txn(&args),
+        Workload::Fast | Workload::Gapless => codes(&args),
+    };
+    match result {
+        Ok(mut tally) => {
+            tally.nanos.sort_unstable();
+            let us = |q| quantile(&tally.nanos, q) as f64 / 1000.0;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "workload": args.workload.name(),
+                    "threads": args.threads,
+                    "ops": tally.ops,
+                    "seconds": args.seconds,
+                    "ops_per_sec": tally.ops as f64 / args.seconds,
+                    "p50_us": us(0.50),
+                    "p99_us": us(0.99),
+                    "errors": tally.errors,
+                    "first_error": tally.first_error,
+                    "commits": tally.commits,
+                    "conflicts": tally.conflicts,
+                })
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("etcd_load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn parses_workloads_and_refuses_bad_flags() {
+        let args =
+            parse_args(&argv("raw-txn --endpoints http://a,http://b --threads 8")).expect("parses");
+        assert_eq!(args.workload, Workload::RawTxn);
+        assert_eq!(args.endpoints, ["http://a", "http://b"]);
+        assert_eq!(args.threads, 8);
+        for bad in [
+            "",
+            "slow --endpoints http://x",
+            "checked",
+            "checked --endpoints http://x --threads 0",
+            "fast --endpoints http://x --seconds -1",
+            "cluster",
+            "gapless --endpoints http://x --nope 1",
+        ] {
+            assert!(parse_args(&argv(bad)).is_err(), "{bad}");
+        }
+    }
+}

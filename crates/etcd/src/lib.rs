@@ -1,0 +1,408 @@
+//! [`EtcdStore`]: a tuplekv [`Store`] on an etcd v3 cluster, so a store outlives the machine
+//! it runs on: etcd replicates every commit through Raft, and a cluster of three keeps
+//! serving, with no acknowledged write lost, when one member dies.
+//!
+//! ```no_run
+//! use tuplekv_engine::{Store, key};
+//! use tuplekv_etcd::EtcdStore;
+//!
+//! let store = EtcdStore::connect(&["http://127.0.0.1:2379"], b"app/")?;
+//! store.atomic().set(&key!["greeting"], 1u64).commit()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # The mapping
+//! - A store lives under a key prefix, so one cluster holds several: an encoded tuple key
+//!   `k` is the etcd key `prefix ++ "d" ++ k` (etcd orders keys by their bytes, as tuplekv
+//!   does), and `prefix ++ "m"` is the marker every commit writes: etcd gives a transaction
+//!   without a write no revision, and the marker's `mod_revision` is the store's last commit. `prefix ++ "g"` is the
+//!   collection fence (module `collect`).
+//! - A versionstamp is the etcd revision of the commit (8 bytes big-endian, then two zero
+//!   bytes). Revisions count every write to the cluster, so the stamps of one store leave
+//!   gaps; they still grow with every commit.
+//! - An etcd value is an envelope: the value's deadline, its encoding and its bytes (module
+//!   `envelope`). A deletion writes a tombstone, so that a range comparison (a transaction
+//!   that listed) sees it; reads and checks take tombstones and values past their deadline
+//!   for absent. A background task collects them (module `collect`, [`CollectOptions`]).
+//! - A commit is one etcd transaction (module `commit`): checks and range checks are
+//!   comparisons, mutations are puts folded per key, sum/min/max are computed here and
+//!   guarded by a comparison with a bounded retry, and a failed transaction's `else` branch
+//!   reads what it takes to say which checks failed.
+//! - A snapshot reads at one revision, fixed by its first read. A revision that etcd has
+//!   compacted gives [`Error::SnapshotExpired`].
+//! - A commit with versionstamped keys ([`MutationKind::SetSuffixVersionstampedKey`]) must
+//!   name its versionstamp before etcd assigns a revision, so it claims one: the current
+//!   revision followed by `00 01`, guarded by a comparison of the marker that fails if any
+//!   other commit of the store landed meanwhile (then it is tried again, at most
+//!   [`STAMPED_COMMIT_ATTEMPTS_MAX`] times). Its values carry the claimed stamp in their
+//!   envelopes. Stamps still grow with every commit and are never shared, but such commits
+//!   serialize with all others: under a heavy write load they may give
+//!   [`Error::TransactionConflict`].
+//!
+//! # The cluster's limits
+//! etcd refuses transactions of more than 128 operations and requests over 1.5 MiB by
+//! default; run it with `--max-txn-ops` of at least [`TXN_OPS_MAX`] and
+//! `--max-request-bytes` of 4 MiB (as `tuplekv_testkit::etcd::Cluster` does). A commit past
+//! our own limits is refused before anything is sent.
+//!
+//! # Errors
+//! etcd's answers are told apart by gRPC status code (module `errors`): a refusal made
+//! before anything was applied is definite ([`Error::Remote`] with etcd's message, or
+//! [`Error::Unavailable`] when the request was never proposed), a commit that failed after
+//! it was sent is [`Error::OutcomeUnknown`], and reads retry transient failures within
+//! [`READ_RETRY_BUDGET`].
+//!
+//! # Threads
+//! The store runs its own small tokio runtime; the blocking [`Store`] methods wait on it from
+//! any thread (never from inside a runtime's task).
+//!
+//! [`MutationKind::SetSuffixVersionstampedKey`]: tuplekv_engine::MutationKind::SetSuffixVersionstampedKey
+
+mod collect;
+mod commit;
+mod envelope;
+mod errors;
+mod snapshot;
+mod watch;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{Client, ConnectOptions, KvClient};
+use tuplekv_engine::limits::{KEY_SIZE_MAX_WRITE, WATCH_KEYS_MAX};
+use tuplekv_engine::{AtomicWrite, CommitResult, Entry, Error, KeyBytes, Store, Versionstamp};
+
+pub use collect::{COLLECT_INTERVAL_DEFAULT, COLLECT_SCAN_MAX, CollectOptions, Collected};
+pub use commit::{COMMIT_ATTEMPTS_MAX, STAMPED_COMMIT_ATTEMPTS_MAX};
+pub use errors::{READ_RETRY_BUDGET, READ_RETRY_PAUSE, READ_RETRY_PAUSE_MAX};
+pub use snapshot::EtcdSnapshot;
+pub use watch::{EtcdWatch, WATCH_POLL_INTERVAL};
+
+/// Most operations (comparisons, or writes, or reads) one commit's etcd transaction may
+/// hold: the cluster must run with `--max-txn-ops` at least this.
+pub const TXN_OPS_MAX: usize = 4096;
+
+/// Longest wait for one etcd request.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest wait for a connection to a member.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Largest answer the client accepts: a list batch of `LIST_BATCH_SIZE_MAX` values of
+/// `VALUE_SIZE_MAX` bytes, with room for keys.
+pub const RESPONSE_BYTES_MAX: usize = 128 * 1024 * 1024;
+
+/// Threads of the store's runtime.
+const IO_THREADS: usize = 2;
+
+/// The current Unix time in milliseconds, the clock deadlines are read against.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Why [`EtcdStore::connect`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// No endpoint was given.
+    #[error("no etcd endpoint given")]
+    NoEndpoints,
+    /// The client's runtime could not start.
+    #[error("could not start the client's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The cluster could not be reached.
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
+/// Where a store's keys live in etcd.
+#[derive(Debug, Clone)]
+pub(crate) struct Space {
+    prefix: Arc<[u8]>,
+    /// The last state seen of the collection fence ([`Space::fence`]): its `mod_revision`
+    /// and the bound it holds, (0, 0) before any was seen.
+    fence_seen: Arc<Mutex<(i64, u64)>>,
+}
+
+impl Space {
+    /// The etcd key of tuplekv key `key`.
+    pub(crate) fn data(&self, key: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.prefix.len() + 1 + key.len());
+        out.extend_from_slice(&self.prefix);
+        out.push(b'd');
+        out.extend_from_slice(key);
+        out
+    }
+
+    /// The tuplekv key of etcd key `key`, if it is one of this store's.
+    pub(crate) fn user_key<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
+        key.strip_prefix(&*self.prefix)?.strip_prefix(b"d")
+    }
+
+    /// The first etcd key after this store's data keys.
+    pub(crate) fn data_end(&self) -> Vec<u8> {
+        let mut out = self.prefix.to_vec();
+        out.push(b'e');
+        out
+    }
+
+    /// The collection fence: the highest revision of a tombstone the collector may have
+    /// removed (module `collect`). A commit with range checks compares its `mod_revision`.
+    pub(crate) fn fence(&self) -> Vec<u8> {
+        let mut out = self.prefix.to_vec();
+        out.push(b'g');
+        out
+    }
+
+    /// The last state seen of the fence: `(mod_revision, bound)`.
+    pub(crate) fn fence_seen(&self) -> (i64, u64) {
+        *self
+            .fence_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a state seen of the fence, unless a newer one was.
+    pub(crate) fn saw_fence(&self, mod_revision: i64, bound: u64) {
+        let mut seen = self
+            .fence_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if mod_revision >= seen.0 {
+            *seen = (mod_revision, bound);
+        }
+    }
+
+    /// The key a commit without mutations writes.
+    pub(crate) fn marker(&self) -> Vec<u8> {
+        let mut out = self.prefix.to_vec();
+        out.push(b'm');
+        out
+    }
+}
+
+/// Owns the runtime; dropped with the last handle, snapshot or watch.
+struct Inner {
+    runtime: Option<tokio::runtime::Runtime>,
+    /// The background collector, stopped with the last handle.
+    collector: Option<tokio::task::AbortHandle>,
+    collect: collect::Collector,
+    handle: tokio::runtime::Handle,
+    kv: KvClient,
+    space: Space,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(collector) = self.collector.take() {
+            collector.abort();
+        }
+        // Never blocks, so the last handle may be dropped anywhere (even on a runtime).
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// A [`Store`] on an etcd cluster: cheap to clone (clones share one client).
+#[derive(Clone)]
+pub struct EtcdStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("prefix", &String::from_utf8_lossy(&self.inner.space.prefix))
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdStore {
+    /// Connects to the cluster at `endpoints` (client URLs such as `http://127.0.0.1:2379`)
+    /// and opens the store under key `prefix`, collecting garbage in the background every
+    /// [`COLLECT_INTERVAL_DEFAULT`]. Reads once, so an unreachable cluster fails here.
+    ///
+    /// # Errors
+    /// [`ConnectError`].
+    pub fn connect<E: AsRef<str>>(
+        endpoints: &[E],
+        prefix: &[u8],
+    ) -> Result<EtcdStore, ConnectError> {
+        EtcdStore::connect_with(endpoints, prefix, &CollectOptions::default())
+    }
+
+    /// As [`EtcdStore::connect`], with the background collector set by `collect`.
+    ///
+    /// # Errors
+    /// [`ConnectError`].
+    pub fn connect_with<E: AsRef<str>>(
+        endpoints: &[E],
+        prefix: &[u8],
+        collect: &CollectOptions,
+    ) -> Result<EtcdStore, ConnectError> {
+        if endpoints.is_empty() {
+            return Err(ConnectError::NoEndpoints);
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(IO_THREADS)
+            .thread_name("tuplekv-etcd")
+            .enable_all()
+            .build()
+            .map_err(ConnectError::Runtime)?;
+        let handle = runtime.handle().clone();
+        let endpoints: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_owned()).collect();
+        let options = ConnectOptions::new()
+            .with_timeout(REQUEST_TIMEOUT)
+            .with_connect_timeout(CONNECT_TIMEOUT);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        handle.spawn(async move {
+            let _ = tx.send(Client::connect(endpoints, Some(options)).await);
+        });
+        let client = rx
+            .recv()
+            .map_err(|_| Error::Unavailable {
+                reason: "the client's runtime stopped".into(),
+            })?
+            .map_err(|e| Error::Unavailable {
+                reason: format!("could not connect to etcd: {e}"),
+            })?;
+        let kv = client
+            .kv_client()
+            .max_decoding_message_size(RESPONSE_BYTES_MAX);
+        let space = Space {
+            prefix: Arc::from(prefix),
+            fence_seen: Arc::new(Mutex::new((0, 0))),
+        };
+        let collector = collect::Collector::new(kv.clone(), space.clone());
+        // The task holds the client, never a handle: it stops when the last handle drops.
+        let background = collect
+            .interval
+            .map(|interval| handle.spawn(collector.clone().run(interval)).abort_handle());
+        let store = EtcdStore {
+            inner: Arc::new(Inner {
+                runtime: Some(runtime),
+                collector: background,
+                collect: collector,
+                handle,
+                kv,
+                space,
+            }),
+        };
+        store.get_latest_raw(b"\x01")?;
+        Ok(store)
+    }
+
+    /// Runs one pass of the collector now (as the background task does every interval):
+    /// examines at most [`COLLECT_SCAN_MAX`] keys from where the last pass stopped, turns
+    /// expired values into tombstones and removes tombstones at or below the cluster's
+    /// compaction revision.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] and the other errors of a read or commit; what was done before
+    /// the error stays done.
+    pub fn collect_garbage(&self) -> Result<Collected, Error> {
+        let collector = self.inner.collect.clone();
+        self.block_on(async move { collector.pass().await })
+    }
+
+    /// The etcd key prefix this store lives under.
+    pub fn prefix(&self) -> &[u8] {
+        &self.inner.space.prefix
+    }
+
+    pub(crate) fn kv(&self) -> KvClient {
+        self.inner.kv.clone()
+    }
+
+    pub(crate) fn space(&self) -> Space {
+        self.inner.space.clone()
+    }
+
+    pub(crate) fn spawn(
+        &self,
+        fut: impl Future<Output = ()> + Send + 'static,
+    ) -> tokio::task::AbortHandle {
+        self.inner.handle.spawn(fut).abort_handle()
+    }
+
+    /// Runs `fut` on the store's runtime and waits for it on this thread.
+    pub(crate) fn block_on<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T, Error>> + Send + 'static,
+    ) -> Result<T, Error> {
+        self.block_on_or(fut, || Error::Unavailable {
+            reason: "the client's runtime stopped".into(),
+        })
+    }
+
+    fn block_on_or<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T, Error>> + Send + 'static,
+        lost: impl FnOnce() -> Error,
+    ) -> Result<T, Error> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.inner.handle.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx.recv().unwrap_or_else(|_| Err(lost()))
+    }
+}
+
+impl Store for EtcdStore {
+    type Snapshot = EtcdSnapshot;
+    type Watch = EtcdWatch;
+
+    fn snapshot(&self) -> EtcdSnapshot {
+        EtcdSnapshot::new(self.clone(), false)
+    }
+
+    fn watch_raw(&self, keys: Vec<KeyBytes>) -> Result<EtcdWatch, Error> {
+        if keys.len() > WATCH_KEYS_MAX {
+            return Err(Error::TooManyWatchedKeys { count: keys.len() });
+        }
+        if let Some(k) = keys.iter().find(|k| k.len() > KEY_SIZE_MAX_WRITE) {
+            return Err(Error::KeyTooLargeForWrite { size: k.len() });
+        }
+        Ok(EtcdWatch::start(self, keys))
+    }
+
+    fn snapshot_versionstamp(snapshot: &EtcdSnapshot) -> Versionstamp {
+        snapshot.versionstamp_or_fix()
+    }
+
+    fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        tuplekv_engine::ReadView::get_raw(&EtcdSnapshot::new(self.clone(), true), key)
+    }
+
+    fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
+        let task = commit::commit(self.kv(), self.space(), write);
+        self.block_on_or(task, || Error::OutcomeUnknown {
+            reason: "the client's runtime stopped during the commit".into(),
+        })
+    }
+
+    fn commit_async(
+        &self,
+        write: AtomicWrite,
+    ) -> impl Future<Output = Result<CommitResult, Error>> + Send + 'static {
+        let task = self
+            .inner
+            .handle
+            .spawn(commit::commit(self.kv(), self.space(), write));
+        // Keeps the runtime alive until the commit is done.
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let out = task.await.unwrap_or_else(|e| {
+                Err(Error::OutcomeUnknown {
+                    reason: format!("the commit task stopped: {e}"),
+                })
+            });
+            drop(inner);
+            out
+        }
+    }
+}
