@@ -104,6 +104,17 @@ pub trait Store: Send + Sync {
     /// The stamp a snapshot reads at.
     fn snapshot_versionstamp(snapshot: &Self::Snapshot) -> Versionstamp;
 
+    /// The stamp a snapshot reads at, or why it cannot be known: a store whose snapshot
+    /// fixes its state at its first read (a remote or etcd store) reads to fix it when
+    /// nothing has, and that read may fail, where [`Store::snapshot_versionstamp`] can only
+    /// answer [`Versionstamp::ZERO`]. The default never fails.
+    ///
+    /// # Errors
+    /// The failure of the read that would fix the snapshot's state.
+    fn try_snapshot_versionstamp(snapshot: &Self::Snapshot) -> Result<Versionstamp, Error> {
+        Ok(Self::snapshot_versionstamp(snapshot))
+    }
+
     /// The entry at an encoded key in the latest committed state: one linearizable read,
     /// which a store may serve without registering a snapshot. The default reads through a
     /// fresh snapshot.

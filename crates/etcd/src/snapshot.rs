@@ -10,6 +10,10 @@ use crate::envelope;
 use crate::errors::{read_error, retry_read};
 use crate::{EtcdStore, Space, now_ms};
 
+/// Most keys a page of a scan asks etcd for when tombstones made the last page come short
+/// (a page asks at least for what the scan still needs).
+const SCAN_PAGE_MAX: usize = 1000;
+
 /// A consistent view of an [`EtcdStore`]: every read sees one etcd revision.
 ///
 /// Cheap to create: the first read fixes the revision (the latest then), and every later
@@ -57,13 +61,16 @@ impl EtcdSnapshot {
         self.revision.get().copied()
     }
 
-    /// The snapshot's versionstamp, fixing its revision with a read if none fixed it yet
-    /// ([`Versionstamp::ZERO`] if that read fails).
-    pub(crate) fn versionstamp_or_fix(&self) -> Versionstamp {
+    /// The snapshot's versionstamp, fixing its revision with a read (of the store's marker
+    /// key) if none fixed it yet.
+    ///
+    /// # Errors
+    /// The failure of that read, once retried within the read budget.
+    pub(crate) fn try_versionstamp(&self) -> Result<Versionstamp, Error> {
         if self.revision().is_none() {
             let space = self.store.space();
             let marker = space.marker();
-            let _ = self.read(|kv, revision| {
+            self.read(|kv, revision| {
                 Box::pin(get_page(
                     kv,
                     space.clone(),
@@ -73,11 +80,14 @@ impl EtcdSnapshot {
                     1,
                     false,
                 ))
-            });
+            })?;
         }
-        self.revision()
-            .and_then(|r| u64::try_from(r).ok())
-            .map_or(Versionstamp::ZERO, Versionstamp::from_version)
+        let revision = self.revision().unwrap_or(0);
+        u64::try_from(revision)
+            .map(Versionstamp::from_version)
+            .map_err(|_| Error::Unavailable {
+                reason: format!("etcd answered a read with revision {revision}"),
+            })
     }
 
     /// Runs one read at this snapshot's revision (fixing it from the answer on the first).
@@ -132,9 +142,14 @@ impl ReadView for EtcdSnapshot {
         let space = self.store.space();
         let (mut start, mut end) = (space.data(&range.start), space.data(&range.end));
         // Tombstones and expired values take places in a page: read pages until `limit`
-        // live entries or the end of the range.
+        // live entries or the end of the range, each page at least twice the last (up to
+        // SCAN_PAGE_MAX), so a run of K tombstones costs about log2(K) round trips.
+        let mut page_size: usize = 0;
         loop {
-            let want = limit.saturating_sub(out.len());
+            page_size = limit
+                .saturating_sub(out.len())
+                .max(page_size.saturating_mul(2).min(SCAN_PAGE_MAX));
+            let want = page_size;
             let page = self.read(|kv, revision| {
                 Box::pin(get_page(
                     kv,
@@ -196,11 +211,12 @@ pub(crate) async fn get_page(
     let now = now_ms();
     let mut entries = Vec::with_capacity(response.kvs().len());
     for kv in response.kvs() {
-        let stored = envelope::decode(kv.key(), kv.value())?;
-        let Some(value) = stored.live(now) else {
+        // The store's other keys (its marker, fixing a snapshot's revision) hold no envelope.
+        let Some(key) = space.user_key(kv.key()) else {
             continue;
         };
-        let Some(key) = space.user_key(kv.key()) else {
+        let stored = envelope::decode(kv.key(), kv.value())?;
+        let Some(value) = stored.live(now) else {
             continue;
         };
         entries.push(Entry {

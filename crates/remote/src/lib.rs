@@ -358,6 +358,10 @@ impl Store for RemoteStore {
         snapshot.versionstamp_or_fix()
     }
 
+    fn try_snapshot_versionstamp(snapshot: &RemoteSnapshot) -> Result<Versionstamp, Error> {
+        snapshot.try_versionstamp()
+    }
+
     fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
         // One plain read: no snapshot is held for it.
         let view = self.snapshot_with(Purpose::Latest);

@@ -123,17 +123,21 @@ impl RemoteSnapshot {
     /// check made with it names no held snapshot, so the write is refused (410, or
     /// `Unsupported` without the extension) and a transaction runs again or reports it.
     pub(crate) fn versionstamp_or_fix(&self) -> Versionstamp {
+        self.try_versionstamp().unwrap_or(Versionstamp::ZERO)
+    }
+
+    /// [`RemoteSnapshot::versionstamp_or_fix`], with the failure of the read that would fix
+    /// the state instead of [`Versionstamp::ZERO`].
+    pub(crate) fn try_versionstamp(&self) -> Result<Versionstamp, Error> {
         if let Some(v) = self.versionstamp() {
-            return v;
+            return Ok(v);
         }
-        let held = matches!(*self.lock(), State::Unread) && self.store.extension().unwrap_or(false);
+        let held = matches!(*self.lock(), State::Unread) && self.store.extension()?;
         if !held {
-            return Versionstamp::ZERO;
+            return Ok(Versionstamp::ZERO);
         }
-        match self.read(Vec::new()) {
-            Ok(_) => self.versionstamp().unwrap_or(Versionstamp::ZERO),
-            Err(_) => Versionstamp::ZERO,
-        }
+        self.read(Vec::new())?;
+        Ok(self.versionstamp().unwrap_or(Versionstamp::ZERO))
     }
 
     /// One snapshot read of `ranges`, as this snapshot's state says; the first read decides

@@ -358,7 +358,9 @@ async fn snapshot_read<S: Store + 'static>(
 }
 
 /// Reads `ranges` from one snapshot (a held one, or one to hold, as `mode` says) and
-/// encodes the output.
+/// encodes the output. The snapshot's versionstamp is asked for after the scans, which fix
+/// it in a store whose snapshot fixes its state at its first read, and a new snapshot is held
+/// only once every scan has succeeded.
 fn read_ranges<S: Store>(
     state: &AppState<S>,
     ranges: &[ReadRange],
@@ -373,13 +375,6 @@ fn read_ranges<S: Store>(
         Some(at) => state.held.get(at).ok_or_else(|| snapshot_gone(at))?,
         None => state.store.snapshot(),
     };
-    let versionstamp = S::snapshot_versionstamp(&snapshot);
-    if let Some(m) = mode.filter(|m| m.hold) {
-        state.held.hold(versionstamp, m.hold_id, &snapshot);
-    }
-    if mode.is_some() {
-        state.stats().set_held_snapshots(state.held.len());
-    }
     let mut out = Vec::with_capacity(ranges.len());
     let mut expires_at_ms = Vec::new();
     for r in ranges {
@@ -400,7 +395,12 @@ fn read_ranges<S: Store>(
         status: pb::SnapshotReadStatus::SrSuccess.into(),
     }
     .encode_to_vec();
-    if mode.is_some() {
+    if let Some(m) = mode {
+        let versionstamp = S::try_snapshot_versionstamp(&snapshot).map_err(|e| engine_error(&e))?;
+        if m.hold {
+            state.held.hold(versionstamp, m.hold_id, &snapshot);
+        }
+        state.stats().set_held_snapshots(state.held.len());
         tuplekv_wire::SnapshotReadOutputExtension {
             tuplekv: Some(tuplekv_wire::ReadOutputExtension {
                 versionstamp: versionstamp.as_bytes().to_vec(),
