@@ -6,6 +6,12 @@
 //! one server-held snapshot, read in batches and written with [`create_database`] the same
 //! way. Deadlines come over only from a tuplekv server (Deno's KV Connect has no field for
 //! them), and a server without tuplekv's snapshot extension can serve only one batch.
+//!
+//! A server may hand out versionstamps this engine never makes (last two bytes not zero:
+//! `tuplekv serve --etcd` after a versionstamped key, or a Deno Deploy style store): then every
+//! stamp of the copy is renumbered `1, 2, 3, …` in the order of the server's stamps, the
+//! snapshot's own last, and the command says so. Order and equality are kept, the values are
+//! not: checks a client made with the old stamps fail against the copy.
 
 use std::path::{Path, PathBuf};
 
@@ -91,9 +97,43 @@ fn backup_url(url: &str, token: &str, target: &Path) -> Result<Versionstamp, Str
     let spinner = progress::spinner(&format!("reading {url}"));
     let read = read_all(&store);
     spinner.finish_and_clear();
-    let (entries, at) = read.map_err(|e| format!("reading {url} failed: {e}"))?;
+    let (mut entries, mut at) = read.map_err(|e| format!("reading {url} failed: {e}"))?;
+    if renumber(&mut entries, &mut at) {
+        eprintln!(
+            "note: {url} hands out versionstamps this engine does not make; the copy's are \
+             renumbered in the same order"
+        );
+    }
     create_database(target, at, entries).map_err(|e| format!("backup failed: {e}"))?;
     Ok(at)
+}
+
+/// Whether `stamp` is one this engine makes: a version, then two zero bytes.
+fn is_engine_stamp(stamp: Versionstamp) -> bool {
+    stamp == Versionstamp::from_version(stamp.version())
+}
+
+/// When a stamp of `entries` or `at` is not one this engine makes, renumbers all of them to
+/// `1, 2, 3, …` in their order (equal stamps stay equal; `at`, the snapshot's, is at least
+/// every entry's) and returns `true`; otherwise changes nothing.
+fn renumber(entries: &mut [Entry], at: &mut Versionstamp) -> bool {
+    if is_engine_stamp(*at) && entries.iter().all(|e| is_engine_stamp(e.versionstamp)) {
+        return false;
+    }
+    let mut stamps: Vec<Versionstamp> = entries.iter().map(|e| e.versionstamp).collect();
+    stamps.push(*at);
+    stamps.sort_unstable();
+    stamps.dedup();
+    let new = |old: Versionstamp| {
+        let rank = stamps.binary_search(&old).unwrap_or_else(|i| i);
+        Versionstamp::from_version(rank as u64 + 1)
+    };
+    for e in entries.iter_mut() {
+        e.versionstamp = new(e.versionstamp);
+    }
+    // The snapshot read every entry, so its stamp is the largest; never below one anyway.
+    *at = new(*at).max(Versionstamp::from_version(stamps.len() as u64));
+    true
 }
 
 /// Every entry of one snapshot of `store`, in key order, and the snapshot's versionstamp.
@@ -116,4 +156,44 @@ fn read_all<S: Store>(store: &S) -> Result<(Vec<Entry>, Versionstamp), tuplekv_e
         }
     }
     Ok((entries, S::snapshot_versionstamp(&snapshot)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tuplekv_engine::{KeyBytes, Value};
+
+    fn entry(stamp: [u8; 10]) -> Entry {
+        Entry {
+            key: KeyBytes::from(vec![1u8]),
+            value: Value::U64(1),
+            versionstamp: Versionstamp::from_bytes(stamp),
+            expires_at: None,
+        }
+    }
+
+    #[test]
+    fn engine_stamps_are_kept_and_foreign_ones_renumbered_in_order() {
+        let plain = |v: u8| [0, 0, 0, 0, 0, 0, 0, v, 0, 0];
+        let mut entries = vec![entry(plain(3)), entry(plain(9))];
+        let mut at = Versionstamp::from_bytes(plain(12));
+        assert!(!renumber(&mut entries, &mut at));
+        assert_eq!(at, Versionstamp::from_version(12));
+        assert_eq!(entries[1].versionstamp, Versionstamp::from_version(9));
+
+        // A claimed stamp between 5 and 6, two entries of one commit, the snapshot at 9.
+        let claimed = [0, 0, 0, 0, 0, 0, 0, 5, 0, 1];
+        let mut entries = vec![
+            entry(plain(7)),
+            entry(claimed),
+            entry(plain(2)),
+            entry(claimed),
+        ];
+        let mut at = Versionstamp::from_bytes(plain(9));
+        assert!(renumber(&mut entries, &mut at));
+        let got: Vec<u64> = entries.iter().map(|e| e.versionstamp.version()).collect();
+        assert_eq!(got, [3, 2, 1, 2], "order and equality kept");
+        assert!(entries.iter().all(|e| is_engine_stamp(e.versionstamp)));
+        assert_eq!(at, Versionstamp::from_version(4));
+    }
 }
