@@ -162,16 +162,16 @@ pub(crate) fn run(args: &CiArgs) -> Result<()> {
     eprintln!("\nci summary:");
     for (name, elapsed, ok) in &timings {
         let verdict = if *ok { "ok" } else { "FAILED" };
-        eprintln!("  {name:<8} {verdict:<7} {:>7.1}s", elapsed.as_secs_f64());
+        eprintln!("  {name:<12} {verdict:<7} {:>7.1}s", elapsed.as_secs_f64());
     }
     if args.skip_tests {
-        eprintln!("  {:<8} skipped", "test");
+        eprintln!("  {:<12} skipped", "test");
     }
     if args.skip_miri {
-        eprintln!("  {:<8} skipped", "miri");
+        eprintln!("  {:<12} skipped", "miri");
     }
     eprintln!(
-        "  {:<8} {:<7} {:>7.1}s",
+        "  {:<12} {:<7} {:>7.1}s",
         "total",
         "",
         started.elapsed().as_secs_f64()

@@ -39,6 +39,12 @@ pub const COLLECT_SCAN_MAX: usize = 256;
 /// How often the background collector runs by default.
 pub const COLLECT_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
 
+/// The pause before the next background pass when the last one changed something and had
+/// not reached the end of the store: garbage is collected as fast as it comes (up to
+/// [`COLLECT_SCAN_MAX`] keys per pause), while a store without garbage is swept only
+/// every interval.
+pub const COLLECT_BUSY_PAUSE: Duration = Duration::from_millis(50);
+
 /// How the store collects garbage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollectOptions {
@@ -85,6 +91,16 @@ pub(crate) struct Collector {
     state: Arc<Mutex<State>>,
 }
 
+/// How long the background collector waits after a pass that ended with `last`: briefly
+/// while passes find garbage before the end of the store, else `interval` (also after a
+/// failed pass, which is tried again then).
+fn next_pause(last: &Result<Collected, Error>, interval: Duration) -> Duration {
+    match last {
+        Ok(c) if !c.wrapped && c.expired + c.tombstones > 0 => COLLECT_BUSY_PAUSE.min(interval),
+        _ => interval,
+    }
+}
+
 /// A key the pass may change: its etcd key and `mod_revision`.
 #[derive(Debug, Clone)]
 pub(crate) struct Candidate {
@@ -101,12 +117,14 @@ impl Collector {
         }
     }
 
-    /// Runs a pass every `interval`, forever (the store aborts it with its last handle).
+    /// Runs passes forever (the store aborts it with its last handle): the next after
+    /// [`COLLECT_BUSY_PAUSE`] while passes find garbage before the end of the store, else
+    /// after `interval`.
     pub(crate) async fn run(self, interval: Duration) {
+        let mut pause = interval;
         loop {
-            tokio::time::sleep(interval).await;
-            // A failed pass is tried again at the next interval.
-            let _ = self.pass().await;
+            tokio::time::sleep(pause).await;
+            pause = next_pause(&self.pass().await, interval);
         }
     }
 
@@ -270,6 +288,30 @@ mod tests {
 
     use super::*;
     use crate::EtcdStore;
+
+    #[test]
+    fn passes_follow_each_other_quickly_only_while_they_find_garbage_before_the_end() {
+        let interval = Duration::from_secs(30);
+        let pass = |expired, tombstones, wrapped| -> Result<Collected, Error> {
+            Ok(Collected {
+                scanned: COLLECT_SCAN_MAX,
+                expired,
+                tombstones,
+                skipped: 0,
+                wrapped,
+            })
+        };
+        assert_eq!(next_pause(&pass(3, 0, false), interval), COLLECT_BUSY_PAUSE);
+        assert_eq!(next_pause(&pass(0, 9, false), interval), COLLECT_BUSY_PAUSE);
+        assert_eq!(next_pause(&pass(0, 0, false), interval), interval);
+        assert_eq!(next_pause(&pass(5, 5, true), interval), interval);
+        let failed = Err(Error::Unavailable {
+            reason: "no leader".into(),
+        });
+        assert_eq!(next_pause(&failed, interval), interval);
+        let short = Duration::from_millis(10);
+        assert_eq!(next_pause(&pass(1, 0, false), short), short);
+    }
 
     /// The etcd key and `mod_revision` of tuplekv key `k`, read now.
     fn candidate(store: &EtcdStore, k: &tuplekv_engine::Key) -> Candidate {

@@ -144,7 +144,9 @@ pub(crate) async fn commit(
             .txn(Txn::new().and_then(gets))
             .await
             .map_err(|e| crate::errors::read_error(e, 0))?;
-        head = response.header().map_or(0, |h| h.revision());
+        head = header_revision(response.header()).ok_or_else(|| Error::Unavailable {
+            reason: "etcd answered a read without its revision".into(),
+        })?;
         learn(&mut known, &marker, &first_reads, &response.op_responses())?;
     }
     let attempts = if stamped {
@@ -196,19 +198,23 @@ pub(crate) async fn commit(
         }
         let plan = plan(&write, &space, &known, now, claim)?;
         let response = kv.txn(plan.txn).await.map_err(write_error)?;
-        let revision = response.header().map_or(0, |h| h.revision());
+        let revision = header_revision(response.header());
         if response.succeeded() {
-            let versionstamp = match claim {
-                Some(claim) => claim.stamp,
-                None => Versionstamp::from_version(u64::try_from(revision).map_err(|_| {
-                    Error::OutcomeUnknown {
-                        reason: format!("etcd answered the commit with revision {revision}"),
-                    }
-                })?),
+            let versionstamp = match (claim, revision) {
+                (Some(claim), _) => claim.stamp,
+                (None, Some(revision)) => Versionstamp::from_version(revision.unsigned_abs()),
+                (None, None) => {
+                    return Err(Error::OutcomeUnknown {
+                        reason: "etcd answered the commit without its revision".into(),
+                    });
+                }
             };
             return Ok(CommitResult::Committed { versionstamp });
         }
-        head = revision;
+        // Nothing was applied: a refused transaction without its revision is no commit.
+        head = revision.ok_or_else(|| Error::Unavailable {
+            reason: "etcd answered a refused commit without its revision".into(),
+        })?;
         let range_changed = learn(&mut known, &marker, &plan.reads, &response.op_responses())?;
         let conflict = Conflict {
             failed_checks: failed_checks(&write, &space, &known, now_ms()),
@@ -221,6 +227,13 @@ pub(crate) async fn commit(
         // needs): again, with what the `else` branch read.
     }
     Err(Error::TransactionConflict { attempts })
+}
+
+/// The revision an etcd answer names, if it names a real one (above zero).
+fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Option<i64> {
+    header
+        .map(etcd_client::ResponseHeader::revision)
+        .filter(|r| *r > 0)
 }
 
 /// The bound the collection fence holds (0 when absent).

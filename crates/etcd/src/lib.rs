@@ -12,11 +12,13 @@
 //! ```
 //!
 //! # The mapping
-//! - A store lives under a key prefix, so one cluster holds several: an encoded tuple key
-//!   `k` is the etcd key `prefix ++ "d" ++ k` (etcd orders keys by their bytes, as tuplekv
-//!   does), and `prefix ++ "m"` is the marker every commit writes: etcd gives a transaction
-//!   without a write no revision, and the marker's `mod_revision` is the store's last commit. `prefix ++ "g"` is the
-//!   collection fence (module `collect`).
+//! - A store lives under a key prefix, so one cluster holds several. The prefix may not hold
+//!   a zero byte, and one ends it: an encoded tuple key `k` is the etcd key
+//!   `prefix ++ 00 ++ "d" ++ k` (etcd orders keys by their bytes, as tuplekv does), so no
+//!   store's keys fall among another's, whatever their prefixes (`a` and `a00d…` cannot both
+//!   be prefixes). `prefix ++ 00 ++ "m"` is the marker every commit writes: etcd gives a
+//!   transaction without a write no revision, and the marker's `mod_revision` is the store's
+//!   last commit. `prefix ++ 00 ++ "g"` is the collection fence (module `collect`).
 //! - A versionstamp is the etcd revision of the commit (8 bytes big-endian, then two zero
 //!   bytes). Revisions count every write to the cluster, so the stamps of one store leave
 //!   gaps; they still grow with every commit.
@@ -37,7 +39,18 @@
 //!   [`STAMPED_COMMIT_ATTEMPTS_MAX`] times). Its values carry the claimed stamp in their
 //!   envelopes. Stamps still grow with every commit and are never shared, but such commits
 //!   serialize with all others: under a heavy write load they may give
-//!   [`Error::TransactionConflict`].
+//!   [`Error::TransactionConflict`]. What a claimed stamp does not promise:
+//!   - every process writing a store must run a version that writes the marker with every
+//!     commit (this one does; none before it was released);
+//!   - a snapshot's (or a watch update's) stamp is its revision. When other writers (another
+//!     store on the cluster, the collector) move etcd's revision while a claimed commit is in
+//!     flight, a snapshot taken in between can have a stamp above the claimed one without
+//!     seeing that commit. Stamps of the store's own commits keep their order; range checks
+//!     compare revisions and stay sound; nothing in tuplekv compares an entry's stamp with a
+//!     snapshot's;
+//!   - a check of a revision's stamp compares the key's `mod_revision`: it would also pass
+//!     against a claimed commit that landed at that revision. Only a stamp taken from a
+//!     snapshot or a watch, not from an entry, can name such a revision.
 //!
 //! # The cluster's limits
 //! etcd refuses transactions of more than 128 operations and requests over 1.5 MiB by
@@ -73,7 +86,9 @@ use etcd_client::{Client, ConnectOptions, KvClient};
 use tuplekv_engine::limits::{KEY_SIZE_MAX_WRITE, WATCH_KEYS_MAX};
 use tuplekv_engine::{AtomicWrite, CommitResult, Entry, Error, KeyBytes, Store, Versionstamp};
 
-pub use collect::{COLLECT_INTERVAL_DEFAULT, COLLECT_SCAN_MAX, CollectOptions, Collected};
+pub use collect::{
+    COLLECT_BUSY_PAUSE, COLLECT_INTERVAL_DEFAULT, COLLECT_SCAN_MAX, CollectOptions, Collected,
+};
 pub use commit::{COMMIT_ATTEMPTS_MAX, STAMPED_COMMIT_ATTEMPTS_MAX};
 pub use errors::{READ_RETRY_BUDGET, READ_RETRY_PAUSE, READ_RETRY_PAUSE_MAX};
 pub use snapshot::EtcdSnapshot;
@@ -113,6 +128,9 @@ pub enum ConnectError {
     /// The client's runtime could not start.
     #[error("could not start the client's runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// The key prefix holds a zero byte, which ends a prefix in etcd's keys.
+    #[error("an etcd key prefix may not hold a zero byte")]
+    PrefixHasZeroByte,
     /// The cluster could not be reached.
     #[error(transparent)]
     Store(#[from] Error),
@@ -121,6 +139,7 @@ pub enum ConnectError {
 /// Where a store's keys live in etcd.
 #[derive(Debug, Clone)]
 pub(crate) struct Space {
+    /// The store's prefix and the zero byte that ends it: the start of every key it owns.
     prefix: Arc<[u8]>,
     /// The last state seen of the collection fence ([`Space::fence`]): its `mod_revision`
     /// and the bound it holds, (0, 0) before any was seen.
@@ -176,7 +195,8 @@ impl Space {
         }
     }
 
-    /// The key a commit without mutations writes.
+    /// The marker: every commit writes it, so its `mod_revision` is the store's last commit
+    /// (and a commit without mutations still gets a revision).
     pub(crate) fn marker(&self) -> Vec<u8> {
         let mut out = self.prefix.to_vec();
         out.push(b'm');
@@ -216,7 +236,7 @@ pub struct EtcdStore {
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStore")
-            .field("prefix", &String::from_utf8_lossy(&self.inner.space.prefix))
+            .field("prefix", &String::from_utf8_lossy(self.prefix()))
             .finish_non_exhaustive()
     }
 }
@@ -247,6 +267,9 @@ impl EtcdStore {
         if endpoints.is_empty() {
             return Err(ConnectError::NoEndpoints);
         }
+        if prefix.contains(&0) {
+            return Err(ConnectError::PrefixHasZeroByte);
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(IO_THREADS)
             .thread_name("tuplekv-etcd")
@@ -274,7 +297,7 @@ impl EtcdStore {
             .kv_client()
             .max_decoding_message_size(RESPONSE_BYTES_MAX);
         let space = Space {
-            prefix: Arc::from(prefix),
+            prefix: Arc::from([prefix, &[0]].concat()),
             fence_seen: Arc::new(Mutex::new((0, 0))),
         };
         let collector = collect::Collector::new(kv.clone(), space.clone());
@@ -309,9 +332,13 @@ impl EtcdStore {
         self.block_on(async move { collector.pass().await })
     }
 
-    /// The etcd key prefix this store lives under.
+    /// The etcd key prefix this store lives under, as given to [`EtcdStore::connect`] (its
+    /// keys begin with it and a zero byte).
     pub fn prefix(&self) -> &[u8] {
-        &self.inner.space.prefix
+        let owned = &self.inner.space.prefix;
+        owned
+            .get(..owned.len().saturating_sub(1))
+            .unwrap_or_default()
     }
 
     pub(crate) fn kv(&self) -> KvClient {
@@ -370,8 +397,15 @@ impl Store for EtcdStore {
         Ok(EtcdWatch::start(self, keys))
     }
 
+    /// The snapshot's revision as a stamp, fixed by a read when no read fixed it yet;
+    /// [`Versionstamp::ZERO`] if that read fails ([`Store::try_snapshot_versionstamp`] says
+    /// why).
     fn snapshot_versionstamp(snapshot: &EtcdSnapshot) -> Versionstamp {
-        snapshot.versionstamp_or_fix()
+        snapshot.try_versionstamp().unwrap_or(Versionstamp::ZERO)
+    }
+
+    fn try_snapshot_versionstamp(snapshot: &EtcdSnapshot) -> Result<Versionstamp, Error> {
+        snapshot.try_versionstamp()
     }
 
     fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
