@@ -117,8 +117,45 @@ pub fn etcd_binary() -> PathBuf {
     })
 }
 
-/// A port on 127.0.0.1 that was free a moment ago.
+/// How many ports below the kernel's ephemeral range members are given ports from.
+const PORT_SPAN: u16 = 12_000;
+
+/// How many random ports [`free_port`] tries before it takes any the kernel gives.
+const PORT_TRIES: usize = 100;
+
+/// How many times [`Cluster::start`] starts the members again on new ports when one finds
+/// its port taken.
+const START_ATTEMPTS: usize = 3;
+
+/// The first port of the kernel's ephemeral range (what `bind` to port 0 and outgoing
+/// connections take ports from), 32768 when it cannot be read.
+fn ephemeral_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// A port on 127.0.0.1 that was free a moment ago, below the ephemeral range: a port from
+/// `bind(0)` could be handed to another socket (an outgoing connection of any test, another
+/// server started on port 0) between this check and etcd's own bind, or after a member is
+/// killed and before it is restarted on the same port; one below the range cannot.
 fn free_port() -> SocketAddr {
+    static DRAWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let high = ephemeral_start().max(2048);
+    let low = high.saturating_sub(PORT_SPAN).max(1024);
+    let seed = u64::from(std::process::id()) << 32
+        ^ DRAWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::from(d.subsec_nanos()));
+    let mut rng = crate::rng::SplitMix64::new(seed);
+    for _ in 0..PORT_TRIES {
+        let port = low + u16::try_from(rng.below(u64::from(high - low))).unwrap_or(0);
+        if let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+            return listener.local_addr().expect("the listener's address");
+        }
+    }
     let listener =
         TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free loopback port for etcd");
     listener.local_addr().expect("the listener's address")
@@ -170,13 +207,37 @@ impl Cluster {
             watchdog,
         };
         let count = cluster.members().len();
-        for i in 0..count {
-            cluster.spawn(i, "new");
+        for attempt in 1..=START_ATTEMPTS {
+            for i in 0..count {
+                cluster.spawn(i, "new");
+            }
+            match (0..count).try_for_each(|i| cluster.try_wait_healthy(i)) {
+                Ok(()) => return cluster,
+                // Another process took a port between our check and etcd's bind: start
+                // afresh on new ports.
+                Err(e) if e.contains("address already in use") && attempt < START_ATTEMPTS => {
+                    cluster.reset_on_new_ports();
+                }
+                Err(e) => panic!("{e}"),
+            }
         }
-        for i in 0..count {
-            cluster.wait_healthy(i);
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// Kills every member, removes their data and logs, and gives them new ports.
+    fn reset_on_new_ports(&self) {
+        let mut members = self.members();
+        for member in members.iter_mut() {
+            if let Some(mut child) = member.process.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            let _ = std::fs::remove_dir_all(self.dir.path().join(&member.name));
+            let _ = std::fs::remove_file(self.log_path(&member.name));
+            let _ = std::fs::remove_file(self.pid_path(&member.name));
+            member.client = free_port();
+            member.peer = free_port();
         }
-        cluster
     }
 
     fn members(&self) -> std::sync::MutexGuard<'_, Vec<Member>> {
@@ -262,7 +323,18 @@ impl Cluster {
     }
 
     /// Waits until member `i` answers its health endpoint with `"health":"true"`.
+    ///
+    /// # Panics
+    /// As [`Cluster::try_wait_healthy`] fails.
     fn wait_healthy(&self, i: usize) {
+        if let Err(e) = self.try_wait_healthy(i) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Cluster::wait_healthy`], saying why instead of panicking: the member exited (with
+    /// the end of its log) or was not healthy within [`READY_TIMEOUT`].
+    fn try_wait_healthy(&self, i: usize) -> Result<(), String> {
         let (name, client) = {
             let members = self.members();
             let m = members.get(i).expect("a member of the cluster");
@@ -271,21 +343,22 @@ impl Cluster {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Some(status) = self.exit_status(i) {
-                panic!(
+                return Err(format!(
                     "etcd member {name} exited ({status}) before it was healthy; its log \
                      ends:\n{}",
                     self.log_tail(&name)
-                );
+                ));
             }
             if http(client, "GET", "/health", None).is_some_and(|b| b.contains("\"true\"")) {
-                return;
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "etcd member {name} at {client} was not healthy within {READY_TIMEOUT:?}; its \
-                 log ends:\n{}",
-                self.log_tail(&name)
-            );
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "etcd member {name} at {client} was not healthy within {READY_TIMEOUT:?}; \
+                     its log ends:\n{}",
+                    self.log_tail(&name)
+                ));
+            }
             std::thread::sleep(POLL_INTERVAL);
         }
     }
@@ -441,6 +514,15 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn member_ports_come_from_below_the_ephemeral_range() {
+        let start = ephemeral_start();
+        for _ in 0..20 {
+            let port = free_port().port();
+            assert!(port < start && port >= 1024, "{port} vs {start}");
+        }
+    }
 
     #[test]
     fn a_cluster_starts_elects_a_leader_and_survives_losing_it() {
