@@ -30,9 +30,10 @@
 //! - a user: ids are unique per request, so reading the user by id says whether it landed,
 //!   and a unique violation naming our own id is our own earlier attempt.
 //!
-//! The user record, the report lines and the checks are those of the tuplekv app-servers
-//! example (`crates/tuplekv/examples/app_servers/shared.rs`, included here by path), which
-//! runs the same scenario through `RemoteStore` against a tuplekv server that is killed.
+//! The user record, these operations, the report lines and the checks are those of the
+//! tuplekv app-servers example (`crates/tuplekv/examples/app_servers/shared.rs`, included
+//! here by path), which runs the same scenario through `RemoteStore` against a tuplekv
+//! server that is killed.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -41,16 +42,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tuplekv_engine::{Key, Store, Value, key};
+use tuplekv_engine::{Store, key};
 use tuplekv_etcd::EtcdStore;
-use tuplekv_index::Collection;
-use tuplekv_sequence::{self as sequence, FastSequence, GaplessSequence, Record, Sequences};
 use tuplekv_testkit::etcd::Cluster;
 
 #[path = "../../tuplekv/examples/app_servers/shared.rs"]
 mod shared;
 
-use shared::{Faults, Reported, User, engine_maybe, log_tag, read, seq_maybe, seq_unknown, users};
+use shared::{App, Reported, User};
 
 type Result<T, E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
 
@@ -160,24 +159,11 @@ fn user_for(app: u64, thread: u64, i: u64) -> User {
 // ---------------------------------------------------------------------------------------
 // The app role
 
-/// What an app's threads share.
+/// What an app's threads share: its operations (settled as the module doc says), and the
+/// parent's word to stop.
 struct AppCtx {
-    app: u64,
-    store: EtcdStore,
-    fast: Vec<FastSequence<EtcdStore>>,
-    gapless: GaplessSequence<EtcdStore>,
-    users: Collection<User, EtcdStore>,
+    ops: App<EtcdStore>,
     stop: AtomicBool,
-    faults: Faults,
-}
-
-/// Fails an operation that kept meeting faults for too long.
-fn deadline(started: Instant, what: &str) -> Result<()> {
-    if started.elapsed() >= OPERATION_RETRY_FOR {
-        bail!("{what}: still failing after {OPERATION_RETRY_FOR:?}");
-    }
-    std::thread::sleep(Duration::from_millis(20));
-    Ok(())
 }
 
 /// Connects, then works on [`THREADS`] threads until stdin closes; writes the report file.
@@ -187,19 +173,15 @@ fn app(args: &[String]) -> Result<()> {
     let report: PathBuf = required(args, "--report")?;
     let endpoints: Vec<&str> = endpoints.split(',').collect();
     let store = EtcdStore::connect(&endpoints, STORE_PREFIX)?;
-    let seqs = Sequences::new(store.clone());
-    let fast = FAST_PREFIXES
-        .iter()
-        .map(|p| seqs.fast(p))
-        .collect::<Result<Vec<_>, _>>()?;
     let ctx = AppCtx {
-        app,
-        fast,
-        gapless: seqs.gapless(GAPLESS_PREFIX)?,
-        users: users(&store)?,
-        store,
+        ops: App::open(
+            store,
+            app,
+            &FAST_PREFIXES,
+            GAPLESS_PREFIX,
+            OPERATION_RETRY_FOR,
+        )?,
         stop: AtomicBool::new(false),
-        faults: Faults::new(app),
     };
     let ready = AtomicU64::new(0);
     let lines: Vec<Vec<String>> = std::thread::scope(|s| {
@@ -223,7 +205,7 @@ fn app(args: &[String]) -> Result<()> {
     for line in lines.iter().flatten() {
         writeln!(out, "{line}")?;
     }
-    writeln!(out, "{}", ctx.faults.line())?;
+    writeln!(out, "{}", ctx.ops.faults.line())?;
     out.sync_all()?;
     Ok(())
 }
@@ -238,22 +220,23 @@ fn work(ctx: &AppCtx, thread: u64, ready: &AtomicU64) -> Result<Vec<String>> {
     let mut last_ack = Instant::now();
     let mut i: u64 = 0;
     while !ctx.stop.load(Ordering::Relaxed) && started.elapsed() < APP_RUN_MAX {
-        let seq = &ctx.fast[(i as usize) % ctx.fast.len()];
-        let n = issue_fast(ctx, seq)?;
+        let ops = &ctx.ops;
+        let seq = &ops.fast[(i as usize) % ops.fast.len()];
+        let n = ops.issue_fast(seq)?;
         lines.push(shared::fast_line(seq.prefix(), n));
         acks.push(unix_ms());
         if i.is_multiple_of(2) {
-            let n = issue_gapless(ctx, thread, i)?;
+            let n = ops.issue_gapless(thread, i)?;
             lines.push(shared::gapless_line(GAPLESS_PREFIX, n));
             acks.push(unix_ms());
         }
         if i.is_multiple_of(3) {
-            let user = user_for(ctx.app, thread, i / 3);
-            let inserted = insert_user(ctx, &user)?;
+            let user = user_for(ops.app, thread, i / 3);
+            let inserted = ops.insert_user(&user)?;
             lines.push(shared::user_line(&user, inserted));
             acks.push(unix_ms());
         }
-        ctx.faults.waited(last_ack.elapsed());
+        ops.faults.waited(last_ack.elapsed());
         last_ack = Instant::now();
         if i == 0 && ready.fetch_add(1, Ordering::Relaxed) + 1 == THREADS as u64 {
             println!("{READY}");
@@ -264,166 +247,6 @@ fn work(ctx: &AppCtx, thread: u64, ready: &AtomicU64) -> Result<Vec<String>> {
     let acks: Vec<String> = acks.iter().map(u64::to_string).collect();
     lines.push(format!("acks {}", acks.join(" ")));
     Ok(lines)
-}
-
-/// The next code of a fast sequence, recorded with the sequence's uniqueness key and a log
-/// key `["logs", code] = "A<app>:<code>"`.
-fn issue_fast(ctx: &AppCtx, seq: &FastSequence<EtcdStore>) -> Result<u64> {
-    let started = Instant::now();
-    let n = loop {
-        match seq.next_number() {
-            Ok(n) => break n,
-            // A reservation that may have landed: the next one lies above it.
-            Err(e) if seq_maybe(&e) => ctx.faults.note("fast reservation", &e, seq_unknown(&e)),
-            Err(e) => return Err(e.into()),
-        }
-        deadline(started, "reserving a block")?;
-    };
-    let code = seq.format().format(n);
-    let log = key![shared::LOG_ROOT, code.as_str()];
-    let tag = log_tag(ctx.app, &code);
-    loop {
-        let mut record = Record::new();
-        record.set(&log, tag.as_bytes());
-        let landed = match seq.record(n, record) {
-            Ok(_) => return Ok(n),
-            // Recorded already: by our own earlier attempt, or a real duplicate (the log
-            // then names another app, and the run fails).
-            Err(e @ sequence::Error::Duplicate { .. }) => {
-                if is_ours(ctx, &log, &tag)? {
-                    true
-                } else {
-                    return Err(e.into());
-                }
-            }
-            Err(e) if seq_maybe(&e) => {
-                ctx.faults.note("fast record", &e, seq_unknown(&e));
-                is_ours(ctx, &log, &tag)?
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if landed {
-            ctx.faults.landed();
-            return Ok(n);
-        }
-        deadline(started, "recording a code")?;
-    }
-}
-
-/// Whether the log key holds our tag, re-read until the store answers.
-fn is_ours(ctx: &AppCtx, log: &Key, tag: &str) -> Result<bool> {
-    let started = Instant::now();
-    loop {
-        match read(&ctx.store, log) {
-            Ok(v) => return Ok(v.is_some_and(|v| v.as_bytes() == Some(tag.as_bytes()))),
-            Err(e) => ctx.faults.note("re-reading a log key", &e, false),
-        }
-        deadline(started, "re-reading a log key")?;
-    }
-}
-
-/// The value of `key`, re-read until the store answers.
-fn settle(ctx: &AppCtx, key: &Key) -> Result<Option<Value>> {
-    let started = Instant::now();
-    loop {
-        match read(&ctx.store, key) {
-            Ok(v) => return Ok(v),
-            Err(e) => ctx.faults.note("re-reading", &e, false),
-        }
-        deadline(started, "re-reading a key")?;
-    }
-}
-
-/// The next gapless number, committed with the request's idempotency key and an invoice.
-fn issue_gapless(ctx: &AppCtx, thread: u64, i: u64) -> Result<u64> {
-    let started = Instant::now();
-    let request = key![shared::REQUEST_ROOT, ctx.app, thread, i];
-    let tag = format!("A{}:T{thread}:I{i}", ctx.app);
-    loop {
-        let (req, tag) = (request.clone(), tag.clone());
-        let outcome = ctx.gapless.next_with(move |issued, record| {
-            record
-                .check(&req, None)
-                .set(&req, issued.number())
-                .set(&key![shared::INVOICE_ROOT, issued.number()], tag.as_bytes());
-        });
-        let err = match outcome {
-            Ok(issued) => return Ok(issued.number()),
-            Err(e @ sequence::Error::Rejected(_)) => e,
-            Err(e) if seq_maybe(&e) => {
-                ctx.faults.note("gapless", &e, seq_unknown(&e));
-                e
-            }
-            Err(e) => return Err(e.into()),
-        };
-        match settle(ctx, &request)? {
-            Some(v) => {
-                ctx.faults.landed();
-                let Some(n) = v.as_u64() else {
-                    bail!("an idempotency key that is not a number")
-                };
-                return Ok(n);
-            }
-            None if matches!(err, sequence::Error::Rejected(_)) => {
-                bail!("gapless request refused, but its key is absent: {err}")
-            }
-            None => deadline(started, "a gapless code")?,
-        }
-    }
-}
-
-/// Whether `user` is stored as is, re-read until the store answers.
-fn user_landed(ctx: &AppCtx, user: &User) -> Result<bool> {
-    let started = Instant::now();
-    loop {
-        match ctx.users.get(&key![user.id]) {
-            Ok(found) => return Ok(found.as_ref() == Some(user)),
-            Err(e) => ctx.faults.note("re-reading a user", &e, false),
-        }
-        deadline(started, "re-reading a user")?;
-    }
-}
-
-/// Inserts `user`; `false` when another user holds its email.
-fn insert_user(ctx: &AppCtx, user: &User) -> Result<bool> {
-    let started = Instant::now();
-    let pk = key![user.id];
-    loop {
-        let found = match ctx.users.insert(user) {
-            Ok(()) => return Ok(true),
-            Err(tuplekv_index::Error::UniqueViolation {
-                existing_primary_key,
-                ..
-            }) => {
-                if existing_primary_key != pk {
-                    return Ok(false);
-                }
-                // Our own earlier attempt, whose answer was lost, holds it.
-                true
-            }
-            Err(tuplekv_index::Error::AlreadyExists { .. }) => {
-                if !user_landed(ctx, user)? {
-                    bail!("user {} exists with other data", user.id);
-                }
-                true
-            }
-            Err(e @ tuplekv_index::Error::OutcomeUnknown { .. }) => {
-                ctx.faults.note("user insert", &e, true);
-                user_landed(ctx, user)?
-            }
-            Err(tuplekv_index::Error::Store(e)) if engine_maybe(&e) => {
-                let unknown = matches!(e, tuplekv_engine::Error::OutcomeUnknown { .. });
-                ctx.faults.note("user insert", &e, unknown);
-                user_landed(ctx, user)?
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if found {
-            ctx.faults.landed();
-            return Ok(true);
-        }
-        deadline(started, "inserting a user")?;
-    }
 }
 
 // ---------------------------------------------------------------------------------------

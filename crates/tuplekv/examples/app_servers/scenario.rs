@@ -12,8 +12,10 @@
 //! - a user: user ids are unique per request, so reading the user by id says whether it
 //!   landed; a unique violation naming our own id is our own earlier attempt.
 //!
-//! The user record, the report lines and the checks live in `shared.rs`, which the etcd
-//! leader-failover test (`crates/etcd/tests/failover.rs`) runs too, on an `EtcdStore`.
+//! The user record, these operations (an app re-reads until the store answers, and retries
+//! for [`OPERATION_RETRY_FOR`]), the report lines and the checks live in `shared.rs`, which
+//! the etcd leader-failover test (`crates/etcd/tests/failover.rs`) runs too, on an
+//! `EtcdStore`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -24,15 +26,13 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use tuplekv::index::{self, Collection};
-use tuplekv::sequence::{self, FastSequence, GaplessSequence, Record};
-use tuplekv::{Database, Key, Options, RemoteStore, key};
+use tuplekv::{Database, Options, RemoteStore};
 use tuplekv_server::{CommitMode, ServerConfig};
 
 #[path = "shared.rs"]
 mod shared;
 
-use shared::{Faults, User, engine_maybe, log_tag, read, seq_maybe, seq_unknown, users};
+use shared::{App, User};
 
 /// The environment variable that carries the access token to the child processes.
 const TOKEN_ENV: &str = "TUPLEKV_ACCESS_TOKEN";
@@ -175,15 +175,8 @@ async fn bind(port: u16) -> Result<tokio::net::TcpListener> {
 // ---------------------------------------------------------------------------------------
 // The app role
 
-/// What an app's threads share.
-struct AppCtx {
-    app: usize,
-    store: RemoteStore,
-    fast: Vec<FastSequence<RemoteStore>>,
-    gapless: GaplessSequence<RemoteStore>,
-    users: Collection<User, RemoteStore>,
-    faults: Faults,
-}
+/// What an app's threads share: its operations, settled as the module doc says.
+type AppCtx = App<RemoteStore>;
 
 /// What one thread got, as report lines.
 type Lines = Vec<String>;
@@ -197,19 +190,14 @@ fn app(args: &[String]) -> Result<()> {
     let report: PathBuf = required(args, "--report")?;
     let token = std::env::var(TOKEN_ENV).with_context(|| format!("{TOKEN_ENV} is not set"))?;
     let store = RemoteStore::connect(&url, &token)?;
-    let seqs = sequence::Sequences::new(store.clone());
-    let fast = FAST_PREFIXES
-        .iter()
-        .map(|p| seqs.fast(p))
-        .collect::<Result<Vec<_>, _>>()?;
-    let ctx = AppCtx {
-        app,
-        fast,
-        gapless: seqs.gapless(GAPLESS_PREFIX)?,
-        users: users(&store)?,
+    let ctx = App::open(
         store,
-        faults: Faults::new(app as u64),
-    };
+        app as u64,
+        &FAST_PREFIXES,
+        GAPLESS_PREFIX,
+        OPERATION_RETRY_FOR,
+    )
+    .map_err(|e| anyhow!(e))?;
     let done = AtomicU64::new(0);
     let half = (threads * iterations / 2) as u64;
     let lines: Vec<Lines> = std::thread::scope(|s| {
@@ -247,15 +235,17 @@ fn work(ctx: &AppCtx, thread: usize, iterations: usize, tick: impl Fn()) -> Resu
     for i in 0..iterations {
         let round = Instant::now();
         let seq = &ctx.fast[i % ctx.fast.len()];
-        let n = issue_fast(ctx, seq)?;
+        let n = ctx.issue_fast(seq).map_err(|e| anyhow!(e))?;
         lines.push(shared::fast_line(seq.prefix(), n));
         if i.is_multiple_of(2) {
-            let n = issue_gapless(ctx, thread, i)?;
+            let n = ctx
+                .issue_gapless(thread as u64, i as u64)
+                .map_err(|e| anyhow!(e))?;
             lines.push(shared::gapless_line(GAPLESS_PREFIX, n));
         }
         if i.is_multiple_of(3) {
             let user = user_for(ctx.app, thread, i);
-            let inserted = insert_user(ctx, &user)?;
+            let inserted = ctx.insert_user(&user).map_err(|e| anyhow!(e))?;
             lines.push(shared::user_line(&user, inserted));
         }
         ctx.faults.waited(round.elapsed());
@@ -266,168 +256,14 @@ fn work(ctx: &AppCtx, thread: usize, iterations: usize, tick: impl Fn()) -> Resu
 
 /// The user thread `thread` of `app` inserts at iteration `i`: a unique id, and an email
 /// that every app wants for one user in [`SHARED_EMAIL_EVERY`].
-fn user_for(app: usize, thread: usize, i: usize) -> User {
-    let id = (app as u64) * 1_000_000 + (thread as u64) * 10_000 + i as u64;
+fn user_for(app: u64, thread: usize, i: usize) -> User {
+    let id = app * 1_000_000 + (thread as u64) * 10_000 + i as u64;
     let email = if (i / 3).is_multiple_of(SHARED_EMAIL_EVERY) {
         format!("shared{}@example.com", i / 3)
     } else {
         format!("app{app}.t{thread}.i{i}@example.com")
     };
     User { id, email }
-}
-
-/// Fails an operation that kept meeting faults for too long.
-fn deadline(started: Instant, what: &str) -> Result<()> {
-    ensure!(
-        started.elapsed() < OPERATION_RETRY_FOR,
-        "{what}: still failing after {OPERATION_RETRY_FOR:?}"
-    );
-    Ok(())
-}
-
-/// The next code of a fast sequence, recorded as `["logs", code] = "A<app>:<code>"` with
-/// the sequence's uniqueness backstop.
-fn issue_fast(ctx: &AppCtx, seq: &FastSequence<RemoteStore>) -> Result<u64> {
-    let started = Instant::now();
-    let n = loop {
-        match seq.next_number() {
-            Ok(n) => break n,
-            // A reservation that may have landed: the next call reserves a new block above
-            // it, so no number is handed out twice.
-            Err(e) if seq_maybe(&e) => ctx.faults.note("fast reservation", &e, seq_unknown(&e)),
-            Err(e) => return Err(e.into()),
-        }
-        deadline(started, "reserving a block")?;
-    };
-    let code = seq.format().format(n);
-    let log = key![shared::LOG_ROOT, code.as_str()];
-    let tag = log_tag(ctx.app as u64, &code);
-    loop {
-        let mut record = Record::new();
-        record.set(&log, tag.as_bytes());
-        let landed = match seq.record(n, record) {
-            Ok(_) => return Ok(n),
-            // The number is recorded already: by our own earlier attempt, or it is a real
-            // duplicate (the log then names someone else).
-            Err(e @ sequence::Error::Duplicate { .. }) => {
-                if is_ours(ctx, &log, &tag)? {
-                    true
-                } else {
-                    return Err(e.into());
-                }
-            }
-            Err(e) if seq_maybe(&e) => {
-                ctx.faults.note("fast record", &e, seq_unknown(&e));
-                is_ours(ctx, &log, &tag)?
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if landed {
-            ctx.faults.landed();
-            return Ok(n);
-        }
-        deadline(started, "recording a code")?;
-    }
-}
-
-fn is_ours(ctx: &AppCtx, log: &Key, tag: &str) -> Result<bool> {
-    Ok(read(&ctx.store, log)?.is_some_and(|v| v.as_bytes() == Some(tag.as_bytes())))
-}
-
-/// The next gapless number, committed with the request's idempotency key and an invoice.
-fn issue_gapless(ctx: &AppCtx, thread: usize, i: usize) -> Result<u64> {
-    let started = Instant::now();
-    let request = key![
-        shared::REQUEST_ROOT,
-        ctx.app as u64,
-        thread as u64,
-        i as u64
-    ];
-    let tag = format!("A{}:T{thread}:I{i}", ctx.app);
-    loop {
-        let (req, tag) = (request.clone(), tag.clone());
-        let outcome = ctx.gapless.next_with(move |issued, record| {
-            record
-                .check(&req, None)
-                .set(&req, issued.number())
-                .set(&key![shared::INVOICE_ROOT, issued.number()], tag.as_bytes());
-        });
-        let err = match outcome {
-            Ok(issued) => return Ok(issued.number()),
-            Err(e @ sequence::Error::Rejected(_)) => e,
-            Err(e) if seq_maybe(&e) => {
-                ctx.faults.note("gapless", &e, seq_unknown(&e));
-                e
-            }
-            Err(e) => return Err(e.into()),
-        };
-        // The idempotency key says whether (and with which number) the request landed.
-        match read(&ctx.store, &request)? {
-            Some(v) => {
-                ctx.faults.landed();
-                return v
-                    .as_u64()
-                    .context("an idempotency key that is not a number");
-            }
-            None if matches!(err, sequence::Error::Rejected(_)) => {
-                bail!("gapless request refused, but its key is absent: {err}")
-            }
-            None => deadline(started, "a gapless code")?,
-        }
-    }
-}
-
-/// Inserts `user`; `false` when another user holds its email.
-fn insert_user(ctx: &AppCtx, user: &User) -> Result<bool> {
-    let started = Instant::now();
-    let pk = key![user.id];
-    loop {
-        match ctx.users.insert(user) {
-            Ok(()) => return Ok(true),
-            Err(index::Error::UniqueViolation {
-                existing_primary_key,
-                ..
-            }) => {
-                if existing_primary_key != pk {
-                    return Ok(false);
-                }
-                // Our own earlier attempt, whose answer was lost, holds it.
-                ctx.faults.landed();
-                return Ok(true);
-            }
-            Err(index::Error::AlreadyExists { .. }) => {
-                ensure!(
-                    ctx.users.get(&pk)?.as_ref() == Some(user),
-                    "user {} exists with other data",
-                    user.id
-                );
-                ctx.faults.landed();
-                return Ok(true);
-            }
-            // The collection re-read the record and did not find what it wrote (or could
-            // not read): resend; a resend of a write that did land meets our own record.
-            Err(e @ index::Error::OutcomeUnknown { .. }) => {
-                ctx.faults.note("user insert", &e, true);
-                if ctx.users.get(&pk)?.as_ref() == Some(user) {
-                    ctx.faults.landed();
-                    return Ok(true);
-                }
-            }
-            Err(index::Error::Store(e)) if engine_maybe(&e) => {
-                ctx.faults.note(
-                    "user insert",
-                    &e,
-                    matches!(e, tuplekv::Error::OutcomeUnknown { .. }),
-                );
-                if ctx.users.get(&pk)?.as_ref() == Some(user) {
-                    ctx.faults.landed();
-                    return Ok(true);
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-        deadline(started, "inserting a user")?;
-    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -11,15 +11,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tuplekv_engine::codec::encode_key;
 use tuplekv_engine::{Entry, Key, ListIter, ListOptions, Selector, Store, Value, key};
 use tuplekv_index::Collection;
-use tuplekv_sequence::{self as sequence, Mode, SequenceOptions, Sequences};
+use tuplekv_sequence::{self as sequence, FastSequence, GaplessSequence, Mode, Record};
+use tuplekv_sequence::{SequenceOptions, Sequences};
 
-/// An error of the checks or the report parser (each caller turns it into its own).
+/// An error of the shared code (each caller turns it into its own).
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The key root of a fast code's log: `[LOG_ROOT, code] = log_tag(app, code)`.
@@ -29,6 +30,8 @@ pub(crate) const LOG_ROOT: &str = "logs";
 pub(crate) const REQUEST_ROOT: &str = "inv_req";
 /// The key root of the invoices: `[INVOICE_ROOT, number]`, one per gapless number.
 pub(crate) const INVOICE_ROOT: &str = "invoices";
+/// The pause before an app retries an operation that met a fault.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 // ---------------------------------------------------------------------------------------
 // The record, the collection and the store
@@ -184,6 +187,218 @@ impl Faults {
             self.landed.load(Ordering::Relaxed),
             self.stall_ms.load(Ordering::Relaxed)
         )
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// An app's operations
+
+/// What an app's threads share: the store, the sequences, the collection, the counts.
+pub(crate) struct App<S: Store> {
+    /// The app's number (1, 2, …), in its log tags and request keys.
+    pub(crate) app: u64,
+    store: S,
+    /// The fast sequences, in the order the threads take turns with them.
+    pub(crate) fast: Vec<FastSequence<S>>,
+    gapless: GaplessSequence<S>,
+    users: Collection<User, S>,
+    pub(crate) faults: Faults,
+    /// How long one operation may keep meeting faults before the app gives up.
+    retry_for: Duration,
+}
+
+impl<S: Store + Clone + 'static> App<S> {
+    /// App `app` on `store`, issuing from the fast sequences `fast` and the gapless one.
+    pub(crate) fn open(
+        store: S,
+        app: u64,
+        fast: &[&str],
+        gapless: &str,
+        retry_for: Duration,
+    ) -> Result<App<S>, Error> {
+        let seqs = Sequences::new(store.clone());
+        let fast = fast
+            .iter()
+            .map(|p| seqs.fast(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(App {
+            app,
+            fast,
+            gapless: seqs.gapless(gapless)?,
+            users: users(&store)?,
+            store,
+            faults: Faults::new(app),
+            retry_for,
+        })
+    }
+
+    /// Fails an operation that kept meeting faults for too long; else pauses a moment.
+    fn deadline(&self, started: Instant, what: &str) -> Result<(), Error> {
+        if started.elapsed() >= self.retry_for {
+            return Err(format!("{what}: still failing after {:?}", self.retry_for).into());
+        }
+        std::thread::sleep(RETRY_PAUSE);
+        Ok(())
+    }
+
+    /// The value of `key`, re-read until the store answers.
+    fn settle(&self, key: &Key, what: &str) -> Result<Option<Value>, Error> {
+        let started = Instant::now();
+        loop {
+            match read(&self.store, key) {
+                Ok(v) => return Ok(v),
+                Err(e) => self.faults.note(what, &e, false),
+            }
+            self.deadline(started, what)?;
+        }
+    }
+
+    /// The next code of `seq`, recorded with the sequence's uniqueness key and a log key
+    /// `[LOG_ROOT, code] = log_tag(app, code)`.
+    pub(crate) fn issue_fast(&self, seq: &FastSequence<S>) -> Result<u64, Error> {
+        let started = Instant::now();
+        let n = loop {
+            match seq.next_number() {
+                Ok(n) => break n,
+                // A reservation that may have landed: the next call reserves a new block
+                // above it, so no number is handed out twice.
+                Err(e) if seq_maybe(&e) => {
+                    self.faults.note("fast reservation", &e, seq_unknown(&e));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            self.deadline(started, "reserving a block")?;
+        };
+        let code = seq.format().format(n);
+        let log = key![LOG_ROOT, code.as_str()];
+        let tag = log_tag(self.app, &code);
+        let is_ours = || -> Result<bool, Error> {
+            let v = self.settle(&log, "re-reading a log key")?;
+            Ok(v.is_some_and(|v| v.as_bytes() == Some(tag.as_bytes())))
+        };
+        loop {
+            let mut record = Record::new();
+            record.set(&log, tag.as_bytes());
+            let landed = match seq.record(n, record) {
+                Ok(_) => return Ok(n),
+                // Recorded already: by our own earlier attempt, or a real duplicate (the log
+                // then names another app, and the run fails).
+                Err(e @ sequence::Error::Duplicate { .. }) => {
+                    if is_ours()? {
+                        true
+                    } else {
+                        return Err(e.into());
+                    }
+                }
+                Err(e) if seq_maybe(&e) => {
+                    self.faults.note("fast record", &e, seq_unknown(&e));
+                    is_ours()?
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if landed {
+                self.faults.landed();
+                return Ok(n);
+            }
+            self.deadline(started, "recording a code")?;
+        }
+    }
+
+    /// The next gapless number for request `i` of `thread`, committed with the request's
+    /// idempotency key (checked absent in the same commit, so a resend of a commit that
+    /// landed is refused, and the key says which number the request got) and an invoice.
+    pub(crate) fn issue_gapless(&self, thread: u64, i: u64) -> Result<u64, Error> {
+        let started = Instant::now();
+        let request = key![REQUEST_ROOT, self.app, thread, i];
+        let tag = format!("A{}:T{thread}:I{i}", self.app);
+        loop {
+            let (req, tag) = (request.clone(), tag.clone());
+            let outcome = self.gapless.next_with(move |issued, record| {
+                record
+                    .check(&req, None)
+                    .set(&req, issued.number())
+                    .set(&key![INVOICE_ROOT, issued.number()], tag.as_bytes());
+            });
+            let err = match outcome {
+                Ok(issued) => return Ok(issued.number()),
+                Err(e @ sequence::Error::Rejected(_)) => e,
+                Err(e) if seq_maybe(&e) => {
+                    self.faults.note("gapless", &e, seq_unknown(&e));
+                    e
+                }
+                Err(e) => return Err(e.into()),
+            };
+            match self.settle(&request, "re-reading a request key")? {
+                Some(v) => {
+                    self.faults.landed();
+                    return v
+                        .as_u64()
+                        .ok_or_else(|| "an idempotency key that is not a number".into());
+                }
+                None if matches!(err, sequence::Error::Rejected(_)) => {
+                    return Err(
+                        format!("gapless request refused, but its key is absent: {err}").into(),
+                    );
+                }
+                None => self.deadline(started, "a gapless code")?,
+            }
+        }
+    }
+
+    /// Whether `user` is stored as is, re-read until the store answers.
+    fn user_landed(&self, user: &User) -> Result<bool, Error> {
+        let started = Instant::now();
+        loop {
+            match self.users.get(&key![user.id]) {
+                Ok(found) => return Ok(found.as_ref() == Some(user)),
+                Err(e) => self.faults.note("re-reading a user", &e, false),
+            }
+            self.deadline(started, "re-reading a user")?;
+        }
+    }
+
+    /// Inserts `user`; `false` when another user holds its email.
+    pub(crate) fn insert_user(&self, user: &User) -> Result<bool, Error> {
+        let started = Instant::now();
+        let pk = key![user.id];
+        loop {
+            let found = match self.users.insert(user) {
+                Ok(()) => return Ok(true),
+                Err(tuplekv_index::Error::UniqueViolation {
+                    existing_primary_key,
+                    ..
+                }) => {
+                    if existing_primary_key != pk {
+                        return Ok(false);
+                    }
+                    // Our own earlier attempt, whose answer was lost, holds it.
+                    true
+                }
+                Err(tuplekv_index::Error::AlreadyExists { .. }) => {
+                    if !self.user_landed(user)? {
+                        return Err(format!("user {} exists with other data", user.id).into());
+                    }
+                    true
+                }
+                // The collection re-read the record and did not find what it wrote (or could
+                // not read): look; a resend of a write that did land meets our own record.
+                Err(e @ tuplekv_index::Error::OutcomeUnknown { .. }) => {
+                    self.faults.note("user insert", &e, true);
+                    self.user_landed(user)?
+                }
+                Err(tuplekv_index::Error::Store(e)) if engine_maybe(&e) => {
+                    let unknown = matches!(e, tuplekv_engine::Error::OutcomeUnknown { .. });
+                    self.faults.note("user insert", &e, unknown);
+                    self.user_landed(user)?
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if found {
+                self.faults.landed();
+                return Ok(true);
+            }
+            self.deadline(started, "inserting a user")?;
+        }
     }
 }
 
