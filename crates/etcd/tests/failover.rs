@@ -29,8 +29,12 @@
 //!   request landed, and a resend of one that did is refused;
 //! - a user: ids are unique per request, so reading the user by id says whether it landed,
 //!   and a unique violation naming our own id is our own earlier attempt.
+//!
+//! The user record, these operations, the report lines and the checks are those of the
+//! tuplekv app-servers example (`crates/tuplekv/examples/app_servers/shared.rs`, included
+//! here by path), which runs the same scenario through `RemoteStore` against a tuplekv
+//! server that is killed.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
@@ -38,14 +42,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
-use tuplekv_engine::codec::encode_key;
-use tuplekv_engine::{Entry, Key, ListIter, ListOptions, Selector, Store, Value, key};
+use tuplekv_engine::{Store, key};
 use tuplekv_etcd::EtcdStore;
-use tuplekv_index::Collection;
-use tuplekv_sequence::{self as sequence, FastSequence, GaplessSequence, Mode, Record};
-use tuplekv_sequence::{SequenceOptions, Sequences};
 use tuplekv_testkit::etcd::Cluster;
+
+#[path = "../../tuplekv/examples/app_servers/shared.rs"]
+mod shared;
+
+use shared::{App, Reported, User};
 
 type Result<T, E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
 
@@ -140,20 +144,6 @@ fn required<T: std::str::FromStr>(args: &[String], name: &str) -> Result<T> {
 // ---------------------------------------------------------------------------------------
 // What the processes share
 
-/// A user of the unique-email collection.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct User {
-    id: u64,
-    email: String,
-}
-
-/// The collection, declared the same way by every process.
-fn users(store: &EtcdStore) -> Result<Collection<User, EtcdStore>> {
-    Ok(Collection::builder("users", |u: &User| key![u.id])
-        .unique("email", |u| Some(key![u.email.clone()]))
-        .open(store.clone())?)
-}
-
 /// The user thread `thread` of `app` inserts at its `i`th user: a unique id, and an email
 /// every app wants for one user in [`SHARED_EMAIL_EVERY`].
 fn user_for(app: u64, thread: u64, i: u64) -> User {
@@ -166,88 +156,14 @@ fn user_for(app: u64, thread: u64, i: u64) -> User {
     User { id, email }
 }
 
-/// The latest value of `key`, read outside any snapshot.
-fn read(store: &EtcdStore, key: &Key) -> Result<Option<Value>> {
-    Ok(store.get_latest_raw(&encode_key(key))?.map(|e| e.value))
-}
-
-/// Every entry under `prefix`, from one snapshot.
-fn list(store: &EtcdStore, prefix: &Key) -> Result<Vec<Entry>> {
-    Ok(ListIter::new(
-        store.snapshot(),
-        Selector::prefix(prefix),
-        ListOptions::default(),
-    )?
-    .read_all()?)
-}
-
 // ---------------------------------------------------------------------------------------
 // The app role
 
-/// What an app's threads share.
+/// What an app's threads share: its operations (settled as the module doc says), and the
+/// parent's word to stop.
 struct AppCtx {
-    app: u64,
-    store: EtcdStore,
-    fast: Vec<FastSequence<EtcdStore>>,
-    gapless: GaplessSequence<EtcdStore>,
-    users: Collection<User, EtcdStore>,
+    ops: App<EtcdStore>,
     stop: AtomicBool,
-    /// Writes answered `OutcomeUnknown`.
-    unknown: AtomicU64,
-    /// Other errors that say "try again" (unavailable, contention).
-    transient: AtomicU64,
-    /// Writes found committed by a re-read after their answer was lost.
-    landed: AtomicU64,
-    /// The longest a thread waited for one acknowledged operation, in milliseconds.
-    stall_ms: AtomicU64,
-}
-
-impl AppCtx {
-    fn note(&self, what: &str, e: &dyn std::fmt::Display, unknown: bool) {
-        let counter = if unknown {
-            &self.unknown
-        } else {
-            &self.transient
-        };
-        if counter.fetch_add(1, Ordering::Relaxed) < 2 {
-            eprintln!("  app {}: {what}: {e} (handled)", self.app);
-        }
-    }
-}
-
-/// Whether a store error says "nothing is known to have happened: look, then retry".
-fn engine_maybe(e: &tuplekv_engine::Error) -> bool {
-    e.is_transient()
-        || matches!(
-            e,
-            tuplekv_engine::Error::OutcomeUnknown { .. }
-                | tuplekv_engine::Error::TransactionConflict { .. }
-        )
-}
-
-fn seq_maybe(e: &sequence::Error) -> bool {
-    match e {
-        sequence::Error::Store(e) => engine_maybe(e),
-        sequence::Error::Contention { .. } | sequence::Error::CommitPanicked { .. } => true,
-        _ => false,
-    }
-}
-
-fn seq_unknown(e: &sequence::Error) -> bool {
-    matches!(
-        e,
-        sequence::Error::Store(tuplekv_engine::Error::OutcomeUnknown { .. })
-            | sequence::Error::CommitPanicked { .. }
-    )
-}
-
-/// Fails an operation that kept meeting faults for too long.
-fn deadline(started: Instant, what: &str) -> Result<()> {
-    if started.elapsed() >= OPERATION_RETRY_FOR {
-        bail!("{what}: still failing after {OPERATION_RETRY_FOR:?}");
-    }
-    std::thread::sleep(Duration::from_millis(20));
-    Ok(())
 }
 
 /// Connects, then works on [`THREADS`] threads until stdin closes; writes the report file.
@@ -257,22 +173,15 @@ fn app(args: &[String]) -> Result<()> {
     let report: PathBuf = required(args, "--report")?;
     let endpoints: Vec<&str> = endpoints.split(',').collect();
     let store = EtcdStore::connect(&endpoints, STORE_PREFIX)?;
-    let seqs = Sequences::new(store.clone());
-    let fast = FAST_PREFIXES
-        .iter()
-        .map(|p| seqs.fast(p))
-        .collect::<Result<Vec<_>, _>>()?;
     let ctx = AppCtx {
-        app,
-        fast,
-        gapless: seqs.gapless(GAPLESS_PREFIX)?,
-        users: users(&store)?,
-        store,
+        ops: App::open(
+            store,
+            app,
+            &FAST_PREFIXES,
+            GAPLESS_PREFIX,
+            OPERATION_RETRY_FOR,
+        )?,
         stop: AtomicBool::new(false),
-        unknown: AtomicU64::new(0),
-        transient: AtomicU64::new(0),
-        landed: AtomicU64::new(0),
-        stall_ms: AtomicU64::new(0),
     };
     let ready = AtomicU64::new(0);
     let lines: Vec<Vec<String>> = std::thread::scope(|s| {
@@ -296,14 +205,7 @@ fn app(args: &[String]) -> Result<()> {
     for line in lines.iter().flatten() {
         writeln!(out, "{line}")?;
     }
-    writeln!(
-        out,
-        "faults {} {} {} {}",
-        ctx.unknown.load(Ordering::Relaxed),
-        ctx.transient.load(Ordering::Relaxed),
-        ctx.landed.load(Ordering::Relaxed),
-        ctx.stall_ms.load(Ordering::Relaxed)
-    )?;
+    writeln!(out, "{}", ctx.ops.faults.line())?;
     out.sync_all()?;
     Ok(())
 }
@@ -318,27 +220,23 @@ fn work(ctx: &AppCtx, thread: u64, ready: &AtomicU64) -> Result<Vec<String>> {
     let mut last_ack = Instant::now();
     let mut i: u64 = 0;
     while !ctx.stop.load(Ordering::Relaxed) && started.elapsed() < APP_RUN_MAX {
-        let seq = &ctx.fast[(i as usize) % ctx.fast.len()];
-        let n = issue_fast(ctx, seq)?;
-        lines.push(format!("fast {} {n}", seq.prefix()));
+        let ops = &ctx.ops;
+        let seq = &ops.fast[(i as usize) % ops.fast.len()];
+        let n = ops.issue_fast(seq)?;
+        lines.push(shared::fast_line(seq.prefix(), n));
         acks.push(unix_ms());
         if i.is_multiple_of(2) {
-            let n = issue_gapless(ctx, thread, i)?;
-            lines.push(format!("gapless {GAPLESS_PREFIX} {n}"));
+            let n = ops.issue_gapless(thread, i)?;
+            lines.push(shared::gapless_line(GAPLESS_PREFIX, n));
             acks.push(unix_ms());
         }
         if i.is_multiple_of(3) {
-            let user = user_for(ctx.app, thread, i / 3);
-            let verdict = if insert_user(ctx, &user)? {
-                "inserted"
-            } else {
-                "refused"
-            };
-            lines.push(format!("user {} {verdict} {}", user.id, user.email));
+            let user = user_for(ops.app, thread, i / 3);
+            let inserted = ops.insert_user(&user)?;
+            lines.push(shared::user_line(&user, inserted));
             acks.push(unix_ms());
         }
-        let waited = u64::try_from(last_ack.elapsed().as_millis()).unwrap_or(u64::MAX);
-        ctx.stall_ms.fetch_max(waited, Ordering::Relaxed);
+        ops.faults.waited(last_ack.elapsed());
         last_ack = Instant::now();
         if i == 0 && ready.fetch_add(1, Ordering::Relaxed) + 1 == THREADS as u64 {
             println!("{READY}");
@@ -349,166 +247,6 @@ fn work(ctx: &AppCtx, thread: u64, ready: &AtomicU64) -> Result<Vec<String>> {
     let acks: Vec<String> = acks.iter().map(u64::to_string).collect();
     lines.push(format!("acks {}", acks.join(" ")));
     Ok(lines)
-}
-
-/// The next code of a fast sequence, recorded with the sequence's uniqueness key and a log
-/// key `["logs", code] = "A<app>:<code>"`.
-fn issue_fast(ctx: &AppCtx, seq: &FastSequence<EtcdStore>) -> Result<u64> {
-    let started = Instant::now();
-    let n = loop {
-        match seq.next_number() {
-            Ok(n) => break n,
-            // A reservation that may have landed: the next one lies above it.
-            Err(e) if seq_maybe(&e) => ctx.note("fast reservation", &e, seq_unknown(&e)),
-            Err(e) => return Err(e.into()),
-        }
-        deadline(started, "reserving a block")?;
-    };
-    let code = seq.format().format(n);
-    let log = key!["logs", code.as_str()];
-    let tag = format!("A{}:{code}", ctx.app);
-    loop {
-        let mut record = Record::new();
-        record.set(&log, tag.as_bytes());
-        let landed = match seq.record(n, record) {
-            Ok(_) => return Ok(n),
-            // Recorded already: by our own earlier attempt, or a real duplicate (the log
-            // then names another app, and the run fails).
-            Err(e @ sequence::Error::Duplicate { .. }) => {
-                if is_ours(ctx, &log, &tag)? {
-                    true
-                } else {
-                    return Err(e.into());
-                }
-            }
-            Err(e) if seq_maybe(&e) => {
-                ctx.note("fast record", &e, seq_unknown(&e));
-                is_ours(ctx, &log, &tag)?
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if landed {
-            ctx.landed.fetch_add(1, Ordering::Relaxed);
-            return Ok(n);
-        }
-        deadline(started, "recording a code")?;
-    }
-}
-
-/// Whether the log key holds our tag, re-read until the store answers.
-fn is_ours(ctx: &AppCtx, log: &Key, tag: &str) -> Result<bool> {
-    let started = Instant::now();
-    loop {
-        match read(&ctx.store, log) {
-            Ok(v) => return Ok(v.is_some_and(|v| v.as_bytes() == Some(tag.as_bytes()))),
-            Err(e) => ctx.note("re-reading a log key", &e, false),
-        }
-        deadline(started, "re-reading a log key")?;
-    }
-}
-
-/// The value of `key`, re-read until the store answers.
-fn settle(ctx: &AppCtx, key: &Key) -> Result<Option<Value>> {
-    let started = Instant::now();
-    loop {
-        match read(&ctx.store, key) {
-            Ok(v) => return Ok(v),
-            Err(e) => ctx.note("re-reading", &e, false),
-        }
-        deadline(started, "re-reading a key")?;
-    }
-}
-
-/// The next gapless number, committed with the request's idempotency key and an invoice.
-fn issue_gapless(ctx: &AppCtx, thread: u64, i: u64) -> Result<u64> {
-    let started = Instant::now();
-    let request = key!["inv_req", ctx.app, thread, i];
-    let tag = format!("A{}:T{thread}:I{i}", ctx.app);
-    loop {
-        let (req, tag) = (request.clone(), tag.clone());
-        let outcome = ctx.gapless.next_with(move |issued, record| {
-            record
-                .check(&req, None)
-                .set(&req, issued.number())
-                .set(&key!["invoices", issued.number()], tag.as_bytes());
-        });
-        let err = match outcome {
-            Ok(issued) => return Ok(issued.number()),
-            Err(e @ sequence::Error::Rejected(_)) => e,
-            Err(e) if seq_maybe(&e) => {
-                ctx.note("gapless", &e, seq_unknown(&e));
-                e
-            }
-            Err(e) => return Err(e.into()),
-        };
-        match settle(ctx, &request)? {
-            Some(v) => {
-                ctx.landed.fetch_add(1, Ordering::Relaxed);
-                let Some(n) = v.as_u64() else {
-                    bail!("an idempotency key that is not a number")
-                };
-                return Ok(n);
-            }
-            None if matches!(err, sequence::Error::Rejected(_)) => {
-                bail!("gapless request refused, but its key is absent: {err}")
-            }
-            None => deadline(started, "a gapless code")?,
-        }
-    }
-}
-
-/// Whether `user` is stored as is, re-read until the store answers.
-fn user_landed(ctx: &AppCtx, user: &User) -> Result<bool> {
-    let started = Instant::now();
-    loop {
-        match ctx.users.get(&key![user.id]) {
-            Ok(found) => return Ok(found.as_ref() == Some(user)),
-            Err(e) => ctx.note("re-reading a user", &e, false),
-        }
-        deadline(started, "re-reading a user")?;
-    }
-}
-
-/// Inserts `user`; `false` when another user holds its email.
-fn insert_user(ctx: &AppCtx, user: &User) -> Result<bool> {
-    let started = Instant::now();
-    let pk = key![user.id];
-    loop {
-        let found = match ctx.users.insert(user) {
-            Ok(()) => return Ok(true),
-            Err(tuplekv_index::Error::UniqueViolation {
-                existing_primary_key,
-                ..
-            }) => {
-                if existing_primary_key != pk {
-                    return Ok(false);
-                }
-                // Our own earlier attempt, whose answer was lost, holds it.
-                true
-            }
-            Err(tuplekv_index::Error::AlreadyExists { .. }) => {
-                if !user_landed(ctx, user)? {
-                    bail!("user {} exists with other data", user.id);
-                }
-                true
-            }
-            Err(e @ tuplekv_index::Error::OutcomeUnknown { .. }) => {
-                ctx.note("user insert", &e, true);
-                user_landed(ctx, user)?
-            }
-            Err(tuplekv_index::Error::Store(e)) if engine_maybe(&e) => {
-                let unknown = matches!(e, tuplekv_engine::Error::OutcomeUnknown { .. });
-                ctx.note("user insert", &e, unknown);
-                user_landed(ctx, user)?
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if found {
-            ctx.landed.fetch_add(1, Ordering::Relaxed);
-            return Ok(true);
-        }
-        deadline(started, "inserting a user")?;
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -559,24 +297,6 @@ fn start_app(
     })
 }
 
-/// Creates the sequences and the collection once, before any app starts.
-fn set_up(store: &EtcdStore) -> Result<()> {
-    let seqs = Sequences::new(store.clone());
-    for p in FAST_PREFIXES {
-        seqs.create(p, SequenceOptions::default())?;
-    }
-    seqs.create(
-        GAPLESS_PREFIX,
-        SequenceOptions {
-            mode: Mode::Gapless,
-            width: GAPLESS_WIDTH,
-            ..SequenceOptions::default()
-        },
-    )?;
-    users(store)?;
-    Ok(())
-}
-
 /// Commits a small write every [`PROBE_INTERVAL`] until `stop`, noting when each one was
 /// acknowledged; returns how many commits failed and the first [`PROBE_ERRORS_KEPT`] errors
 /// with when they came back.
@@ -613,7 +333,7 @@ fn parent() -> Result<()> {
     let endpoints = cluster.client_urls().join(",");
     println!("etcd: {MEMBERS} members at {endpoints}");
     let store = EtcdStore::connect(&cluster.client_urls(), STORE_PREFIX)?;
-    set_up(&store)?;
+    shared::set_up(&store, &FAST_PREFIXES, GAPLESS_PREFIX, GAPLESS_WIDTH)?;
 
     let dir = scratch_dir()?;
     let (tx, rx) = mpsc::channel();
@@ -802,61 +522,6 @@ fn wait_app(id: usize, child: &mut Child) -> Result<()> {
 // ---------------------------------------------------------------------------------------
 // The checks, against the store itself
 
-/// What the apps said they got.
-#[derive(Default)]
-struct Reported {
-    /// Per prefix, every number handed out, with the app that got it.
-    codes: BTreeMap<String, Vec<(u64, usize)>>,
-    /// User id → (email, inserted).
-    users: BTreeMap<u64, (String, bool)>,
-    unknown: u64,
-    transient: u64,
-    landed: u64,
-    stall_ms: u64,
-    /// Every acknowledgement time of every app (Unix ms), sorted.
-    acks: Vec<u64>,
-}
-
-fn parse_reports(reports: &[String]) -> Result<Reported> {
-    let mut r = Reported::default();
-    for (i, text) in reports.iter().enumerate() {
-        let app = i + 1;
-        for line in text.lines() {
-            let words: Vec<&str> = line.split(' ').collect();
-            match words.as_slice() {
-                ["fast" | "gapless", prefix, n] => r
-                    .codes
-                    .entry((*prefix).to_owned())
-                    .or_default()
-                    .push((n.parse()?, app)),
-                ["user", id, verdict, email] => {
-                    let inserted = *verdict == "inserted";
-                    if r.users
-                        .insert(id.parse()?, ((*email).to_owned(), inserted))
-                        .is_some()
-                    {
-                        bail!("user {id} reported twice");
-                    }
-                }
-                ["faults", unknown, transient, landed, stall] => {
-                    r.unknown += unknown.parse::<u64>()?;
-                    r.transient += transient.parse::<u64>()?;
-                    r.landed += landed.parse::<u64>()?;
-                    r.stall_ms = r.stall_ms.max(stall.parse()?);
-                }
-                ["acks", times @ ..] => {
-                    for t in times.iter().filter(|t| !t.is_empty()) {
-                        r.acks.push(t.parse()?);
-                    }
-                }
-                _ => bail!("app {app} wrote {line:?}"),
-            }
-        }
-    }
-    r.acks.sort_unstable();
-    Ok(r)
-}
-
 /// [`check`], run again after a pause when a read fails (the checks only read, so a rerun is
 /// sound): the client may still meet a member it saw go down a moment ago.
 fn check_settled(store: &EtcdStore, reports: &[String]) -> Result<(Reported, Vec<String>)> {
@@ -876,227 +541,8 @@ fn check_settled(store: &EtcdStore, reports: &[String]) -> Result<(Reported, Vec
 
 /// Every check; returns what the apps reported, and what failed.
 fn check(store: &EtcdStore, reports: &[String]) -> Result<(Reported, Vec<String>)> {
-    let reported = parse_reports(reports)?;
-    println!(
-        "apps: {} writes with an unknown outcome, {} other retried errors, {} writes found \
-         committed after their answer was lost; longest wait for one round: {} ms",
-        reported.unknown, reported.transient, reported.landed, reported.stall_ms
-    );
-    let mut failures = Vec::new();
-    let seqs = Sequences::new(store.clone());
-    for prefix in FAST_PREFIXES {
-        check_fast(store, &seqs, prefix, &reported, &mut failures)?;
-    }
-    check_gapless(store, &seqs, &reported, &mut failures)?;
-    check_users(store, &reported, &mut failures)?;
+    let reported = shared::parse_reports(reports)?;
+    println!("{}", reported.summary());
+    let failures = shared::check(store, &reported, &FAST_PREFIXES, GAPLESS_PREFIX)?;
     Ok((reported, failures))
-}
-
-/// Numbers reported more than once.
-fn duplicates(numbers: &[(u64, usize)]) -> usize {
-    numbers.len()
-        - numbers
-            .iter()
-            .map(|(n, _)| n)
-            .collect::<BTreeSet<_>>()
-            .len()
-}
-
-/// The numbers a sequence's uniqueness keys hold (their values are the codes).
-fn recorded(
-    store: &EtcdStore,
-    prefix: &str,
-    parse: impl Fn(&str) -> Result<u64, sequence::Error>,
-) -> Result<Vec<u64>> {
-    list(store, &key![sequence::DEFAULT_ROOT, "used", prefix])?
-        .iter()
-        .map(|e| {
-            let Some(code) = e.value.as_bytes() else {
-                bail!("a uniqueness key without a code")
-            };
-            Ok(parse(std::str::from_utf8(code)?)?)
-        })
-        .collect()
-}
-
-fn check_fast(
-    store: &EtcdStore,
-    seqs: &Sequences<EtcdStore>,
-    prefix: &str,
-    reported: &Reported,
-    failures: &mut Vec<String>,
-) -> Result<()> {
-    let seq = seqs.fast(prefix)?;
-    let got = reported.codes.get(prefix).cloned().unwrap_or_default();
-    let dups = duplicates(&got);
-    let stored: BTreeSet<u64> = recorded(store, prefix, |c| seq.parse(c))?
-        .into_iter()
-        .collect();
-    let handed: BTreeSet<u64> = got.iter().map(|(n, _)| *n).collect();
-    let missing = handed.difference(&stored).count();
-    let unreported = stored.difference(&handed).count();
-    let logs: BTreeMap<String, String> = list(store, &key!["logs"])?
-        .iter()
-        .filter_map(|e| {
-            let text = std::str::from_utf8(e.value.as_bytes()?).ok()?;
-            let (app, code) = text.split_once(':')?;
-            Some((code.to_owned(), app.to_owned()))
-        })
-        .collect();
-    let wrong = got
-        .iter()
-        .filter(|(n, app)| logs.get(&seq.format().format(*n)) != Some(&format!("A{app}")))
-        .count();
-    println!(
-        "{prefix}: {} codes, duplicates: {dups}, recorded in the store: {}, acknowledged \
-         but missing: {missing}, stored but not acknowledged: {unreported}, logged for \
-         another app: {wrong}",
-        got.len(),
-        stored.len()
-    );
-    if dups > 0 {
-        failures.push(format!("{prefix}: {dups} duplicate codes"));
-    }
-    if missing > 0 {
-        failures.push(format!(
-            "{prefix}: {missing} acknowledged codes not in the store"
-        ));
-    }
-    if unreported > 0 {
-        failures.push(format!(
-            "{prefix}: {unreported} stored codes no app reported"
-        ));
-    }
-    if wrong > 0 {
-        failures.push(format!("{prefix}: {wrong} codes logged for another app"));
-    }
-    Ok(())
-}
-
-fn check_gapless(
-    store: &EtcdStore,
-    seqs: &Sequences<EtcdStore>,
-    reported: &Reported,
-    failures: &mut Vec<String>,
-) -> Result<()> {
-    let seq = seqs.gapless(GAPLESS_PREFIX)?;
-    let got = reported
-        .codes
-        .get(GAPLESS_PREFIX)
-        .cloned()
-        .unwrap_or_default();
-    let dups = duplicates(&got);
-    let mut stored = recorded(store, GAPLESS_PREFIX, |c| seq.parse(c))?;
-    stored.sort_unstable();
-    let n = stored.len() as u64;
-    let expected: Vec<u64> = (1..=n).collect();
-    let counter = store
-        .get_latest_raw(&seqs.counter_key(GAPLESS_PREFIX)?)?
-        .and_then(|e| e.value.as_u64());
-    let mut by_request: Vec<u64> = list(store, &key!["inv_req"])?
-        .iter()
-        .filter_map(|e| e.value.as_u64())
-        .collect();
-    by_request.sort_unstable();
-    let invoices = list(store, &key!["invoices"])?.len();
-    let handed: Vec<u64> = got
-        .iter()
-        .map(|(n, _)| *n)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    println!(
-        "{GAPLESS_PREFIX}: {} codes, duplicates: {dups}, the store holds exactly 1..={n}: {}, \
-         counter {counter:?}, invoices {invoices}, acknowledged == stored: {}",
-        got.len(),
-        stored == expected,
-        handed == expected
-    );
-    if dups > 0 {
-        failures.push(format!("{GAPLESS_PREFIX}: {dups} duplicate numbers"));
-    }
-    if stored != expected {
-        failures.push(format!(
-            "{GAPLESS_PREFIX}: the store's numbers are not 1..={n}"
-        ));
-    }
-    if counter != Some(n + 1) {
-        failures.push(format!(
-            "{GAPLESS_PREFIX}: the counter is {counter:?}, expected {}",
-            n + 1
-        ));
-    }
-    if by_request != expected || invoices as u64 != n {
-        failures.push(format!(
-            "{GAPLESS_PREFIX}: {} requests and {invoices} invoices, expected one per number \
-             1..={n}",
-            by_request.len()
-        ));
-    }
-    // An app gives up on no request, so every number issued was acknowledged to one.
-    if handed != expected {
-        failures.push(format!(
-            "{GAPLESS_PREFIX}: the apps got {} distinct numbers, the store has 1..={n}",
-            handed.len()
-        ));
-    }
-    Ok(())
-}
-
-fn check_users(store: &EtcdStore, reported: &Reported, failures: &mut Vec<String>) -> Result<()> {
-    let users = users(store)?;
-    let page = users.list(ListOptions::default())?;
-    let mut holders: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for (_, u) in &page.items {
-        holders.entry(u.email.as_str()).or_default().push(u.id);
-    }
-    let dup_emails = holders.values().filter(|ids| ids.len() > 1).count();
-    let stored: BTreeSet<u64> = page.items.iter().map(|(_, u)| u.id).collect();
-    let inserted: BTreeSet<u64> = reported
-        .users
-        .iter()
-        .filter(|(_, (_, ok))| *ok)
-        .map(|(id, _)| *id)
-        .collect();
-    let refused = reported.users.len() - inserted.len();
-    let missing = inserted.difference(&stored).count();
-    let unreported = stored.difference(&inserted).count();
-    // A refused user's email is held by another user.
-    let unexplained = reported
-        .users
-        .iter()
-        .filter(|(id, (email, ok))| {
-            !*ok && holders
-                .get(email.as_str())
-                .is_none_or(|ids| ids.contains(id))
-        })
-        .count();
-    let report = users.verify()?;
-    println!(
-        "users: {} inserted, {refused} refused (email taken, across processes), duplicate \
-         emails: {dup_emails}, acknowledged but missing: {missing}, stored but not \
-         acknowledged: {unreported}, verify clean: {}",
-        stored.len(),
-        report.is_clean()
-    );
-    if dup_emails > 0 {
-        failures.push(format!("users: {dup_emails} emails held by several users"));
-    }
-    if missing > 0 || unreported > 0 {
-        failures.push(format!(
-            "users: {missing} acknowledged users missing, {unreported} stored unreported"
-        ));
-    }
-    if unexplained > 0 {
-        failures.push(format!(
-            "users: {unexplained} refused without another holder"
-        ));
-    }
-    if refused == 0 {
-        failures.push("users: no shared email was refused: the run proves nothing".into());
-    }
-    if !report.is_clean() {
-        failures.push(format!("users: verify found {report:?}"));
-    }
-    Ok(())
 }
