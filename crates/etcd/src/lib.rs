@@ -82,7 +82,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use etcd_client::{Client, ConnectOptions, KvClient};
+use etcd_client::{Client, ConnectOptions, KvClient, WatchClient};
 use tuplekv_engine::limits::{KEY_SIZE_MAX_WRITE, WATCH_KEYS_MAX};
 use tuplekv_engine::{AtomicWrite, CommitResult, Entry, Error, KeyBytes, Store, Versionstamp};
 
@@ -92,7 +92,7 @@ pub use collect::{
 pub use commit::{COMMIT_ATTEMPTS_MAX, STAMPED_COMMIT_ATTEMPTS_MAX};
 pub use errors::{READ_RETRY_BUDGET, READ_RETRY_PAUSE, READ_RETRY_PAUSE_MAX};
 pub use snapshot::EtcdSnapshot;
-pub use watch::{EtcdWatch, WATCH_POLL_INTERVAL};
+pub use watch::{EtcdWatch, WATCH_RESYNC_INTERVAL, WATCH_RETRY_PAUSE};
 
 /// Most operations (comparisons, or writes, or reads) one commit's etcd transaction may
 /// hold: the cluster must run with `--max-txn-ops` at least this.
@@ -212,6 +212,8 @@ struct Inner {
     collect: collect::Collector,
     handle: tokio::runtime::Handle,
     kv: KvClient,
+    /// For watches: etcd pushes the changes of watched keys.
+    watch: WatchClient,
     space: Space,
 }
 
@@ -296,6 +298,7 @@ impl EtcdStore {
         let kv = client
             .kv_client()
             .max_decoding_message_size(RESPONSE_BYTES_MAX);
+        let watch = client.watch_client();
         let space = Space {
             prefix: Arc::from([prefix, &[0]].concat()),
             fence_seen: Arc::new(Mutex::new((0, 0))),
@@ -312,6 +315,7 @@ impl EtcdStore {
                 collect: collector,
                 handle,
                 kv,
+                watch,
                 space,
             }),
         };
@@ -347,6 +351,10 @@ impl EtcdStore {
 
     pub(crate) fn space(&self) -> Space {
         self.inner.space.clone()
+    }
+
+    pub(crate) fn watch_client(&self) -> WatchClient {
+        self.inner.watch.clone()
     }
 
     pub(crate) fn spawn(

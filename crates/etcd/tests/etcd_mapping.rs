@@ -493,6 +493,54 @@ fn a_scan_finds_the_live_entry_behind_a_long_run_of_tombstones() {
 }
 
 #[test]
+fn a_watch_reports_a_set_a_delete_and_an_expiry_as_they_happen() {
+    use tuplekv_engine::KeyWatch;
+    let _shared = no_compaction();
+    let store = open();
+    let (a, b) = (key!["w", "a"], key!["w", "b"]);
+    let keys = vec![
+        KeyBytes::from(encode_key(&a)),
+        KeyBytes::from(encode_key(&b)),
+    ];
+    let mut watch = store.watch_raw(keys).expect("a watch");
+    let mut next = || tuplekv_testkit::executor::block_on(watch.next()).expect("open");
+    let first = next();
+    assert_eq!(first.entries, [None, None]);
+    // Waits for the state `want` says is the one (states in between may be collapsed).
+    let mut wait = |what: &str, want: &dyn Fn(&[Option<tuplekv_engine::Entry>]) -> bool| {
+        for _ in 0..50 {
+            if want(&next().entries) {
+                return;
+            }
+        }
+        panic!("the watch never showed {what}");
+    };
+    let set = committed(store.atomic().set(&a, 1u64));
+    wait("a set", &|e| {
+        e[0].as_ref().map(|e| e.versionstamp) == Some(set)
+    });
+    committed(store.atomic().delete(&a));
+    wait("a delete", &|e| e[0].is_none());
+    // An expiry writes nothing etcd could report: the watch wakes at the deadline.
+    let expiring = store
+        .atomic()
+        .set_with_expiry(&b, 2u64, std::time::Duration::from_millis(300));
+    committed(expiring);
+    wait("a value", &|e| e[1].is_some());
+    wait("the value expired", &|e| e[1].is_none());
+    // A versionstamped commit's value carries its claimed stamp in the watch too.
+    let claimed = committed(
+        store
+            .atomic()
+            .set(&a, 3u64)
+            .set_versionstamped(&key!["w", "log"], 1u64),
+    );
+    wait("a claimed stamp", &|e| {
+        e[0].as_ref().map(|e| e.versionstamp) == Some(claimed)
+    });
+}
+
+#[test]
 fn a_commit_without_mutations_gets_a_new_versionstamp() {
     let _shared = no_compaction();
     let store = open();
