@@ -92,7 +92,9 @@ pub use collect::{
 pub use commit::{COMMIT_ATTEMPTS_MAX, STAMPED_COMMIT_ATTEMPTS_MAX};
 pub use errors::{READ_RETRY_BUDGET, READ_RETRY_PAUSE, READ_RETRY_PAUSE_MAX};
 pub use snapshot::EtcdSnapshot;
-pub use watch::{EtcdWatch, WATCH_RESYNC_INTERVAL, WATCH_RETRY_PAUSE};
+pub use watch::{
+    EtcdWatch, WATCH_KEEP_ALIVE, WATCH_READ_GAP_MIN, WATCH_RESYNC_INTERVAL, WATCH_RETRY_PAUSE,
+};
 
 /// Most operations (comparisons, or writes, or reads) one commit's etcd transaction may
 /// hold: the cluster must run with `--max-txn-ops` at least this.
@@ -212,8 +214,11 @@ struct Inner {
     collect: collect::Collector,
     handle: tokio::runtime::Handle,
     kv: KvClient,
-    /// For watches: etcd pushes the changes of watched keys.
-    watch: WatchClient,
+    /// The cluster's client URLs, for the watches' own connection.
+    endpoints: Vec<String>,
+    /// Watches' client, on a connection of its own (made at the first watch): a watch
+    /// stream's flow control can then never hold up reads and commits.
+    watch: tokio::sync::OnceCell<WatchClient>,
     space: Space,
 }
 
@@ -280,6 +285,7 @@ impl EtcdStore {
             .map_err(ConnectError::Runtime)?;
         let handle = runtime.handle().clone();
         let endpoints: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_owned()).collect();
+        let watch_endpoints = endpoints.clone();
         let options = ConnectOptions::new()
             .with_timeout(REQUEST_TIMEOUT)
             .with_connect_timeout(CONNECT_TIMEOUT);
@@ -298,7 +304,6 @@ impl EtcdStore {
         let kv = client
             .kv_client()
             .max_decoding_message_size(RESPONSE_BYTES_MAX);
-        let watch = client.watch_client();
         let space = Space {
             prefix: Arc::from([prefix, &[0]].concat()),
             fence_seen: Arc::new(Mutex::new((0, 0))),
@@ -315,7 +320,8 @@ impl EtcdStore {
                 collect: collector,
                 handle,
                 kv,
-                watch,
+                endpoints: watch_endpoints,
+                watch: tokio::sync::OnceCell::new(),
                 space,
             }),
         };
@@ -353,8 +359,25 @@ impl EtcdStore {
         self.inner.space.clone()
     }
 
-    pub(crate) fn watch_client(&self) -> WatchClient {
-        self.inner.watch.clone()
+    /// The watches' client, connecting it at the first call. Its connection requires a
+    /// leader (a member cut off from the quorum ends its watch streams instead of going
+    /// quiet) and sends keep-alives (a member that froze is noticed).
+    pub(crate) async fn watch_client(&self) -> Result<WatchClient, etcd_client::Error> {
+        let endpoints = self.inner.endpoints.clone();
+        self.inner
+            .watch
+            .get_or_try_init(|| async move {
+                let options = ConnectOptions::new()
+                    .with_connect_timeout(CONNECT_TIMEOUT)
+                    .with_require_leader(true)
+                    .with_keep_alive(WATCH_KEEP_ALIVE, WATCH_KEEP_ALIVE);
+                let client = Client::connect(endpoints, Some(options)).await?;
+                Ok(client
+                    .watch_client()
+                    .max_decoding_message_size(RESPONSE_BYTES_MAX))
+            })
+            .await
+            .cloned()
     }
 
     pub(crate) fn spawn(

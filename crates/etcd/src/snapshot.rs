@@ -226,9 +226,16 @@ pub(crate) async fn get_page(
             expires_at: stored.expires_at(),
         });
     }
+    let revision = response
+        .header()
+        .map(etcd_client::ResponseHeader::revision)
+        .filter(|r| *r > 0)
+        .ok_or_else(|| Error::Unavailable {
+            reason: "etcd answered a read without its revision".into(),
+        })?;
     Ok(Page {
         entries,
-        revision: response.header().map_or(0, |h| h.revision()),
+        revision,
         more: response.more(),
         last: response.kvs().last().map(|kv| kv.key().to_vec()),
     })

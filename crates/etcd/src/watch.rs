@@ -2,17 +2,22 @@
 //!
 //! A background task reads the watched keys at one revision `R`, hands over the state, and
 //! asks etcd to stream the changes of those keys from `R + 1` (so nothing between the read
-//! and the stream is missed). Each change, the earliest deadline among the values it holds
-//! (an expiry writes nothing etcd could report) and, as a safety net, every
+//! and the stream is missed), on a connection of the store's kept for watches. After changes
+//! (at most one read per [`WATCH_READ_GAP_MIN`]), at the earliest deadline among the values it
+//! holds (an expiry writes nothing etcd could report) and, as a safety net, every
 //! [`WATCH_RESYNC_INTERVAL`], it reads the keys again and hands over the state if a
-//! versionstamp differs. When the stream fails or etcd cancels it (its start revision
-//! compacted, a member gone), it starts over after [`WATCH_RETRY_PAUSE`] with a new read.
+//! versionstamp differs. It never waits for the watch's reader: a state not taken yet is
+//! replaced by the next, merged, so the task keeps reading etcd's stream and a slow reader
+//! never holds up etcd's flow control. When the stream fails or etcd cancels it (its start
+//! revision compacted, a member gone or cut off from the leader), it starts over after
+//! [`WATCH_RETRY_PAUSE`] with a new read.
 
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions};
-use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tuplekv_engine::{Entry, KeyBytes, KeyWatch, Versionstamp, WatchUpdate};
 
 use crate::{EtcdStore, envelope, now_ms};
@@ -24,11 +29,28 @@ pub const WATCH_RESYNC_INTERVAL: Duration = Duration::from_secs(10);
 /// The pause before a watch whose read or stream failed starts over.
 pub const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(200);
 
+/// The shortest time between two reads of one watch's keys: changes reported meanwhile are
+/// read together, so a key written thousands of times a second costs each watch at most
+/// one read per this interval.
+pub const WATCH_READ_GAP_MIN: Duration = Duration::from_millis(50);
+
+/// The keep-alive interval (and timeout) of the watches' connection.
+pub const WATCH_KEEP_ALIVE: Duration = Duration::from_secs(5);
+
+/// Where the watch's task leaves the state for its reader: one pending update at most, which
+/// a newer state replaces (with the keys changed in either marked changed), so the task never
+/// waits for the reader and never stops reading etcd's stream.
+#[derive(Default)]
+struct Slot {
+    pending: Option<WatchUpdate>,
+    waker: Option<Waker>,
+}
+
 /// A watch of up to `WATCH_KEYS_MAX` keys of an [`EtcdStore`]: the current entries at once,
-/// then a new state after a watched key changed. It keeps the store's runtime alive, and
-/// stops reading when dropped.
+/// then a new state after a watched key changed (states the reader did not take in time are
+/// merged). It keeps the store's runtime alive, and stops watching when dropped.
 pub struct EtcdWatch {
-    updates: mpsc::Receiver<WatchUpdate>,
+    slot: Arc<Mutex<Slot>>,
     task: tokio::task::AbortHandle,
     _store: EtcdStore,
 }
@@ -47,57 +69,61 @@ impl Drop for EtcdWatch {
 
 impl KeyWatch for EtcdWatch {
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<WatchUpdate>> {
-        self.updates.poll_recv(cx)
+        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        match slot.pending.take() {
+            Some(update) => Poll::Ready(Some(update)),
+            None => {
+                slot.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
     }
 }
 
 impl EtcdWatch {
     pub(crate) fn start(store: &EtcdStore, keys: Vec<KeyBytes>) -> EtcdWatch {
-        let (tx, updates) = mpsc::channel(1);
-        let task = store.spawn(run(store.clone(), keys, tx));
+        let slot = Arc::new(Mutex::new(Slot::default()));
+        let task = store.spawn(run(store.clone(), keys, Arc::clone(&slot)));
         EtcdWatch {
-            updates,
+            slot,
             task,
             _store: store.clone(),
         }
     }
 }
 
-/// Reads `keys` until the watch is dropped, sending each state whose stamps differ from the
-/// last sent.
-/// What a watch last handed over: each key's versionstamp (`None`: absent).
+/// Each key's versionstamp in a state (`None`: absent).
 type Stamps = Vec<Option<Versionstamp>>;
 
-/// Reads `keys` and hands the state over if its stamps differ from `last`; the entries
-/// read, or `None` when the watch was dropped. A failed read is `Some(Err)`.
-async fn refresh(
-    store: &EtcdStore,
-    keys: &[KeyBytes],
-    tx: &mpsc::Sender<WatchUpdate>,
-    last: &mut Option<Stamps>,
-) -> Option<Result<(Vec<Option<Entry>>, i64), etcd_client::Error>> {
-    let (entries, revision) = match read(store, keys).await {
-        Ok(read) => read,
-        Err(e) => return Some(Err(e)),
-    };
+/// Leaves `entries` (read at `revision`) for the reader if their stamps differ from `last`
+/// (the last state left), merging with a state the reader has not taken yet.
+fn offer(slot: &Mutex<Slot>, last: &mut Option<Stamps>, entries: &[Option<Entry>], revision: i64) {
     let stamps: Stamps = entries
         .iter()
         .map(|e| e.as_ref().map(|e| e.versionstamp))
         .collect();
-    if last.as_ref() != Some(&stamps) {
-        let changed = match last.as_ref() {
-            None => vec![true; stamps.len()],
-            Some(prev) => stamps.iter().zip(prev).map(|(a, b)| a != b).collect(),
-        };
-        let update = WatchUpdate {
-            entries: entries.clone(),
-            changed,
-            versionstamp: Versionstamp::from_version(u64::try_from(revision).unwrap_or(0)),
-        };
-        tx.send(update).await.ok()?;
-        *last = Some(stamps);
+    if last.as_ref() == Some(&stamps) {
+        return;
     }
-    Some(Ok((entries, revision)))
+    let mut changed: Vec<bool> = match last.as_ref() {
+        None => vec![true; stamps.len()],
+        Some(prev) => stamps.iter().zip(prev).map(|(a, b)| a != b).collect(),
+    };
+    let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(untaken) = slot.pending.take() {
+        for (c, was) in changed.iter_mut().zip(&untaken.changed) {
+            *c |= *was;
+        }
+    }
+    slot.pending = Some(WatchUpdate {
+        entries: entries.to_vec(),
+        changed,
+        versionstamp: Versionstamp::from_version(u64::try_from(revision).unwrap_or(0)),
+    });
+    if let Some(waker) = slot.waker.take() {
+        waker.wake();
+    }
+    *last = Some(stamps);
 }
 
 /// How long until the earliest deadline among `entries` passes (then the value is gone
@@ -114,76 +140,85 @@ fn until_next_deadline(entries: &[Option<Entry>]) -> Duration {
         .min(WATCH_RESYNC_INTERVAL)
 }
 
-/// Watches `keys` until the watch is dropped: see the module docs.
-async fn run(store: EtcdStore, keys: Vec<KeyBytes>, tx: mpsc::Sender<WatchUpdate>) {
+/// Watches `keys` until the watch is dropped (which aborts this task): see the module docs.
+async fn run(store: EtcdStore, keys: Vec<KeyBytes>, slot: Arc<Mutex<Slot>>) {
     let mut last: Option<Stamps> = None;
     loop {
-        if let Some(()) = watch_once(&store, &keys, &tx, &mut last).await {
-            return;
-        }
-        tokio::select! {
-            () = tokio::time::sleep(WATCH_RETRY_PAUSE) => {}
-            () = tx.closed() => return,
-        }
+        watch_once(&store, &keys, &slot, &mut last).await;
+        tokio::time::sleep(WATCH_RETRY_PAUSE).await;
     }
 }
 
-/// One read and one etcd watch stream, until the stream fails (`None`: start over) or the
-/// watch is dropped (`Some`).
+/// One read and one etcd watch stream, until the read or the stream fails.
 async fn watch_once(
     store: &EtcdStore,
     keys: &[KeyBytes],
-    tx: &mpsc::Sender<WatchUpdate>,
+    slot: &Mutex<Slot>,
     last: &mut Option<Stamps>,
-) -> Option<()> {
-    let (mut entries, revision) = match refresh(store, keys, tx, last).await {
-        None => return Some(()),
-        Some(Err(_)) => return None,
-        Some(Ok(read)) => read,
+) {
+    let Ok((mut entries, revision)) = read(store, keys).await else {
+        return;
     };
+    offer(slot, last, &entries, revision);
+    let mut last_read = Instant::now();
     let space = store.space();
     let options = || Some(WatchOptions::new().with_start_revision(revision.saturating_add(1)));
-    let mut client = store.watch_client();
+    let Ok(mut client) = store.watch_client().await else {
+        return;
+    };
     let first = keys
         .first()
         .map_or_else(|| space.data(&[]), |k| space.data(k));
-    let mut stream = client.watch(first, options()).await.ok()?;
+    let Ok(mut stream) = client.watch(first, options()).await else {
+        return;
+    };
     for key in keys.iter().skip(1) {
-        stream.watch(space.data(key), options()).await.ok()?;
+        if stream.watch(space.data(key), options()).await.is_err() {
+            return;
+        }
     }
+    // Whether etcd reported a change not read yet.
+    let mut dirty = false;
     loop {
+        let wake = if dirty {
+            last_read + WATCH_READ_GAP_MIN
+        } else {
+            Instant::now() + until_next_deadline(&entries)
+        };
         tokio::select! {
             message = stream.message() => match message {
                 Ok(Some(response)) if response.canceled() || response.compact_revision() > 0 => {
-                    return None;
+                    return;
                 }
-                Ok(Some(response)) if response.events().is_empty() => continue,
-                Ok(Some(_)) => {}
+                Ok(Some(response)) => dirty |= !response.events().is_empty(),
                 // The stream ended or failed: start over.
-                Ok(None) | Err(_) => return None,
+                Ok(None) | Err(_) => return,
             },
-            () = tokio::time::sleep(until_next_deadline(&entries)) => {}
-            () = tx.closed() => return Some(()),
-        }
-        match refresh(store, keys, tx, last).await {
-            None => return Some(()),
-            Some(Err(_)) => return None,
-            Some(Ok((now, _))) => entries = now,
+            () = tokio::time::sleep_until(wake) => {
+                let Ok((now, revision)) = read(store, keys).await else {
+                    return;
+                };
+                entries = now;
+                last_read = Instant::now();
+                dirty = false;
+                offer(slot, last, &entries, revision);
+            }
         }
     }
 }
 
 /// The entries of `keys` at one revision, and the revision.
-async fn read(
-    store: &EtcdStore,
-    keys: &[KeyBytes],
-) -> Result<(Vec<Option<Entry>>, i64), etcd_client::Error> {
+async fn read(store: &EtcdStore, keys: &[KeyBytes]) -> Result<(Vec<Option<Entry>>, i64), ()> {
     let space = store.space();
     let gets: Vec<TxnOp> = keys
         .iter()
         .map(|k| TxnOp::get(space.data(k), None::<GetOptions>))
         .collect();
-    let response = store.kv().txn(Txn::new().and_then(gets)).await?;
+    let response = store
+        .kv()
+        .txn(Txn::new().and_then(gets))
+        .await
+        .map_err(|_| ())?;
     let now = now_ms();
     let entries = response
         .op_responses()
@@ -204,7 +239,13 @@ async fn read(
             })
         })
         .collect();
-    Ok((entries, response.header().map_or(0, |h| h.revision())))
+    // An answer without its revision is no state to start a stream from.
+    let revision = response
+        .header()
+        .map(etcd_client::ResponseHeader::revision)
+        .filter(|r| *r > 0)
+        .ok_or(())?;
+    Ok((entries, revision))
 }
 
 #[cfg(test)]
@@ -219,6 +260,43 @@ mod tests {
             versionstamp: Versionstamp::from_version(1),
             expires_at: deadline,
         })
+    }
+
+    fn stamped(version: u64) -> Option<Entry> {
+        Some(Entry {
+            key: KeyBytes::from(vec![1u8]),
+            value: Value::U64(version),
+            versionstamp: Versionstamp::from_version(version),
+            expires_at: None,
+        })
+    }
+
+    #[test]
+    fn states_the_reader_has_not_taken_are_merged_never_queued() {
+        let slot = Mutex::new(Slot::default());
+        let mut last = None;
+        offer(&slot, &mut last, &[stamped(1), None], 1);
+        let first = slot
+            .lock()
+            .unwrap()
+            .pending
+            .take()
+            .expect("the first state");
+        assert_eq!(first.changed, [true, true]);
+        // Unchanged stamps leave nothing.
+        offer(&slot, &mut last, &[stamped(1), None], 2);
+        assert!(slot.lock().unwrap().pending.is_none());
+        // Two states before the reader looks: the last one, with both keys' changes marked.
+        offer(&slot, &mut last, &[stamped(3), None], 3);
+        offer(&slot, &mut last, &[stamped(3), stamped(4)], 4);
+        let merged = slot.lock().unwrap().pending.take().expect("one state");
+        assert_eq!(merged.changed, [true, true]);
+        assert_eq!(merged.entries, [stamped(3), stamped(4)]);
+        assert_eq!(merged.versionstamp, Versionstamp::from_version(4));
+        assert!(
+            slot.lock().unwrap().pending.is_none(),
+            "never more than one"
+        );
     }
 
     #[test]
