@@ -416,6 +416,12 @@ impl Transport {
                 }
                 // tuplekv's 503 (the store is closing) comes before the write is applied.
                 Err(Failure::Status(StatusCode::SERVICE_UNAVAILABLE, message, _)) => message,
+                // tuplekv's 409: its store lost the answer to the commit (a server over etcd).
+                Err(Failure::Status(StatusCode::CONFLICT, message, _)) if kind == Kind::Write => {
+                    return Err(Error::OutcomeUnknown {
+                        reason: format!("the server does not know the outcome: {message}"),
+                    });
+                }
                 // Any other 5xx to a write may come after it was applied (a proxy's 502 or 504
                 // after forwarding it, a server failing after its commit): unknown.
                 Err(Failure::Status(status, message, _))

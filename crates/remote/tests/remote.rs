@@ -341,6 +341,19 @@ fn a_write_answered_with_a_gateway_error_has_an_unknown_outcome_and_is_not_resen
 }
 
 #[test]
+fn a_write_answered_409_by_a_server_that_lost_its_stores_answer_has_an_unknown_outcome() {
+    // A server over etcd answers 409 when its store lost the answer to a commit.
+    let db = Arc::new(Database::in_memory());
+    let server = TestServer::start_answering_writes_with(Arc::clone(&db), 409);
+    let stats = Arc::clone(server.stats());
+    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    let err = store.atomic().sum(&key!["n"], 1).commit().unwrap_err();
+    assert!(matches!(err, Error::OutcomeUnknown { .. }), "{err:?}");
+    assert_eq!(stats.atomic_write_requests(), 1, "never resent");
+    assert_eq!(db.get(&key!["n"]).unwrap().unwrap().value.as_u64(), Some(1));
+}
+
+#[test]
 fn releasing_one_snapshot_keeps_another_clients_hold_on_the_same_state() {
     let (_db, server, store) = served();
     let stats = Arc::clone(server.stats());

@@ -33,6 +33,9 @@ use tuplekv_wire::MUTATION_INDEX_HEADER;
 pub(crate) mod text {
     pub(crate) const NOT_FOUND: &str = "Resource not found.";
     pub(crate) const MALFORMED_AUTHORIZATION: &str = "Malformed authorization header.";
+    /// A commit whose outcome the store does not know (409).
+    pub(crate) const OUTCOME_UNKNOWN: &str = "The outcome of the write is unknown: it may or \
+        may not have been applied. Read the keys it writes before writing again.";
     pub(crate) const INVALID_ACCESS_TOKEN: &str = "Invalid access token.";
     pub(crate) const INVALID_DATABASE_ID: &str = "Invalid database id.";
     pub(crate) const INVALID_PROTOCOL_VERSION: &str = "Expected protocol version 2.";
@@ -143,6 +146,13 @@ impl ApiError {
             Error::Unavailable { .. } => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, text::UNAVAILABLE)
             }
+            // The store lost its answer after the commit was sent (an etcd member died with
+            // it): it may have been applied. Never a 5xx, which Deno's client resends blindly
+            // (a sum would be added twice); 409 says so, and `RemoteStore` reads it as
+            // `Error::OutcomeUnknown` again.
+            Error::OutcomeUnknown { .. } => {
+                Self::new(StatusCode::CONFLICT, text::OUTCOME_UNKNOWN.to_owned())
+            }
             _ => Self::internal(),
         }
     }
@@ -218,6 +228,14 @@ mod tests {
     #[test]
     fn a_closed_store_is_denokvs_503() {
         assert_eq!(mapped(Error::Closed), (503, text::UNAVAILABLE.to_owned()));
+    }
+
+    #[test]
+    fn a_commit_with_an_unknown_outcome_is_409_never_a_retried_5xx() {
+        let unknown = Error::OutcomeUnknown {
+            reason: "etcd commit failed: request timed out".into(),
+        };
+        assert_eq!(mapped(unknown), (409, text::OUTCOME_UNKNOWN.to_owned()));
     }
 
     #[test]
