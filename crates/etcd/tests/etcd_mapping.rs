@@ -541,6 +541,57 @@ fn a_watch_reports_a_set_a_delete_and_an_expiry_as_they_happen() {
 }
 
 #[test]
+fn a_watch_goes_on_across_the_loss_of_every_member_in_turn() {
+    use tuplekv_engine::KeyWatch;
+    // A cluster of its own: its members are killed one after another.
+    let own = Cluster::start(3);
+    let store = EtcdStore::connect(&own.client_urls(), b"watch-failover/").expect("a store");
+    let k = key!["w"];
+    let mut watch = store
+        .watch_raw(vec![KeyBytes::from(encode_key(&k))])
+        .expect("a watch");
+    // The states, through a channel, so a watch that stopped fails the test instead of
+    // hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        while let Some(update) = tuplekv_testkit::executor::block_on(watch.next()) {
+            if tx.send(update).is_err() {
+                return;
+            }
+        }
+    });
+    let next = || {
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the watch went quiet for a minute")
+    };
+    assert_eq!(next().entries, [None]);
+    // Whichever member the watch's stream is on, it dies once: the watch starts over.
+    for (round, member) in (0..own.len()).enumerate() {
+        own.kill(member);
+        let stamp = loop {
+            // Without a member, a commit may fail or its outcome be lost: try a fresh value.
+            match store.atomic().set(&k, round as u64).commit() {
+                Ok(CommitResult::Committed { versionstamp }) => break versionstamp,
+                Ok(other) => panic!("a blind set gave {other:?}"),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+            }
+        };
+        loop {
+            let update = next();
+            let seen = update.entries[0].as_ref().map(|e| e.versionstamp);
+            if seen == Some(stamp) {
+                break;
+            }
+            assert!(
+                seen < Some(stamp),
+                "the watch skipped ahead: {seen:?} vs {stamp}"
+            );
+        }
+        own.restart(member);
+    }
+}
+
+#[test]
 fn a_commit_without_mutations_gets_a_new_versionstamp() {
     let _shared = no_compaction();
     let store = open();
