@@ -14,14 +14,18 @@ use axum::routing::post;
 use bytes::Bytes;
 use denokv_proto::datapath as pb;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Body as _;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tuplekv_engine::{CommitResult, ReadView, Store, Versionstamp};
 
+use crate::conn::ConnHandle;
 use crate::error::{ApiError, text};
-use crate::limits::{METADATA_BODIES_IN_FLIGHT_MAX, METADATA_BODY_MAX, REQUEST_BODY_MAX};
+use crate::limits::{
+    METADATA_BODY_MAX, REQUEST_BODY_MAX, SMALL_BODY_MAX, UNAUTHENTICATED_BODIES_IN_FLIGHT_MAX,
+};
 use crate::protocol::{
     ExtensionRead, ReadRange, decode_atomic_write, decode_range_checks, decode_read_mode,
     decode_snapshot_read, encode_entry,
@@ -34,12 +38,12 @@ use crate::{CommitMode, ReadMode, ServerConfig};
 pub(crate) struct AppState<S: Store> {
     pub(crate) store: Arc<S>,
     pub(crate) config: ServerConfig,
-    /// Slots for data-path request bodies being read or held
+    /// Slots for large request bodies being read or held
     /// ([`crate::limits::REQUEST_BODIES_IN_FLIGHT_MAX`] by default).
     body_permits: Arc<Semaphore>,
-    /// Slots for metadata-exchange bodies, read before the token is checked
-    /// ([`crate::limits::METADATA_BODIES_IN_FLIGHT_MAX`]).
-    metadata_body_permits: Arc<Semaphore>,
+    /// Slots for metadata-exchange bodies that came without the valid token
+    /// ([`UNAUTHENTICATED_BODIES_IN_FLIGHT_MAX`]); never waited for.
+    unauthenticated_body_permits: Arc<Semaphore>,
     /// Snapshots held for clients of tuplekv's extension.
     pub(crate) held: Held<S::Snapshot>,
 }
@@ -69,7 +73,9 @@ where
         store,
         config,
         body_permits,
-        metadata_body_permits: Arc::new(Semaphore::new(METADATA_BODIES_IN_FLIGHT_MAX)),
+        unauthenticated_body_permits: Arc::new(Semaphore::new(
+            UNAUTHENTICATED_BODIES_IN_FLIGHT_MAX,
+        )),
     });
     let data_path = Router::new()
         .route("/snapshot_read", post(snapshot_read::<S>))
@@ -106,10 +112,11 @@ async fn count_refusals<S: Store + 'static>(
     res
 }
 
-/// A request body read whole, holding its slot of the server's body limit until dropped.
+/// A request body read whole, holding its slot of the server's body limit (if it needed
+/// one) until dropped.
 pub(crate) struct BufferedBody {
     bytes: Bytes,
-    _permit: OwnedSemaphorePermit,
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
 impl std::ops::Deref for BufferedBody {
@@ -120,57 +127,159 @@ impl std::ops::Deref for BufferedBody {
     }
 }
 
+/// 413 for a body longer than `max`.
+fn body_too_large(max: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("The request body is too large (max {max} bytes)."),
+    )
+}
+
 impl<S: Store> AppState<S> {
-    /// Reads a request body of at most `max` bytes, failing as soon as more arrive. It first
-    /// takes one of the server's body slots, waiting for one if all are taken, and keeps it
-    /// until the returned body is dropped: so the server never buffers more than that many
-    /// bodies at once.
+    /// Reads a request body of at most `max` bytes, failing as soon as more arrive (or at
+    /// once, when its declared length is more).
+    ///
+    /// The first [`SMALL_BODY_MAX`] bytes are read without a slot: most bodies end there.
+    /// A body that goes on takes one of the server's large-body slots, waiting at most the
+    /// configured time for one (then 503), and keeps it until the returned body is dropped:
+    /// so the server never buffers more than that many large bodies at once, and a client
+    /// that sends slowly holds no slot until it has sent a small body's worth. Each part
+    /// must arrive within the configured read timeout (then 408), counted from when the
+    /// server starts reading it.
     pub(crate) async fn read_body(&self, body: Body, max: usize) -> Result<BufferedBody, ApiError> {
-        self.read_body_with(&self.body_permits, body, max).await
-    }
-
-    /// [`AppState::read_body`] for the metadata exchange, with its own slots.
-    async fn read_metadata_body(&self, body: Body) -> Result<BufferedBody, ApiError> {
-        self.read_body_with(&self.metadata_body_permits, body, METADATA_BODY_MAX)
-            .await
-    }
-
-    async fn read_body_with(
-        &self,
-        permits: &Arc<Semaphore>,
-        body: Body,
-        max: usize,
-    ) -> Result<BufferedBody, ApiError> {
-        let permits = Arc::clone(permits);
-        let permit = match Arc::clone(&permits).try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                let _waiting = self.stats().wait_for_body_slot();
-                // The semaphore is never closed, so this only fails if that changes.
-                permits
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| ApiError::internal())?
-            }
-        };
-        let bytes = match Limited::new(body, max).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                return Err(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("The request body is too large (max {max} bytes)."),
-                ));
-            }
-            Err(e) => {
-                return Err(ApiError::bad_request(format!(
-                    "The request body could not be read: {e}."
-                )));
-            }
-        };
+        let declared = body.size_hint().exact();
+        if declared.is_some_and(|len| len > max as u64) {
+            return Err(body_too_large(max));
+        }
+        let mut body = Limited::new(body, max);
+        // One allocation when the length is declared (as every KV Connect client does).
+        let mut buf = bytes::BytesMut::with_capacity(
+            declared.map_or(0, |len| usize::try_from(len).unwrap_or(max)),
+        );
+        let small = SMALL_BODY_MAX.min(max);
+        if self.read_until(&mut body, max, &mut buf, small).await? {
+            return Ok(BufferedBody {
+                bytes: buf.freeze(),
+                _permit: None,
+            });
+        }
+        let permit = self.large_body_slot().await?;
+        self.read_until(&mut body, max, &mut buf, usize::MAX)
+            .await?;
         Ok(BufferedBody {
-            bytes,
-            _permit: permit,
+            bytes: buf.freeze(),
+            _permit: Some(permit),
         })
+    }
+
+    /// Reads frames of `body` (limited to `max` bytes) into `buf` until it ends (true) or
+    /// `buf` holds more than `enough` bytes (false), within the configured read timeout.
+    async fn read_until(
+        &self,
+        body: &mut Limited<Body>,
+        max: usize,
+        buf: &mut bytes::BytesMut,
+        enough: usize,
+    ) -> Result<bool, ApiError> {
+        let timeout = self.config.body_read_timeout();
+        let read = async {
+            while buf.len() <= enough {
+                match body.frame().await {
+                    None => return Ok(true),
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            buf.extend_from_slice(&data);
+                        }
+                    }
+                    Some(Err(e)) => return Err(e),
+                }
+            }
+            Ok(false)
+        };
+        match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(ended)) => Ok(ended),
+            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                Err(body_too_large(max))
+            }
+            Ok(Err(e)) => Err(ApiError::bad_request(format!(
+                "The request body could not be read: {e}."
+            ))),
+            Err(_) => {
+                self.stats().body_read_timed_out();
+                // The body is dropped unread: hyper closes an HTTP/1.1 connection then, and
+                // resets an HTTP/2 stream.
+                Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!("The request body did not arrive within {timeout:?}."),
+                ))
+            }
+        }
+    }
+
+    /// A slot of the server's large-body limit, waited for at most the configured time.
+    async fn large_body_slot(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        if let Ok(permit) = Arc::clone(&self.body_permits).try_acquire_owned() {
+            return Ok(permit);
+        }
+        let _waiting = self.stats().wait_for_body_slot();
+        let wait = self.config.body_slot_wait_max();
+        match tokio::time::timeout(wait, Arc::clone(&self.body_permits).acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            // The semaphore is never closed, so this only fails if that changes.
+            Ok(Err(_)) => Err(ApiError::internal()),
+            Err(_) => {
+                self.stats().body_slot_timed_out();
+                Err(ApiError::busy(
+                    format!(
+                        "The server is busy: every slot for large request bodies stayed taken                          for {wait:?}. Nothing was done; try again."
+                    ),
+                    1,
+                ))
+            }
+        }
+    }
+
+    /// [`AppState::read_body`] for the metadata exchange. With the valid token in its
+    /// header, the body is read as any small body; without it, it needs one of the slots for
+    /// unauthenticated bodies, which is never waited for (503 at once when all are taken).
+    async fn read_metadata_body(
+        &self,
+        body: Body,
+        authenticated: bool,
+    ) -> Result<BufferedBody, ApiError> {
+        if authenticated {
+            return self.read_body(body, METADATA_BODY_MAX).await;
+        }
+        let Ok(permit) = Arc::clone(&self.unauthenticated_body_permits).try_acquire_owned() else {
+            self.stats().body_slot_timed_out();
+            return Err(ApiError::busy(
+                "The server is busy: too many metadata exchanges without a valid access token                  are being read. Try again.",
+                1,
+            ));
+        };
+        if body
+            .size_hint()
+            .exact()
+            .is_some_and(|len| len > METADATA_BODY_MAX as u64)
+        {
+            return Err(body_too_large(METADATA_BODY_MAX));
+        }
+        let mut body = Limited::new(body, METADATA_BODY_MAX);
+        let mut buf = bytes::BytesMut::new();
+        self.read_until(&mut body, METADATA_BODY_MAX, &mut buf, usize::MAX)
+            .await?;
+        Ok(BufferedBody {
+            bytes: buf.freeze(),
+            _permit: Some(permit),
+        })
+    }
+}
+
+/// Records on the request's connection (when `serve` runs it) that it showed the token, so
+/// the connection is never closed to make room for a new one.
+fn mark_authenticated(extensions: &axum::http::Extensions) {
+    if let Some(conn) = extensions.get::<ConnHandle>() {
+        conn.0.authenticate();
     }
 }
 
@@ -226,10 +335,18 @@ async fn metadata<S: Store + 'static>(
     State(state): State<Shared<S>>,
     uri: Uri,
     headers: HeaderMap,
-    body: Body,
+    req: Request,
 ) -> Result<Response, ApiError> {
     state.stats().request(Endpoint::Metadata);
-    let body = state.read_metadata_body(body).await?;
+    // The token is judged now only to choose whose slots read the body; a wrong one is
+    // reported after the version, as denokv does.
+    let authenticated = authorize(&headers, state.config.access_token()).is_ok();
+    if authenticated {
+        mark_authenticated(req.extensions());
+    }
+    let body = state
+        .read_metadata_body(req.into_body(), authenticated)
+        .await?;
     let Ok(req) = serde_json::from_slice::<MetadataRequest>(&body) else {
         return Err(ApiError::bad_request(text::MINIMUM_PROTOCOL_VERSION));
     };
@@ -301,6 +418,7 @@ async fn data_path_guard<S: Store + 'static>(
         _ => return Err(ApiError::bad_request(text::INVALID_PROTOCOL_VERSION)),
     };
     authorize(headers, state.config.access_token())?;
+    mark_authenticated(req.extensions());
     let id_ok = headers
         .get(id_header)
         .and_then(|v| v.to_str().ok())

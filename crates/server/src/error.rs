@@ -25,6 +25,10 @@ pub struct ApiError {
     /// For a mutation that failed on the stored value, its index: sent as
     /// `tuplekv_wire::MUTATION_INDEX_HEADER`, so tuplekv's client can name the mutation as the engine does.
     mutation_index: Option<usize>,
+    /// For a request refused because the server is at a limit it will leave soon: the
+    /// seconds to wait, sent as `Retry-After`. Such refusals are logged at `debug` (they are
+    /// counted), not as server errors.
+    retry_after_secs: Option<u32>,
 }
 
 use tuplekv_wire::MUTATION_INDEX_HEADER;
@@ -77,6 +81,17 @@ impl ApiError {
             status,
             message: message.into(),
             mutation_index: None,
+            retry_after_secs: None,
+        }
+    }
+
+    /// A 503 for a request refused at a limit that frees up on its own (a body slot, say):
+    /// nothing was done, and `Retry-After` says when to try again. Deno's and tuplekv's
+    /// clients retry a 503.
+    pub(crate) fn busy(message: impl Into<String>, retry_after_secs: u32) -> Self {
+        ApiError {
+            retry_after_secs: Some(retry_after_secs),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
         }
     }
 
@@ -168,7 +183,10 @@ impl std::error::Error for ApiError {}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
+        if self.retry_after_secs.is_some() {
+            // A client can cause these as fast as it likes, and they say nothing is wrong.
+            tracing::debug!(status = self.status.as_u16(), message = %self.message, "request refused for now");
+        } else if self.status.is_server_error() {
             tracing::error!(status = self.status.as_u16(), message = %self.message, "request failed");
         } else {
             // Any client can cause these, as fast as it likes: at `info` they would flood the
@@ -181,6 +199,11 @@ impl IntoResponse for ApiError {
             self.message,
         )
             .into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
         if let Some(index) = self.mutation_index {
             response
                 .headers_mut()

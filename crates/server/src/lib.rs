@@ -39,6 +39,7 @@
 //!   minute later); watches learn of an expiry from the engine's background reclaimer.
 
 mod app;
+mod conn;
 mod error;
 pub mod limits;
 // Public only so the fuzz target (`tuplekv_testkit::fuzz`) can decode bodies as the server
@@ -125,6 +126,9 @@ pub struct ServerConfig {
     watch_ping_interval: Duration,
     watch_streams_max: usize,
     request_bodies_in_flight_max: usize,
+    body_slot_wait_max: Duration,
+    body_read_timeout: Duration,
+    watch_send_timeout: Duration,
     commit_mode: CommitMode,
     read_mode: ReadMode,
     snapshots_held_max: usize,
@@ -163,6 +167,9 @@ impl ServerConfig {
             watch_ping_interval: limits::WATCH_PING_INTERVAL,
             watch_streams_max: limits::WATCH_STREAMS_MAX,
             request_bodies_in_flight_max: limits::REQUEST_BODIES_IN_FLIGHT_MAX,
+            body_slot_wait_max: limits::BODY_SLOT_WAIT_MAX,
+            body_read_timeout: limits::REQUEST_BODY_READ_TIMEOUT,
+            watch_send_timeout: limits::WATCH_SEND_TIMEOUT,
             commit_mode: CommitMode::default(),
             read_mode: ReadMode::default(),
             snapshots_held_max: limits::SNAPSHOTS_HELD_MAX,
@@ -182,13 +189,52 @@ impl ServerConfig {
         self
     }
 
-    /// Sets how many request bodies may be read and held at once across the server (default
+    /// Sets how many large request bodies (longer than [`limits::SMALL_BODY_MAX`]) may be
+    /// read and held at once across the server (default
     /// [`limits::REQUEST_BODIES_IN_FLIGHT_MAX`]); a request past it waits for a free slot.
     /// Zero is raised to 1, and a number above tokio's `Semaphore::MAX_PERMITS` lowered to it.
     #[must_use]
     pub fn with_request_bodies_in_flight_max(mut self, max: usize) -> Self {
         self.request_bodies_in_flight_max = max.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         self
+    }
+
+    /// Sets how long a large body waits for a slot before its request is answered 503
+    /// (default [`limits::BODY_SLOT_WAIT_MAX`]) and how long any body may take to arrive
+    /// before its request is answered 408 (default [`limits::REQUEST_BODY_READ_TIMEOUT`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tuplekv_server::ServerConfig;
+    ///
+    /// let config = ServerConfig::new("a-long-secret-token")
+    ///     .expect("a long enough token")
+    ///     .with_body_timeouts(Duration::from_secs(2), Duration::from_secs(5));
+    /// assert_eq!(config.body_read_timeout(), Duration::from_secs(5));
+    /// ```
+    #[must_use]
+    pub fn with_body_timeouts(mut self, slot_wait_max: Duration, read_timeout: Duration) -> Self {
+        self.body_slot_wait_max = slot_wait_max;
+        self.body_read_timeout = read_timeout;
+        self
+    }
+
+    /// Sets how long an HTTP/1.1 watch stream may leave a frame untaken before its
+    /// connection is closed (default [`limits::WATCH_SEND_TIMEOUT`]).
+    #[must_use]
+    pub fn with_watch_send_timeout(mut self, timeout: Duration) -> Self {
+        self.watch_send_timeout = timeout;
+        self
+    }
+
+    /// How long a large body waits for a slot.
+    pub fn body_slot_wait_max(&self) -> Duration {
+        self.body_slot_wait_max
+    }
+
+    /// How long a body may take to arrive.
+    pub fn body_read_timeout(&self) -> Duration {
+        self.body_read_timeout
     }
 
     /// Sets how many watch streams may be open at once (default [`limits::WATCH_STREAMS_MAX`]).
@@ -295,6 +341,10 @@ impl ServerConfig {
         self.watch_streams_max
     }
 
+    pub(crate) fn watch_send_timeout(&self) -> Duration {
+        self.watch_send_timeout
+    }
+
     pub(crate) fn request_bodies_in_flight_max(&self) -> usize {
         self.request_bodies_in_flight_max
     }
@@ -322,6 +372,9 @@ impl std::fmt::Debug for ServerConfig {
                 "request_bodies_in_flight_max",
                 &self.request_bodies_in_flight_max,
             )
+            .field("body_slot_wait_max", &self.body_slot_wait_max)
+            .field("body_read_timeout", &self.body_read_timeout)
+            .field("watch_send_timeout", &self.watch_send_timeout)
             .field("commit_mode", &self.commit_mode)
             .field("read_mode", &self.read_mode)
             .field("snapshots_held_max", &self.snapshots_held_max)

@@ -29,27 +29,61 @@ pub const WATCHED_KEYS_MAX: usize = engine::WATCH_KEYS_MAX;
 /// Largest request body, in bytes. The biggest valid `atomic_write` (819 200 payload bytes
 /// plus the framing of 1000 mutations and 100 checks) fits with room to spare.
 pub const REQUEST_BODY_MAX: usize = 1 << 20;
-/// Largest metadata exchange body (`POST /`), in bytes. The exchange is unauthenticated until
-/// its body has been read (the version is negotiated first, as denokv does), so its body is
-/// kept small: a real one is `{"supportedVersions":[1,2,3]}`.
+/// Largest metadata exchange body (`POST /`), in bytes. A real one is
+/// `{"supportedVersions":[1,2,3]}`.
 pub const METADATA_BODY_MAX: usize = 4 << 10;
-/// Most request bodies being read and held at once across the server; a request past it
-/// waits for a free slot (it is not refused). At most this many times [`REQUEST_BODY_MAX`]
-/// bytes (64 MiB) of bodies are buffered at once, however many connections and streams are
-/// open.
+/// Largest body that is read without a slot of [`REQUEST_BODIES_IN_FLIGHT_MAX`]: one whose
+/// declared length (`Content-Length`) is at most one HTTP/2 stream window. Such bodies hold
+/// no server-wide resource, so reads and typical writes never queue behind large uploads,
+/// and their memory is bounded per connection by HTTP/2 flow control (at most
+/// [`H2_STREAMS_PER_CONNECTION_MAX`] × [`H2_STREAM_WINDOW`]) or, over HTTP/1.1, by one
+/// request at a time.
+pub const SMALL_BODY_MAX: usize = H2_STREAM_WINDOW as usize;
+/// Most large request bodies (longer than [`SMALL_BODY_MAX`], or of no declared length)
+/// being read and held at once across the server: at most this many times
+/// [`REQUEST_BODY_MAX`] bytes (64 MiB) of large bodies are buffered at once. A request past
+/// it waits for a slot, at most [`BODY_SLOT_WAIT_MAX`]; the bodies of waiting HTTP/2 streams
+/// stay within their stream windows, which never exhaust their connection's window (see
+/// [`H2_STREAM_WINDOW`]), so a waiter can never stop a slot holder's body from arriving.
 pub const REQUEST_BODIES_IN_FLIGHT_MAX: usize = 64;
-/// Most metadata-exchange bodies (each at most [`METADATA_BODY_MAX`]) being read at once.
-/// They are read before the token is checked, so they have slots of their own: a client
-/// without the token that sends them slowly can hold these, never the data path's
-/// ([`REQUEST_BODIES_IN_FLIGHT_MAX`], taken only after the token is checked).
-pub const METADATA_BODIES_IN_FLIGHT_MAX: usize = 64;
+/// How long a large body waits for a slot of [`REQUEST_BODIES_IN_FLIGHT_MAX`]; past it the
+/// request is answered 503 with `Retry-After`, having done nothing (Deno's and tuplekv's
+/// clients retry it).
+pub const BODY_SLOT_WAIT_MAX: Duration = Duration::from_secs(5);
+/// How long a request body may take to arrive, counted from when the server starts reading
+/// it (once it has its slot, if it needs one). Past it the request is answered 408, its slot
+/// freed, and an HTTP/1.1 connection closed: a client that sends a byte a second holds
+/// nothing for longer than this. It allows [`REQUEST_BODY_MAX`] at about 100 kB/s.
+pub const REQUEST_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most metadata-exchange bodies being read at once that came without the valid token in
+/// their `Authorization` header (they are read before the token is judged, so that errors
+/// come in denokv's order). One past it is answered 503 at once: such clients never wait,
+/// and never use what clients with the token use (those read their metadata body as a
+/// small body, [`SMALL_BODY_MAX`]).
+pub const UNAUTHENTICATED_BODIES_IN_FLIGHT_MAX: usize = 64;
 /// Largest header block of one request, in bytes (HTTP/1.1 read buffer and HTTP/2
 /// `SETTINGS_MAX_HEADER_LIST_SIZE`). Hyper's HTTP/1.1 buffer cannot be smaller than 8 KiB.
 pub const HEADER_BLOCK_SIZE_MAX: usize = 16 << 10;
-/// Most concurrent HTTP/2 streams one connection may open (`SETTINGS_MAX_CONCURRENT_STREAMS`).
-pub const H2_STREAMS_PER_CONNECTION_MAX: u32 = 256;
-/// Most connections open at once; a connection past it is closed as soon as it is accepted.
+/// Most concurrent HTTP/2 streams one connection may open (`SETTINGS_MAX_CONCURRENT_STREAMS`);
+/// a client with more requests queues them itself (Deno's and tuplekv's do).
+pub const H2_STREAMS_PER_CONNECTION_MAX: u32 = 128;
+/// Each HTTP/2 stream's receive window (`SETTINGS_INITIAL_WINDOW_SIZE`), in bytes. The
+/// connection's window is this times the connection's stream limit (8 MiB by default), so
+/// the bodies of every stream the server has not read yet (waiting for a slot, say) fit in
+/// the connection window with room left: flow control can stop one stream, never the
+/// connection. That is what a connection's buffered request data is bounded by.
+pub const H2_STREAM_WINDOW: u32 = 64 << 10;
+/// Most connections open at once. At the limit, a new connection takes the slot of the
+/// oldest connection that has not shown the access token (idle, or sending its first
+/// request slowly), which is closed; when every open connection has shown it, the new one
+/// is closed as soon as it is accepted.
 pub const CONNECTIONS_MAX: usize = 1024;
+/// How long a new connection waits for the slot of a connection closed to make room for it
+/// (see [`CONNECTIONS_MAX`]) before it is refused.
+pub const CONNECTION_SLOT_WAIT_MAX: Duration = Duration::from_secs(1);
+/// The least time between two log lines about refused connections: refusals in between are
+/// counted and reported in the next line (and in `ServerStats::connections_refused`).
+pub const REFUSED_CONNECTION_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// The access token's least length, in characters (denokv's rule): a short token can be
 /// guessed, and an empty one would match `Authorization: Bearer `.
 pub const ACCESS_TOKEN_LEN_MIN: usize = 12;
@@ -61,6 +95,11 @@ pub const WATCH_STREAMS_MAX: usize = 1024;
 pub const WATCH_PING_INTERVAL: Duration = Duration::from_secs(5);
 /// The least watch ping interval: a configured interval below it (zero, say) is raised to it.
 pub const WATCH_PING_INTERVAL_MIN: Duration = Duration::from_millis(10);
+/// How long an HTTP/1.1 watch stream may leave a frame untaken (its client reads nothing,
+/// so the server's buffers for it are full); past it the connection is closed, so an unread
+/// stream holds at most one state and its buffers for this long. (Over HTTP/2 the client's
+/// flow control window bounds what the server buffers for a stream.)
+pub const WATCH_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an HTTP/1.1 connection may take to send a request's header block, counted from
 /// when the server starts waiting for one: on a new connection (its first bytes, for either
 /// protocol) and on a kept-alive connection between requests. Past it the connection is

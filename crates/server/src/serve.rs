@@ -4,7 +4,8 @@
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper::body::Incoming;
@@ -13,12 +14,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_service::Service;
 
+use crate::conn::{ConnHandle, Connections, QuickAck};
 use crate::limits::{
-    CONNECTIONS_MAX, H1_HEADER_READ_TIMEOUT, H2_KEEP_ALIVE_INTERVAL, H2_KEEP_ALIVE_TIMEOUT,
-    H2_STREAMS_PER_CONNECTION_MAX, HEADER_BLOCK_SIZE_MAX, SHUTDOWN_GRACE_MAX,
+    CONNECTION_SLOT_WAIT_MAX, CONNECTIONS_MAX, H1_HEADER_READ_TIMEOUT, H2_KEEP_ALIVE_INTERVAL,
+    H2_KEEP_ALIVE_TIMEOUT, H2_STREAM_WINDOW, H2_STREAMS_PER_CONNECTION_MAX, HEADER_BLOCK_SIZE_MAX,
+    REFUSED_CONNECTION_LOG_INTERVAL, SHUTDOWN_GRACE_MAX,
 };
 use crate::stats::ServerStats;
 
@@ -37,6 +40,9 @@ pub struct ServeOptions {
     pub connections_max: usize,
     /// Most concurrent HTTP/2 streams per connection.
     pub h2_streams_per_connection_max: u32,
+    /// Each HTTP/2 stream's receive window, in bytes; the connection's window is this times
+    /// `h2_streams_per_connection_max` (see [`H2_STREAM_WINDOW`]).
+    pub h2_stream_window: u32,
     /// Largest request header block, in bytes (at least 8192 for HTTP/1.1).
     pub header_block_size_max: usize,
     /// Where connection counts go; share the router's ([`crate::ServerConfig::stats`]) to
@@ -59,6 +65,7 @@ impl Default for ServeOptions {
         ServeOptions {
             connections_max: CONNECTIONS_MAX,
             h2_streams_per_connection_max: H2_STREAMS_PER_CONNECTION_MAX,
+            h2_stream_window: H2_STREAM_WINDOW,
             header_block_size_max: HEADER_BLOCK_SIZE_MAX,
             stats: Arc::default(),
             shutdown_grace: SHUTDOWN_GRACE_MAX,
@@ -116,24 +123,108 @@ pub async fn serve(
 
 /// The per-connection protocol settings: both protocols, with the header and stream limits.
 fn connection_builder(options: &ServeOptions) -> auto::Builder<TokioExecutor> {
+    let (stream_window, connection_window) = h2_windows(options);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(options.h1_header_read_timeout)
-        .max_buf_size(options.header_block_size_max.max(H1_BUF_SIZE_MIN));
+        .max_buf_size(options.header_block_size_max.max(H1_BUF_SIZE_MIN))
+        // Copy response chunks into one write buffer of at most `max_buf_size` (plus the
+        // chunk that crosses it) rather than queue up to 16 of them: hyper then stops
+        // taking a response body's chunks as soon as a client stops reading, which is how
+        // a watch stream's watchdog sees it.
+        .writev(false);
     builder
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(options.h2_keep_alive_interval)
         .keep_alive_timeout(options.h2_keep_alive_timeout)
         .max_concurrent_streams(options.h2_streams_per_connection_max)
+        // Every stream's window fits in the connection's, so streams whose bodies nobody
+        // reads yet (waiting for a body slot) can never use up the window a stream being
+        // read needs: flow control stops a stream, never the connection. No adaptive
+        // window, which would grow the streams' windows past that.
+        .initial_stream_window_size(stream_window)
+        .initial_connection_window_size(connection_window)
+        .adaptive_window(false)
         // h2 refuses a list whose size reaches the setting (`>=`): one more accepts a list
         // of exactly `header_block_size_max`, as HTTP/1.1 does.
         .max_header_list_size(
             u32::try_from(options.header_block_size_max.saturating_add(1)).unwrap_or(u32::MAX),
         );
     builder
+}
+
+/// The HTTP/2 stream and connection windows: the connection's holds every stream's. Both
+/// stay within HTTP/2's largest window (2^31 - 1), and a stream window of zero (which would
+/// stop every body) is raised to HTTP/2's initial 65 535.
+fn h2_windows(options: &ServeOptions) -> (u32, u32) {
+    const WINDOW_MAX: u32 = (1 << 31) - 1;
+    const WINDOW_DEFAULT: u32 = 65_535;
+    let streams = options.h2_streams_per_connection_max.max(1);
+    let stream = match options.h2_stream_window {
+        0 => WINDOW_DEFAULT,
+        w => w.min(WINDOW_MAX),
+    };
+    let connection = stream.saturating_mul(streams).min(WINDOW_MAX);
+    (stream, connection.max(WINDOW_DEFAULT))
+}
+
+/// Logs refused connections at most once per [`REFUSED_CONNECTION_LOG_INTERVAL`], with how
+/// many were refused since the last line: a burst of refusals is one line, not one each.
+#[derive(Debug, Default)]
+struct RefusalLog {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl RefusalLog {
+    /// Counts a refusal; whether it was logged.
+    fn refused(&mut self, peer: std::net::SocketAddr, max: usize) -> bool {
+        self.unlogged += 1;
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|last| now.duration_since(last) < REFUSED_CONNECTION_LOG_INTERVAL)
+        {
+            return false;
+        }
+        tracing::warn!(
+            %peer,
+            max,
+            refused = self.unlogged,
+            since_last_line = ?self.last.map(|l| now.duration_since(l)),
+            "too many open connections, each of which has shown the access token: closing new ones"
+        );
+        self.last = Some(now);
+        self.unlogged = 0;
+        true
+    }
+}
+
+/// Gives a new connection a slot of `permits`: at once when one is free and no connection
+/// that made room is still waiting for its slot; else by closing the oldest connection that
+/// has not shown the token, whose slot it then waits for (`Ok(None)`). `Err` when neither
+/// is possible: every open connection showed the token.
+fn connection_slot(
+    permits: &Arc<Semaphore>,
+    connections: &Connections,
+    waiting: &AtomicUsize,
+) -> Result<Option<OwnedSemaphorePermit>, ()> {
+    // A slot freed for a waiting connection is its, not a newcomer's.
+    if waiting.load(Ordering::Acquire) == 0
+        && let Ok(permit) = Arc::clone(permits).try_acquire_owned()
+    {
+        return Ok(Some(permit));
+    }
+    if connections.close_oldest_unauthenticated() {
+        return Ok(None);
+    }
+    Arc::clone(permits)
+        .try_acquire_owned()
+        .map(Some)
+        .map_err(|_| ())
 }
 
 /// [`serve`] with explicit transport limits.
@@ -152,6 +243,10 @@ pub async fn serve_with(
     // `Semaphore::new` panics above `MAX_PERMITS`; no machine holds that many connections.
     let connections_max = options.connections_max.min(Semaphore::MAX_PERMITS);
     let permits = Arc::new(Semaphore::new(connections_max));
+    let connections = Arc::new(Connections::default());
+    // New connections waiting for the slot of one closed to make room for them.
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let mut refusals = RefusalLog::default();
     let first_bytes_timeout = options.h1_header_read_timeout;
     let stats = options.stats;
     tokio::pin!(shutdown);
@@ -167,45 +262,80 @@ pub async fn serve_with(
             },
             () = &mut shutdown => break,
         };
-        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+        let Ok(permit) = connection_slot(&permits, &connections, &waiting) else {
             stats.connection_refused();
-            tracing::warn!(%peer, max = connections_max, "too many open connections: closing a new one");
+            refusals.refused(peer, connections_max);
             drop(stream);
             continue;
         };
+        if permit.is_none() {
+            waiting.fetch_add(1, Ordering::AcqRel);
+        }
         // Small request/response exchanges: do not wait to fill a segment.
         let _ = stream.set_nodelay(true);
-        let open = stats.open_connection();
+        let registered = connections.register();
+        let conn = ConnHandle(Arc::clone(&registered.state));
         let signal = ShutdownSignal(closing_rx.clone());
         let router = router.clone();
         let service = service_fn(move |mut req: hyper::Request<Incoming>| {
             req.extensions_mut().insert(signal.clone());
+            req.extensions_mut().insert(conn.clone());
             let mut router = router.clone();
             async move { router.call(req).await }
         });
         let builder = Arc::clone(&builder);
         let watcher = graceful.watcher();
         let closing = ShutdownSignal(closing_rx.clone());
+        let permits = Arc::clone(&permits);
+        let waiting = Arc::clone(&waiting);
+        let stats = Arc::clone(&stats);
         tokio::spawn(async move {
+            let state = Arc::clone(&registered.state);
+            let permit = match permit {
+                Some(permit) => permit,
+                None => {
+                    let freed =
+                        tokio::time::timeout(CONNECTION_SLOT_WAIT_MAX, permits.acquire_owned())
+                            .await;
+                    waiting.fetch_sub(1, Ordering::AcqRel);
+                    match freed {
+                        Ok(Ok(permit)) => permit,
+                        _ => {
+                            stats.connection_refused();
+                            tracing::debug!(%peer, "no connection slot freed in time: closing a new connection");
+                            return;
+                        }
+                    }
+                }
+            };
+            let open = stats.open_connection();
             // hyper's protocol detection waits for the first bytes without a timeout: bound
             // it here, so a connection that never sends anything does not hold its slot.
             let mut first = [0u8; 1];
             let first_bytes = tokio::select! {
                 peeked = tokio::time::timeout(first_bytes_timeout, stream.peek(&mut first)) => peeked,
                 () = closing.wait() => return,
+                () = state.closed() => {
+                    tracing::debug!(%peer, "closing a connection that sent nothing, to make room");
+                    return;
+                }
             };
             if !matches!(first_bytes, Ok(Ok(n)) if n > 0) {
                 tracing::debug!(%peer, "connection closed before its first request");
                 return;
             }
             let conn = builder
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection(TokioIo::new(QuickAck(stream)), service)
                 .into_owned();
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            tokio::select! {
+                served = watcher.watch(conn) => if let Err(e) = served {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                },
+                () = state.closed() => tracing::debug!(%peer, "connection closed by the server"),
             }
             drop(open);
             drop(permit);
+            drop(registered);
         });
     }
     drop(listener);
@@ -223,4 +353,39 @@ pub async fn serve_with(
     }
     tracing::info!(stats = %stats, "server stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_of_refused_connections_is_one_log_line() {
+        let peer = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+        let mut log = RefusalLog::default();
+        assert!(log.refused(peer, 1), "the first refusal is logged");
+        let logged = (0..1000).filter(|_| log.refused(peer, 1)).count();
+        assert_eq!(logged, 0, "the next ones wait for the interval");
+        assert_eq!(log.unlogged, 1000, "and are counted for the next line");
+    }
+
+    #[test]
+    fn every_h2_stream_window_fits_in_the_connection_window() {
+        let default = ServeOptions::default();
+        let (stream, connection) = h2_windows(&default);
+        assert_eq!(stream, H2_STREAM_WINDOW);
+        assert_eq!(connection, H2_STREAM_WINDOW * H2_STREAMS_PER_CONNECTION_MAX);
+        let huge = ServeOptions {
+            h2_streams_per_connection_max: u32::MAX,
+            h2_stream_window: u32::MAX,
+            ..ServeOptions::default()
+        };
+        assert_eq!(h2_windows(&huge), ((1 << 31) - 1, (1 << 31) - 1));
+        let zero = ServeOptions {
+            h2_streams_per_connection_max: 0,
+            h2_stream_window: 0,
+            ..ServeOptions::default()
+        };
+        assert_eq!(h2_windows(&zero), (65_535, 65_535));
+    }
 }

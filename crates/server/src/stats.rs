@@ -17,6 +17,9 @@ pub struct ServerStats {
     open_connections: AtomicUsize,
     open_watch_streams: AtomicUsize,
     request_bodies_waiting: AtomicUsize,
+    body_slots_refused: AtomicU64,
+    body_reads_timed_out: AtomicU64,
+    watch_streams_stalled: AtomicU64,
     held_snapshots: AtomicUsize,
 }
 
@@ -91,6 +94,35 @@ impl ServerStats {
         self.request_bodies_waiting.load(Ordering::Relaxed)
     }
 
+    /// Requests answered 503 because no body slot was free (a large body that waited its
+    /// longest, or a metadata exchange without the token that found its slots taken).
+    pub fn body_slots_refused(&self) -> u64 {
+        self.body_slots_refused.load(Ordering::Relaxed)
+    }
+
+    /// Requests answered 408 because their body did not arrive within the read timeout.
+    pub fn body_reads_timed_out(&self) -> u64 {
+        self.body_reads_timed_out.load(Ordering::Relaxed)
+    }
+
+    /// HTTP/1.1 watch streams whose connection was closed because their client left a frame
+    /// untaken past the watch send timeout.
+    pub fn watch_streams_stalled(&self) -> u64 {
+        self.watch_streams_stalled.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn body_slot_timed_out(&self) {
+        self.body_slots_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn body_read_timed_out(&self) {
+        self.body_reads_timed_out.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn watch_stream_stalled(&self) {
+        self.watch_streams_stalled.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts a request waiting for a body slot until the guard is dropped.
     pub(crate) fn wait_for_body_slot(self: &std::sync::Arc<Self>) -> OpenGuard {
         self.request_bodies_waiting.fetch_add(1, Ordering::Relaxed);
@@ -148,7 +180,8 @@ impl fmt::Display for ServerStats {
         write!(
             f,
             "metadata={} snapshot_read={} atomic_write={} watch={} refused={} connections={} \
-             connections_refused={} open_connections={} open_watch_streams={}",
+             connections_refused={} open_connections={} open_watch_streams={} \
+             body_slots_refused={} body_reads_timed_out={} watch_streams_stalled={}",
             self.metadata_requests(),
             self.snapshot_read_requests(),
             self.atomic_write_requests(),
@@ -158,6 +191,9 @@ impl fmt::Display for ServerStats {
             self.connections_refused(),
             self.open_connections(),
             self.open_watch_streams(),
+            self.body_slots_refused(),
+            self.body_reads_timed_out(),
+            self.watch_streams_stalled(),
         )
     }
 }

@@ -8,14 +8,22 @@
 //! client that goes away frees both once hyper drops the body: at once when an HTTP/2 stream
 //! is reset or a connection closes, and over HTTP/1.1 at the latest when the next ping
 //! cannot be sent. It ends when the store closes or the server shuts down.
+//!
+//! A client that keeps an HTTP/1.1 stream open but reads nothing would otherwise keep what
+//! the server buffered for it (a state of up to ten 64 KiB values) for ever: a watchdog
+//! closes its connection once a frame has stayed untaken for the watch send timeout. Over
+//! HTTP/2 the client's flow-control window bounds what is buffered for a stream.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use denokv_proto::datapath as pb;
@@ -24,6 +32,7 @@ use tokio::time::{Interval, MissedTickBehavior};
 use tuplekv_engine::{KeyWatch, Store, WatchUpdate};
 
 use crate::app::{Shared, engine_error};
+use crate::conn::ConnHandle;
 use crate::error::{ApiError, text};
 use crate::limits::REQUEST_BODY_MAX;
 use crate::protocol::{decode_watch, encode_entry};
@@ -41,7 +50,76 @@ struct Open<W> {
     watch: W,
     ping: Interval,
     closing: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// When the last frame was handed out and hyper has not asked for the next one since;
+    /// read by the watchdog of an HTTP/1.1 stream.
+    untaken: Arc<Untaken>,
     _slot: OpenGuard,
+}
+
+/// When a frame was handed to hyper that it has not followed by asking for the next: the
+/// milliseconds since `start`, plus one; zero while hyper waits for a frame.
+struct Untaken {
+    start: tokio::time::Instant,
+    since_ms: AtomicU64,
+}
+
+impl Untaken {
+    fn new() -> Self {
+        Untaken {
+            start: tokio::time::Instant::now(),
+            since_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// hyper asks for a frame.
+    fn asked(&self) {
+        self.since_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// A frame was handed out.
+    fn handed(&self) {
+        self.since_ms.store(self.now_ms() + 1, Ordering::Relaxed);
+    }
+
+    /// How long the last frame handed out has been waiting for hyper to ask for the next.
+    fn waiting(&self) -> Duration {
+        match self.since_ms.load(Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            since => Duration::from_millis(self.now_ms().saturating_sub(since - 1)),
+        }
+    }
+}
+
+/// Closes `conn` once a frame of the stream has stayed untaken for `timeout`; ends with the
+/// stream (when it holds the last reference to `untaken`).
+async fn watchdog(
+    untaken: Arc<Untaken>,
+    conn: ConnHandle,
+    timeout: Duration,
+    stats: Arc<crate::ServerStats>,
+) {
+    let period = (timeout / 4).max(Duration::from_millis(10));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if Arc::strong_count(&untaken) == 1 {
+            return;
+        }
+        if untaken.waiting() > timeout {
+            tracing::info!(
+                ?timeout,
+                "closing an HTTP/1.1 watch stream whose client reads nothing"
+            );
+            stats.watch_stream_stalled();
+            conn.0.close();
+            return;
+        }
+    }
 }
 
 pub(crate) async fn watch<S: Store + 'static>(
@@ -53,6 +131,11 @@ where
 {
     state.stats().request(Endpoint::Watch);
     let signal = req.extensions().get::<ShutdownSignal>().cloned();
+    // HTTP/1.1 has no flow control of its own: its streams get a watchdog.
+    let h1_conn = match req.version() {
+        Version::HTTP_2 | Version::HTTP_3 => None,
+        _ => req.extensions().get::<ConnHandle>().cloned(),
+    };
     let keys = decode_watch(&state.read_body(req.into_body(), REQUEST_BODY_MAX).await?)?;
     let Some(slot) = state
         .stats()
@@ -80,15 +163,27 @@ where
         Some(signal) => Box::pin(signal.wait()),
         None => Box::pin(std::future::pending()),
     };
+    let untaken = Arc::new(Untaken::new());
+    if let Some(conn) = h1_conn {
+        tokio::spawn(watchdog(
+            Arc::clone(&untaken),
+            conn,
+            state.config.watch_send_timeout(),
+            Arc::clone(state.stats()),
+        ));
+    }
     let open = Open {
         pinged: false,
         watch,
         ping,
         closing,
+        untaken,
         _slot: slot,
     };
     let frames = futures_util::stream::unfold(open, |mut open| async move {
+        open.untaken.asked();
         let frame = next_frame(&mut open).await?;
+        open.untaken.handed();
         Some((Ok::<_, Infallible>(frame), open))
     });
     Ok((

@@ -1,5 +1,7 @@
 //! Every limit of `tuplekv_server::limits`, at the limit and one past it. Past a limit the
-//! reply is a 4xx with a message, and nothing is written.
+//! reply is a 4xx with a message (or a 503 with `Retry-After` for a slot that frees up), and
+//! nothing is written. The slots and timeouts that guard against slow and hostile clients
+//! are tested at their limits in `stalls.rs`.
 
 mod common;
 
@@ -476,6 +478,7 @@ async fn server_h2_settings(addr: std::net::SocketAddr) -> Vec<(u16, u32)> {
 }
 
 const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
+const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
 const SETTINGS_MAX_HEADER_LIST_SIZE: u16 = 0x6;
 
 #[tokio::test]
@@ -495,6 +498,10 @@ async fn h2_connections_advertise_the_stream_and_header_limits() {
             .any(|&(id, v)| id == SETTINGS_MAX_HEADER_LIST_SIZE
                 && v as usize > HEADER_BLOCK_SIZE_MAX),
         "a header list of HEADER_BLOCK_SIZE_MAX is accepted: {settings:?}"
+    );
+    assert!(
+        settings.contains(&(SETTINGS_INITIAL_WINDOW_SIZE, H2_STREAM_WINDOW)),
+        "{settings:?}"
     );
     server.stop().await;
     let configured = TestServer::start_with(
@@ -544,34 +551,52 @@ async fn metadata_bodies_at_the_limit_pass_and_one_byte_more_is_413() {
 }
 
 #[tokio::test]
-async fn a_request_body_past_the_in_flight_limit_waits_for_a_free_slot() {
+async fn a_large_request_body_past_the_in_flight_limit_waits_for_a_free_slot() {
     let config = ServerConfig::new(TOKEN)
         .expect("a long enough token")
         .with_request_bodies_in_flight_max(1);
     let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
-    // With the slot free, requests are served one after the other.
+    // With the slot free, large bodies are served one after the other.
     let mut c = server.h2().await;
-    assert_eq!(c.read(read_of(vec![])).await.status, 200);
-    assert_eq!(c.read(read_of(vec![])).await.status, 200);
-    // A body still arriving holds the one slot (taken as its handler starts).
+    assert_eq!(
+        c.data("snapshot_read", padded_read(SMALL_BODY_MAX + 1))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        c.data("snapshot_read", padded_read(SMALL_BODY_MAX + 1))
+            .await
+            .status,
+        200
+    );
+    // A large body still arriving holds the one slot (taken once it is past a small body).
     let mut sender = h2_sender::<ChannelBody>(server.addr).await;
     let (tx, body) = channel_body();
     sender.ready().await.expect("ready");
     let holder =
         tokio::spawn(sender.send_request(channel_request(server.addr, "snapshot_read", body)));
+    let large = padded_read(SMALL_BODY_MAX + 2);
+    send_frame(&tx, large[..=SMALL_BODY_MAX].to_vec()).await;
     wait_until("the first body to take the slot", || {
         server.stats.snapshot_read_requests() == 3
     })
     .await;
-    // Another request waits for the slot instead of failing.
+    // Another large body waits for the slot instead of failing.
     let mut other = server.h1().await;
-    let waiting = tokio::spawn(async move { other.read(read_of(vec![])).await });
+    let waiting = tokio::spawn(async move {
+        other
+            .data("snapshot_read", padded_read(SMALL_BODY_MAX + 1))
+            .await
+    });
     wait_until("the second body to wait", || {
         server.stats.request_bodies_waiting() == 1
     })
     .await;
     assert!(!waiting.is_finished(), "served while the slot was taken");
-    send_frame(&tx, read_of(vec![]).encode_to_vec()).await;
+    // A small body needs no slot: served at once.
+    assert_eq!(c.read(read_of(vec![])).await.status, 200);
+    send_frame(&tx, large[SMALL_BODY_MAX + 1..].to_vec()).await;
     drop(tx);
     let first = holder.await.expect("join").expect("reply");
     assert_eq!(first.status(), 200);
@@ -585,39 +610,46 @@ async fn a_request_body_past_the_in_flight_limit_waits_for_a_free_slot() {
 }
 
 #[tokio::test]
-async fn slow_metadata_bodies_fill_their_own_slots_at_the_limit_and_never_the_data_paths() {
-    // One data-path slot: if metadata bodies took it, the read below would wait for ever.
+async fn bodies_of_a_small_bodys_size_need_no_slot_and_one_byte_more_does() {
     let config = ServerConfig::new(TOKEN)
         .expect("a long enough token")
-        .with_request_bodies_in_flight_max(1);
+        .with_request_bodies_in_flight_max(1)
+        .with_body_timeouts(
+            std::time::Duration::from_millis(200),
+            REQUEST_BODY_READ_TIMEOUT,
+        );
     let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
-    let sender = h2_sender::<ChannelBody>(server.addr).await;
-    let metadata = |body: ChannelBody| {
-        hyper::Request::post(format!("http://{}/", server.addr))
-            .header("content-type", "application/json")
-            .body(body)
-            .expect("request")
-    };
-    // Metadata bodies that never finish, without a token: exactly the limit, then one more.
-    let mut held = Vec::new();
-    for _ in 0..=METADATA_BODIES_IN_FLIGHT_MAX {
-        let (tx, body) = channel_body();
-        let mut s = sender.clone();
-        s.ready().await.expect("ready");
-        held.push((tx, tokio::spawn(s.send_request(metadata(body)))));
-    }
-    wait_until("the request past the limit to wait for a slot", || {
-        server.stats.metadata_requests() == (METADATA_BODIES_IN_FLIGHT_MAX + 1) as u64
-            && server.stats.request_bodies_waiting() == 1
+    // The one slot, held by a body that stalls past a small body's size.
+    let mut sender = h2_sender::<ChannelBody>(server.addr).await;
+    let (tx, body) = channel_body();
+    sender.ready().await.expect("ready");
+    let _holder =
+        tokio::spawn(sender.send_request(channel_request(server.addr, "snapshot_read", body)));
+    send_frame(&tx, vec![0; SMALL_BODY_MAX + 1]).await;
+    wait_until("the stalled body to hold the slot", || {
+        server.stats.snapshot_read_requests() == 1
     })
     .await;
-    // The data path still has its slot.
-    let mut c = server.h1().await;
-    let read = tokio::time::timeout(WAIT_MAX, c.read(read_of(vec![])))
-        .await
-        .expect("a data-path read is served while metadata bodies hold their slots");
-    assert_eq!(read.status, 200);
-    drop(held);
+    let mut c = server.h2().await;
+    assert_eq!(
+        c.data("snapshot_read", padded_read(SMALL_BODY_MAX))
+            .await
+            .status,
+        200,
+        "a body of exactly SMALL_BODY_MAX bytes is read without a slot"
+    );
+    let past = c
+        .data("snapshot_read", padded_read(SMALL_BODY_MAX + 1))
+        .await;
+    assert_eq!(
+        past.status, 503,
+        "one byte more waits for the slot, then 503"
+    );
+    assert_eq!(
+        past.headers.get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    drop(tx);
     server.stop().await;
 }
 
