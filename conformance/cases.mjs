@@ -41,6 +41,13 @@ export const TOTAL_MUTATION_SIZE_MAX = 819200;
 export const TOTAL_KEY_SIZE_MAX = 81920;
 /** How long a watch or a wrong-token request may take before the case fails. */
 const WAIT_MS = 10000;
+/** The concurrent large writes: each sets this many values of this many bytes (~600 kB). */
+const LARGE_WRITE_VALUES = 10;
+const LARGE_WRITE_VALUE_SIZE = 60000;
+/** How long the concurrent large writes may take (they take about a second). */
+const LARGE_WRITES_WAIT_MS = 120000;
+/** Interleaved sets of each size in the latency case. */
+const LATENCY_ROUNDS = 30;
 /** The expireIn used by the expiry cases, and how long they wait past it. */
 const EXPIRE_IN_MS = 400;
 const EXPIRE_WAIT_MS = 1500;
@@ -778,6 +785,67 @@ export const cases = [
         t.expect.refused(o.check, BAD_REQUEST, /key cannot be empty/, "check([]) sent by @deno/kv");
       }
       t.expect.eq(o.listOne, { ok: [[[new Uint8Array(0)], new Uint8Array([1])]] }, "list prefix [] from the first key");
+    },
+  },
+
+  // ---- the shapes real apps send -----------------------------------------------------------
+  {
+    // What kvdex's `addMany` of 100 documents with history sends: many large writes at once,
+    // over one HTTP/2 connection from Deno (a connection per request from @deno/kv).
+    name: "load.concurrent-large-writes",
+    async run(t) {
+      const out = {};
+      for (const n of [100, 200]) {
+        const writes = [];
+        for (let w = 0; w < n; w++) {
+          const op = t.kv.atomic();
+          for (let i = 0; i < LARGE_WRITE_VALUES; i++) {
+            op.set(t.k(n, w, i), bytes(LARGE_WRITE_VALUE_SIZE, w % 251));
+          }
+          writes.push(op.commit());
+        }
+        const results = await withTimeout(Promise.all(writes), LARGE_WRITES_WAIT_MS, `${n} concurrent large writes`);
+        const last = await t.kv.get(t.k(n, n - 1, LARGE_WRITE_VALUES - 1));
+        out[n] = {
+          committed: results.filter((r) => r.ok).length,
+          lastValueBytes: last.value?.length ?? null,
+        };
+      }
+      return out;
+    },
+    check(o) {
+      for (const n of [100, 200]) {
+        if (o[n].committed !== n) throw new Mismatch(`${o[n].committed} of ${n} large writes committed`);
+        if (o[n].lastValueBytes !== LARGE_WRITE_VALUE_SIZE) throw new Mismatch(`the last of ${n} writes reads back wrong`);
+      }
+    },
+  },
+  {
+    // A client that leaves Nagle on (Deno's) must not wait for a delayed ACK on a write that
+    // takes more than one segment: a 16 KiB set costs about what a 100-byte one does.
+    name: "latency.large-set-like-a-small-one",
+    async run(t) {
+      const small = "s".repeat(100);
+      const large = "l".repeat(16 << 10);
+      const times = { small: [], large: [] };
+      for (let i = 0; i < LATENCY_ROUNDS; i++) {
+        for (const [which, value] of [["small", small], ["large", large]]) {
+          const started = performance.now();
+          const res = await t.kv.set(t.k(which), value);
+          times[which].push(performance.now() - started);
+          if (!res.ok) throw new Error(`set ${which} failed`);
+        }
+      }
+      const median = (xs) => xs.sort((a, b) => a - b)[xs.length >> 1];
+      const ratio = median(times.large) / median(times.small);
+      // Times vary run to run: the case line shows only the verdict; the times go to stderr.
+      t.warn(`latency.large-set-like-a-small-one: median 100 B ${median(times.small).toFixed(2)} ms, ` +
+        `16 KiB ${median(times.large).toFixed(2)} ms (ratio ${ratio.toFixed(2)})`);
+      return { within3x: ratio < 3 };
+    },
+    check(o, t) {
+      // denokv has the delayed-ACK wait (about 44 ms per large write from Deno).
+      if (t.server !== "denokv") t.expect.eq(o.within3x, true, "a 16 KiB set within 3x of a 100-byte one");
     },
   },
 
