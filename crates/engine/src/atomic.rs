@@ -128,12 +128,17 @@ impl MutationKind {
 /// ```
 pub fn versionstamped_key(prefix: &[u8], versionstamp: Versionstamp) -> KeyBytes {
     let hex = versionstamp.to_string();
-    let mut key = Vec::with_capacity(prefix.len() + hex.len() + 2);
+    let mut key = Vec::with_capacity(prefix.len() + crate::limits::VERSIONSTAMPED_KEY_SUFFIX_LEN);
     key.extend_from_slice(prefix);
     // A string part: its type code, the UTF-8 bytes (hex digits hold no 00 to escape), 00.
     key.push(0x02);
     key.extend_from_slice(hex.as_bytes());
     key.push(0);
+    debug_assert_eq!(
+        key.len(),
+        prefix.len() + crate::limits::VERSIONSTAMPED_KEY_SUFFIX_LEN,
+        "the suffix the write limit counts"
+    );
     KeyBytes::from(key.as_slice())
 }
 

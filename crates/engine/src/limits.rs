@@ -5,6 +5,11 @@ use crate::error::Error;
 
 /// Largest encoded key a write (set, delete, sum/min/max, check) may use.
 pub const KEY_SIZE_MAX_WRITE: usize = 2048;
+/// What a versionstamped set adds to its prefix: a string part holding the commit's
+/// versionstamp in 20 hex digits (type code, digits, terminator). The written key must fit
+/// [`KEY_SIZE_MAX_WRITE`] like any other, so a prefix may be at most this much shorter (a
+/// longer one would store a key that no get could name).
+pub const VERSIONSTAMPED_KEY_SUFFIX_LEN: usize = 22;
 /// Largest encoded key a read (get, list bounds) may use. One more than the write limit,
 /// because range bounds may carry a `00`/`ff` suffix.
 pub const KEY_SIZE_MAX_READ: usize = 2049;
@@ -48,8 +53,13 @@ pub(crate) fn check_write_key(key: &[u8]) -> Result<(), Error> {
     if key.is_empty() {
         return Err(Error::EmptyKey);
     }
-    if key.len() > KEY_SIZE_MAX_WRITE {
-        return Err(Error::KeyTooLargeForWrite { size: key.len() });
+    check_write_key_len(key.len())
+}
+
+/// Checks a written key's length, `len`, against [`KEY_SIZE_MAX_WRITE`].
+pub(crate) fn check_write_key_len(len: usize) -> Result<(), Error> {
+    if len > KEY_SIZE_MAX_WRITE {
+        return Err(Error::KeyTooLargeForWrite { size: len });
     }
     Ok(())
 }

@@ -86,6 +86,10 @@ pub(crate) fn validate(write: &AtomicWrite) -> Result<(), Error> {
     }
     for m in &write.mutations {
         check_write_key(&m.key)?;
+        if matches!(m.kind, MutationKind::SetSuffixVersionstampedKey { .. }) {
+            // The key it writes, not only its prefix, must fit the write limit.
+            check_write_key_len(m.key.len() + VERSIONSTAMPED_KEY_SUFFIX_LEN)?;
+        }
         total += m.key.len();
         if let Some(size) = m.kind.value_size() {
             if size > VALUE_SIZE_MAX {

@@ -41,7 +41,7 @@ use tuplekv_engine::codec::encode_key;
 use tuplekv_engine::limits::{
     CHECKS_MAX, EXPIRE_IN_MAX_MS, GET_MANY_KEYS_MAX, KEY_SIZE_MAX_READ, KEY_SIZE_MAX_WRITE,
     LIST_BATCH_SIZE_MAX, MUTATIONS_MAX, TOTAL_KEY_SIZE_MAX, TOTAL_MUTATION_SIZE_MAX,
-    TRANSACTION_ATTEMPTS_MAX, VALUE_SIZE_MAX, WATCH_KEYS_MAX,
+    TRANSACTION_ATTEMPTS_MAX, VALUE_SIZE_MAX, VERSIONSTAMPED_KEY_SUFFIX_LEN, WATCH_KEYS_MAX,
 };
 use tuplekv_engine::{
     Atomic, ByteRange, CommitResult, Entry, Error, Expiry, Key, KeyBytes, KeyWatch, ListOptions,
@@ -630,6 +630,35 @@ pub fn write_key_size_limit_holds_at_and_past_the_limit<B: Backend>(backend: &B)
         store.atomic().set(&key![], "v"),
         Error::EmptyKey,
         "the empty key",
+    );
+    // A versionstamped set writes its prefix plus the stamp: that key must fit the limit
+    // too, so that a get can name it.
+    let prefix_at = key_of_len(KEY_SIZE_MAX_WRITE - VERSIONSTAMPED_KEY_SUFFIX_LEN);
+    let stamped = assert_commits(
+        store.atomic().set_versionstamped(&prefix_at, "at"),
+        "a versionstamped set whose written key is at the write limit",
+    );
+    let written = versionstamped_key(&encode_key(&prefix_at), stamped);
+    assert_eq!(written.len(), KEY_SIZE_MAX_WRITE);
+    assert!(
+        store
+            .snapshot()
+            .get_raw(&written)
+            .expect("a get of the written key")
+            .is_some(),
+        "the written key can be read back by its key"
+    );
+    let prefix_past = key_of_len(KEY_SIZE_MAX_WRITE - VERSIONSTAMPED_KEY_SUFFIX_LEN + 1);
+    assert_rejected(
+        &store,
+        store
+            .atomic()
+            .set(&key!["ks", "ok"], "v")
+            .set_versionstamped(&prefix_past, "past"),
+        Error::KeyTooLargeForWrite {
+            size: KEY_SIZE_MAX_WRITE + 1,
+        },
+        "a versionstamped set whose written key is one byte past the write limit",
     );
 }
 
