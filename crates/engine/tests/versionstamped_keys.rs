@@ -4,7 +4,7 @@
 //! limits see.
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-use tuplekv_engine::limits::KEY_SIZE_MAX_WRITE;
+use tuplekv_engine::limits::{KEY_SIZE_MAX_WRITE, VERSIONSTAMPED_KEY_SUFFIX_LEN};
 use tuplekv_engine::{
     Database, Error, Expiry, KeyPart, ListOptions, MutationKind, Selector, Value,
     codec::encode_key, key,
@@ -87,17 +87,22 @@ fn a_versionstamped_set_keeps_its_expiry() {
 }
 
 #[test]
-fn the_prefix_is_held_to_the_write_key_limit() {
+fn the_written_key_prefix_and_stamp_is_held_to_the_write_key_limit() {
     let db = Database::in_memory();
-    // A bytes part of n bytes encodes as n + 2 bytes.
-    let at_limit = key![vec![7u8; KEY_SIZE_MAX_WRITE - 2]];
-    let past = key![vec![7u8; KEY_SIZE_MAX_WRITE - 1]];
+    // A bytes part of n bytes encodes as n + 2 bytes; the stamp part adds
+    // VERSIONSTAMPED_KEY_SUFFIX_LEN.
+    let room = KEY_SIZE_MAX_WRITE - VERSIONSTAMPED_KEY_SUFFIX_LEN;
+    let at_limit = key![vec![7u8; room - 2]];
+    let past = key![vec![7u8; room - 1]];
     let r = db
         .atomic()
         .set_versionstamped(&at_limit, b"v")
         .commit()
         .unwrap();
-    assert!(r.is_committed(), "a prefix at the limit is accepted");
+    assert!(
+        r.is_committed(),
+        "a prefix whose written key is at the limit is accepted"
+    );
     let err = db
         .atomic()
         .set_versionstamped(&past, b"v")
@@ -107,6 +112,18 @@ fn the_prefix_is_held_to_the_write_key_limit() {
         err,
         Error::KeyTooLargeForWrite {
             size: KEY_SIZE_MAX_WRITE + 1
+        }
+    );
+    // A prefix at the plain write limit would write a key 22 bytes past it.
+    let err = db
+        .atomic()
+        .set_versionstamped(&key![vec![7u8; KEY_SIZE_MAX_WRITE - 2]], b"v")
+        .commit()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::KeyTooLargeForWrite {
+            size: KEY_SIZE_MAX_WRITE + VERSIONSTAMPED_KEY_SUFFIX_LEN
         }
     );
     let err = db
