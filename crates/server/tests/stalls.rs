@@ -272,7 +272,9 @@ async fn stalled_metadata_bodies_without_the_token_fill_their_slots_then_get_503
  {
     let config = ServerConfig::new(TOKEN)
         .expect("a long enough token")
-        .with_body_timeouts(BODY_SLOT_WAIT_MAX, Duration::from_millis(1500));
+        // Long enough that all the stalled bodies still hold their slots when the one past
+        // them comes, short enough for the test to see them answered 408.
+        .with_body_timeouts(BODY_SLOT_WAIT_MAX, Duration::from_secs(8));
     let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
     let mut stalled = Vec::new();
     for _ in 0..UNAUTHENTICATED_BODIES_IN_FLIGHT_MAX {
@@ -371,7 +373,12 @@ async fn a_connection_past_the_limit_is_refused_when_every_open_one_showed_the_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_client_commits_while_slow_uploads_stalled_metadata_and_1024_idle_connections_are_held()
  {
-    let server = TestServer::start().await;
+    // The default limits, but a read timeout long enough that the slow bodies are surely
+    // still held when the new client comes, however loaded the machine.
+    let config = ServerConfig::new(TOKEN)
+        .expect("a long enough token")
+        .with_body_timeouts(BODY_SLOT_WAIT_MAX, Duration::from_secs(300));
+    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
     let addr = server.addr;
     let mut held = Vec::new();
     for i in 0..CONNECTIONS_MAX {
