@@ -141,12 +141,26 @@ async function timed(op: string, body: Body, i: number, latencies: number[]): Pr
   return ok;
 }
 
+// How long a batch may go without finishing before the bench calls the server stalled and
+// exits (its earlier lines stand): a stalled server would otherwise hold the bench until the
+// harness kills it.
+const STALL_MS = 60_000;
+
 // Runs ops [from, to) at once and returns how many failed.
 async function batch(op: string, body: Body, from: number, to: number, latencies: number[]): Promise<number> {
-  if (to - from === 1) return (await timed(op, body, from, latencies)) ? 0 : 1;
   const ops = [];
   for (let i = from; i < to; i++) ops.push(timed(op, body, i, latencies));
-  return (await Promise.all(ops)).filter((ok) => !ok).length;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const stalled = new Promise<"stalled">((resolve) => {
+    timer = setTimeout(() => resolve("stalled"), STALL_MS);
+  });
+  const outcome = await Promise.race([Promise.all(ops), stalled]);
+  clearTimeout(timer);
+  if (outcome === "stalled") {
+    console.error(`deno_bench: ${op}: ${to - from} op(s) in flight got no answer in ${STALL_MS / 1000} s: the server stalled`);
+    Deno.exit(1);
+  }
+  return outcome.filter((ok) => !ok).length;
 }
 
 // Runs `body(i)` for i in [0, WARMUP) unmeasured (or fewer, when a quarter of the plan's time
