@@ -37,6 +37,11 @@
 //!   them).
 //! - Reads never return an expired value (denokv shows it until its expiry pass, up to a
 //!   minute later); watches learn of an expiry from the engine's background reclaimer.
+//! - Slow and idle clients are cut off (see [`limits`]): a body that does not arrive within
+//!   [`limits::REQUEST_BODY_READ_TIMEOUT`] is answered 408; a large body that finds no slot
+//!   within [`limits::BODY_SLOT_WAIT_MAX`] 503 with `Retry-After`; at the connection limit an
+//!   idle connection that never showed the token is closed to let a new one in. On Linux
+//!   every read re-arms `TCP_QUICKACK`, so Deno's Nagle-on client sees no 40 ms delayed ACK.
 
 mod app;
 mod conn;
