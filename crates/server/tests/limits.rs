@@ -393,7 +393,9 @@ async fn h2_header_lists_at_the_limit_pass_and_one_byte_more_is_431() {
 }
 
 #[tokio::test]
-async fn connections_at_the_limit_are_served_and_one_more_is_closed() {
+async fn connections_at_the_limit_that_showed_the_token_are_served_and_one_more_is_closed() {
+    // Both open connections show the token, so neither is closed to make room (see
+    // `stalls.rs` for connections that did not).
     let server = TestServer::start_with(
         Arc::new(Database::in_memory()),
         ServerConfig::new(TOKEN).expect("a long enough token"),

@@ -345,32 +345,6 @@ async fn idle_connections_at_the_limit_make_room_for_a_new_client_oldest_first()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_past_the_limit_is_refused_when_every_open_one_showed_the_token() {
-    let server = TestServer::start_with(
-        Arc::new(Database::in_memory()),
-        ServerConfig::new(TOKEN).expect("a long enough token"),
-        |mut o| {
-            o.connections_max = 2;
-            o
-        },
-    )
-    .await;
-    let mut a = server.h2().await;
-    let mut b = server.h1().await;
-    assert_eq!(a.read(read_of(vec![])).await.status, 200);
-    assert_eq!(b.read(read_of(vec![])).await.status, 200);
-    let mut third = TcpStream::connect(server.addr).await.expect("connect");
-    let n = tokio::time::timeout(WAIT_MAX, third.read(&mut [0u8; 16]))
-        .await
-        .expect("the third connection is closed")
-        .unwrap_or(0);
-    assert_eq!(n, 0);
-    assert_eq!(server.stats.connections_refused(), 1);
-    assert_eq!(a.read(read_of(vec![])).await.status, 200);
-    server.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_client_commits_while_slow_uploads_stalled_metadata_and_1024_idle_connections_are_held()
  {
     // The default limits, but a read timeout long enough that the slow bodies are surely
