@@ -135,6 +135,20 @@ fn body_too_large(max: usize) -> ApiError {
     )
 }
 
+/// `body` cut off past `max` bytes, and a buffer for it: 413 at once when its declared length
+/// is more than `max`, one allocation when it is declared (every KV Connect client does).
+fn limit_body(body: Body, max: usize) -> Result<(Limited<Body>, bytes::BytesMut), ApiError> {
+    let declared = body.size_hint().exact();
+    if declared.is_some_and(|len| len > max as u64) {
+        return Err(body_too_large(max));
+    }
+    let capacity = declared.map_or(0, |len| usize::try_from(len).unwrap_or(max));
+    Ok((
+        Limited::new(body, max),
+        bytes::BytesMut::with_capacity(capacity),
+    ))
+}
+
 impl<S: Store> AppState<S> {
     /// Reads a request body of at most `max` bytes, failing as soon as more arrive (or at
     /// once, when its declared length is more).
@@ -147,15 +161,7 @@ impl<S: Store> AppState<S> {
     /// must arrive within the configured read timeout (then 408), counted from when the
     /// server starts reading it.
     pub(crate) async fn read_body(&self, body: Body, max: usize) -> Result<BufferedBody, ApiError> {
-        let declared = body.size_hint().exact();
-        if declared.is_some_and(|len| len > max as u64) {
-            return Err(body_too_large(max));
-        }
-        let mut body = Limited::new(body, max);
-        // One allocation when the length is declared (as every KV Connect client does).
-        let mut buf = bytes::BytesMut::with_capacity(
-            declared.map_or(0, |len| usize::try_from(len).unwrap_or(max)),
-        );
+        let (mut body, mut buf) = limit_body(body, max)?;
         let small = SMALL_BODY_MAX.min(max);
         if self.read_until(&mut body, max, &mut buf, small).await? {
             return Ok(BufferedBody {
@@ -231,7 +237,8 @@ impl<S: Store> AppState<S> {
                 self.stats().body_slot_timed_out();
                 Err(ApiError::busy(
                     format!(
-                        "The server is busy: every slot for large request bodies stayed taken                          for {wait:?}. Nothing was done; try again."
+                        "The server is busy: every slot for large request bodies stayed taken \
+                         for {wait:?}. Nothing was done; try again."
                     ),
                     1,
                 ))
@@ -253,19 +260,12 @@ impl<S: Store> AppState<S> {
         let Ok(permit) = Arc::clone(&self.unauthenticated_body_permits).try_acquire_owned() else {
             self.stats().body_slot_timed_out();
             return Err(ApiError::busy(
-                "The server is busy: too many metadata exchanges without a valid access token                  are being read. Try again.",
+                "The server is busy: too many metadata exchanges without a valid access token \
+                 are being read. Try again.",
                 1,
             ));
         };
-        if body
-            .size_hint()
-            .exact()
-            .is_some_and(|len| len > METADATA_BODY_MAX as u64)
-        {
-            return Err(body_too_large(METADATA_BODY_MAX));
-        }
-        let mut body = Limited::new(body, METADATA_BODY_MAX);
-        let mut buf = bytes::BytesMut::new();
+        let (mut body, mut buf) = limit_body(body, METADATA_BODY_MAX)?;
         self.read_until(&mut body, METADATA_BODY_MAX, &mut buf, usize::MAX)
             .await?;
         Ok(BufferedBody {
