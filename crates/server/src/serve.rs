@@ -227,6 +227,14 @@ fn connection_slot(
         .map_err(|_| ())
 }
 
+/// The slot of `permits` that a closed connection frees, waited for at most `wait`.
+async fn freed_slot(permits: Arc<Semaphore>, wait: Duration) -> Option<OwnedSemaphorePermit> {
+    tokio::time::timeout(wait, permits.acquire_owned())
+        .await
+        .ok()?
+        .ok()
+}
+
 /// [`serve`] with explicit transport limits.
 ///
 /// # Errors
@@ -294,18 +302,14 @@ pub async fn serve_with(
             let permit = match permit {
                 Some(permit) => permit,
                 None => {
-                    let freed =
-                        tokio::time::timeout(CONNECTION_SLOT_WAIT_MAX, permits.acquire_owned())
-                            .await;
+                    let freed = freed_slot(permits, CONNECTION_SLOT_WAIT_MAX).await;
                     waiting.fetch_sub(1, Ordering::AcqRel);
-                    match freed {
-                        Ok(Ok(permit)) => permit,
-                        _ => {
-                            stats.connection_refused();
-                            tracing::debug!(%peer, "no connection slot freed in time: closing a new connection");
-                            return;
-                        }
-                    }
+                    let Some(permit) = freed else {
+                        stats.connection_refused();
+                        tracing::debug!(%peer, "no connection slot freed in time: closing a new connection");
+                        return;
+                    };
+                    permit
                 }
             };
             let open = stats.open_connection();
@@ -367,6 +371,47 @@ mod tests {
         let logged = (0..1000).filter(|_| log.refused(peer, 1)).count();
         assert_eq!(logged, 0, "the next ones wait for the interval");
         assert_eq!(log.unlogged, 1000, "and are counted for the next line");
+        log.last = log
+            .last
+            .and_then(|l| l.checked_sub(REFUSED_CONNECTION_LOG_INTERVAL));
+        assert!(
+            log.refused(peer, 1),
+            "a refusal the interval after the last line is logged"
+        );
+        assert_eq!(log.unlogged, 0, "with the count it reports");
+    }
+
+    #[tokio::test]
+    async fn a_new_connection_takes_a_slot_freed_within_the_wait_and_none_past_it() {
+        let permits = Arc::new(Semaphore::new(1));
+        let held = Arc::clone(&permits)
+            .try_acquire_owned()
+            .expect("the one slot");
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(held);
+        });
+        assert!(
+            freed_slot(Arc::clone(&permits), Duration::from_secs(10))
+                .await
+                .is_some(),
+            "a slot freed within the wait is taken"
+        );
+        release.await.expect("join");
+        let _taken = Arc::clone(&permits)
+            .try_acquire_owned()
+            .expect("free again");
+        let started = Instant::now();
+        assert!(
+            freed_slot(Arc::clone(&permits), Duration::from_millis(100))
+                .await
+                .is_none(),
+            "no slot freed: refused"
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(100),
+            "after the wait"
+        );
     }
 
     #[test]

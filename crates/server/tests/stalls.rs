@@ -7,7 +7,6 @@ mod common;
 
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -20,8 +19,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use tuplekv_engine::Database;
-use tuplekv_server::ServerConfig;
 use tuplekv_server::limits::*;
 
 /// How long the tests below allow for work that takes well under a second here: a
@@ -109,10 +106,8 @@ async fn two_hundred_concurrent_600_kb_writes_on_one_h2_connection_all_commit() 
 async fn large_writes_past_the_body_slots_on_one_connection_wait_and_then_commit() {
     // Two slots for eight bodies of ~600 kB on one connection: six wait with their bodies
     // unread, and the slot holders' bodies still arrive.
-    let config = ServerConfig::new(TOKEN)
-        .expect("a long enough token")
-        .with_request_bodies_in_flight_max(2);
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let config = config().with_request_bodies_in_flight_max(2);
+    let server = TestServer::start_configured(config).await;
     let statuses = tokio::time::timeout(STALL_MAX, concurrent_large_writes(server.addr, 8))
         .await
         .expect("the writes complete");
@@ -185,10 +180,8 @@ async fn reply_status_then_close(tcp: &mut TcpStream) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_large_uploads_at_the_slot_limit_never_stop_other_writes_and_time_out_with_408() {
     let read_timeout = Duration::from_millis(1500);
-    let config = ServerConfig::new(TOKEN)
-        .expect("a long enough token")
-        .with_body_timeouts(BODY_SLOT_WAIT_MAX, read_timeout);
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let config = config().with_body_timeouts(BODY_SLOT_WAIT_MAX, read_timeout);
+    let server = TestServer::start_configured(config).await;
     // Every large-body slot taken by an upload that sent more than a small body's worth,
     // then stalled; and as many again that sent one byte (they hold no slot).
     let mut holders = Vec::new();
@@ -233,11 +226,10 @@ async fn slow_large_uploads_at_the_slot_limit_never_stop_other_writes_and_time_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_body_that_finds_no_slot_in_time_gets_503_with_retry_after_and_writes_nothing() {
-    let config = ServerConfig::new(TOKEN)
-        .expect("a long enough token")
+    let config = config()
         .with_request_bodies_in_flight_max(1)
         .with_body_timeouts(Duration::from_millis(300), Duration::from_secs(30));
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let server = TestServer::start_configured(config).await;
     let _holder = stalled_upload(
         server.addr,
         upload_head(server.addr, 600_000),
@@ -257,10 +249,17 @@ async fn a_large_body_that_finds_no_slot_in_time_gets_503_with_retry_after_and_w
         ))
         .await;
     assert_eq!(res.status, 503, "{}", res.text());
-    assert!(
-        res.text().contains("Nothing was done; try again."),
-        "{}",
-        res.text()
+    assert_eq!(
+        res.text(),
+        format!(
+            "The server is busy: every slot for large request bodies stayed taken for {:?}. \
+             Nothing was done; try again.",
+            Duration::from_millis(300)
+        )
+    );
+    assert_eq!(
+        res.headers.get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
     );
     assert_eq!(server.stats.body_slots_refused(), 1);
     assert!(c.get(&key2("refused", "0")).await.is_none());
@@ -270,12 +269,11 @@ async fn a_large_body_that_finds_no_slot_in_time_gets_503_with_retry_after_and_w
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_metadata_bodies_without_the_token_fill_their_slots_then_get_503_and_never_stop_clients_with_it()
  {
-    let config = ServerConfig::new(TOKEN)
-        .expect("a long enough token")
+    let config = config()
         // Long enough that all the stalled bodies still hold their slots when the one past
         // them comes, short enough for the test to see them answered 408.
         .with_body_timeouts(BODY_SLOT_WAIT_MAX, Duration::from_secs(8));
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let server = TestServer::start_configured(config).await;
     let mut stalled = Vec::new();
     for _ in 0..UNAUTHENTICATED_BODIES_IN_FLIGHT_MAX {
         let head = stalled_metadata_head(server.addr, METADATA_BODY_MAX);
@@ -311,14 +309,10 @@ async fn stalled_metadata_bodies_without_the_token_fill_their_slots_then_get_503
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_at_the_limit_make_room_for_a_new_client_oldest_first() {
-    let server = TestServer::start_with(
-        Arc::new(Database::in_memory()),
-        ServerConfig::new(TOKEN).expect("a long enough token"),
-        |mut o| {
-            o.connections_max = 8;
-            o
-        },
-    )
+    let server = TestServer::start_serving(|mut o| {
+        o.connections_max = 8;
+        o
+    })
     .await;
     let mut idle = Vec::new();
     for _ in 0..8 {
@@ -349,10 +343,8 @@ async fn a_new_client_commits_while_slow_uploads_stalled_metadata_and_1024_idle_
  {
     // The default limits, but a read timeout long enough that the slow bodies are surely
     // still held when the new client comes, however loaded the machine.
-    let config = ServerConfig::new(TOKEN)
-        .expect("a long enough token")
-        .with_body_timeouts(BODY_SLOT_WAIT_MAX, Duration::from_secs(300));
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let config = config().with_body_timeouts(BODY_SLOT_WAIT_MAX, Duration::from_secs(300));
+    let server = TestServer::start_configured(config).await;
     let addr = server.addr;
     let mut held = Vec::new();
     for i in 0..CONNECTIONS_MAX {
@@ -485,13 +477,8 @@ async fn writes_from_a_client_with_nagle_on_take_within_3x_of_the_same_writes_wi
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_http1_watch_stream_whose_client_reads_nothing_is_closed_after_the_send_timeout() {
-    let config = ServerConfig::new(TOKEN)
-        .expect("a long enough token")
-        .with_watch_send_timeout(Duration::from_millis(500));
-    let store = Arc::new(Database::in_memory());
-    let server = TestServer::start_with(Arc::clone(&store), config, |o| o).await;
+/// The most keys a watch may watch, and the `watch` request body of them.
+fn watch_of_the_most_keys() -> (Vec<Vec<u8>>, Vec<u8>) {
     let keys: Vec<Vec<u8>> = (0..WATCHED_KEYS_MAX)
         .map(|i| key2("watched", &i.to_string()))
         .collect();
@@ -502,6 +489,14 @@ async fn an_http1_watch_stream_whose_client_reads_nothing_is_closed_after_the_se
             .collect(),
     }
     .encode_to_vec();
+    (keys, watch)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_watch_stream_whose_client_reads_nothing_is_closed_after_the_send_timeout() {
+    let config = config().with_watch_send_timeout(Duration::from_millis(500));
+    let server = TestServer::start_configured(config).await;
+    let (keys, watch) = watch_of_the_most_keys();
     let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
     let head = format!(
         "POST /v2/watch HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {TOKEN}\r\n\
@@ -544,4 +539,52 @@ async fn an_http1_watch_stream_whose_client_reads_nothing_is_closed_after_the_se
     // A watch on a connection that reads goes on.
     assert_eq!(c.read(read_of(vec![])).await.status, 200);
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_watch_stream_whose_client_reads_stays_open_past_the_send_timeout() {
+    let send_timeout = Duration::from_millis(300);
+    let config = config().with_watch_send_timeout(send_timeout);
+    let server = TestServer::start_configured(config).await;
+    let (keys, watch) = watch_of_the_most_keys();
+    let mut h1 = server.h1().await;
+    let res = h1
+        .send(sized_request(server.addr, "watch", watch))
+        .await
+        .expect("the watch stream");
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    // The client reads every frame while the keys change, for several send timeouts.
+    let reader = tokio::spawn(async move {
+        let mut bytes = 0usize;
+        while let Some(frame) = body.frame().await {
+            bytes += frame.expect("a frame").into_data().map_or(0, |d| d.len());
+        }
+        bytes
+    });
+    let mut c = server.h2().await;
+    let until = tokio::time::Instant::now() + send_timeout * 6;
+    let mut round = 0u8;
+    while tokio::time::Instant::now() < until {
+        round = round.wrapping_add(1);
+        let sets = keys
+            .iter()
+            .map(|k| set(k, bytes_value(&vec![round; 60_000])))
+            .collect();
+        assert_eq!(c.commit(write_of(vec![], sets)).await.status, AW_SUCCESS);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(server.stats.watch_streams_stalled(), 0);
+    assert_eq!(
+        server.stats.open_watch_streams(),
+        1,
+        "the stream is still open"
+    );
+    assert!(!reader.is_finished(), "the client still reads the stream");
+    server.stop().await;
+    let received = reader.await.expect("join");
+    assert!(
+        received > 600_000 * 2,
+        "several states arrived ({received} bytes)"
+    );
 }

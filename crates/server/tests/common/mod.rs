@@ -21,6 +21,11 @@ use tuplekv_server::{ServeOptions, ServerConfig, ServerStats, router, serve_with
 pub const TOKEN: &str = "test-token-0123456789";
 pub const NIL_ID: &str = "00000000-0000-0000-0000-000000000000";
 
+/// The default configuration with [`TOKEN`].
+pub fn config() -> ServerConfig {
+    ServerConfig::new(TOKEN).expect("a long enough token")
+}
+
 /// A running server; [`TestServer::stop`] shuts it down gracefully.
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -38,6 +43,17 @@ impl TestServer {
             |o| o,
         )
         .await
+    }
+
+    /// An in-memory store behind `config`, with the default transport options.
+    pub async fn start_configured(config: ServerConfig) -> TestServer {
+        Self::start_with(Arc::new(Database::in_memory()), config, |o| o).await
+    }
+
+    /// An in-memory store behind the default configuration, with transport options adjusted
+    /// by `opts`.
+    pub async fn start_serving(opts: impl FnOnce(ServeOptions) -> ServeOptions) -> TestServer {
+        Self::start_with(Arc::new(Database::in_memory()), config(), opts).await
     }
 
     /// `store` behind `config`, with transport options adjusted by `opts`.
