@@ -588,3 +588,44 @@ async fn an_http1_watch_stream_whose_client_reads_stays_open_past_the_send_timeo
         "several states arrived ({received} bytes)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_opened_and_reset_streams_never_stops_other_clients() {
+    let server = TestServer::start().await;
+    let addr = server.addr;
+    // One client opens streams whose bodies never come and cancels each at once (the
+    // "rapid reset" pattern), as fast as it can, on as many connections as it needs.
+    let flood = tokio::spawn(async move {
+        let mut opened = 0u32;
+        for _ in 0..8 {
+            let sender = h2_sender::<ChannelBody>(addr).await;
+            for _ in 0..250 {
+                let mut s = sender.clone();
+                if s.ready().await.is_err() {
+                    break;
+                }
+                let (_tx, body) = channel_body();
+                // Dropped unpolled-to-completion: the client resets the stream.
+                let pending = s.send_request(channel_request(addr, "atomic_write", body));
+                drop(tokio::time::timeout(Duration::from_micros(50), pending).await);
+                opened += 1;
+            }
+        }
+        opened
+    });
+    let mut other = server.h2().await;
+    let mut served = 0;
+    while !flood.is_finished() {
+        let read = tokio::time::timeout(WAIT_MAX, other.read(read_of(vec![get_range(&key("a"))])))
+            .await
+            .expect("a read on another connection is answered during the flood");
+        assert_eq!(read.status, 200);
+        served += 1;
+    }
+    let opened = flood.await.expect("join");
+    assert!(opened >= 250, "the flood opened {opened} streams");
+    assert!(served > 0);
+    let write = write_of(vec![], vec![set(&key("after"), bytes_value(b"v"))]);
+    assert_eq!(server.h2().await.commit(write).await.status, AW_SUCCESS);
+    server.stop().await;
+}
