@@ -1,8 +1,8 @@
 //! [`Collection`]: the definition (name, primary key, indexes), the write path that keeps
 //! records and index entries in one commit, and the queries.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -19,7 +19,9 @@ use tuplekv_engine::{
 
 use crate::entry::{self, COVERING, EntryBytes, POINTER, PkBytes, entry_value, stored_matches};
 use crate::error::{Error, Reread};
-use crate::record::{self, ENVELOPE_TAG, Migration, RecordFormat};
+use crate::evolve::{Cache, LAYOUT_PLAIN, MigrationSpec};
+use crate::record::{self, RecordFormat};
+use crate::schema;
 
 /// Computes a record's values for one index: none (the record is not in it), one, or several
 /// (a multi-entry index). A value is a [`Key`], so a compound index is a value of several parts.
@@ -55,15 +57,23 @@ pub(crate) struct Def<T> {
     /// The version of `T` this handle declares (0: none declared).
     pub(crate) version: u32,
     /// Conversions of records written by older versions of `T`, by version.
-    pub(crate) migrations: Vec<(u32, Migration<T>)>,
-    /// Whether the collection's envelope marker is set (by `open`): records that start with
-    /// [`ENVELOPE_TAG`] are envelopes, and this handle writes envelopes too.
-    pub(crate) tagged: AtomicBool,
+    pub(crate) migrations: Vec<MigrationSpec<T>>,
+    /// Fields and variants renamed since the stored shape: `(old, new)`.
+    pub(crate) renames: Vec<(String, String)>,
+    /// `T`'s serde shape (traced by `open`, or by [`CollectionBuilder::shape_sample`]).
+    pub(crate) shape: Option<schema::ShapeText>,
+    /// The encoded `[collection, "meta", "schema"]` (set by `open`).
+    pub(crate) schema_key: Vec<u8>,
+    /// The record layout this handle last saw (`LAYOUT_*`), read without a lock on the read
+    /// path; the rest of what it knows of the schema is in `cache`.
+    pub(crate) layout: AtomicU8,
+    /// The schema as this handle last read it: every write checks it is still current.
+    pub(crate) cache: RwLock<Cache>,
 }
 
 impl<T> Def<T> {
     /// Whether this handle's definition asks for envelopes (a version or a non-default format).
-    fn wants_envelope(&self) -> bool {
+    pub(crate) fn wants_envelope(&self) -> bool {
         self.version > 0 || self.format != RecordFormat::Postcard
     }
 }
@@ -148,29 +158,86 @@ impl<T> CollectionBuilder<T> {
     /// carry it in an envelope, so a later version can tell them apart and convert them with
     /// [`CollectionBuilder::migrate`]. Records stored before any version was declared are
     /// version 0.
+    ///
+    /// Declare a new version for any change the collection refuses at `open` without one
+    /// (see the crate's *Record evolution* section); a field added at the end with
+    /// `#[serde(default)]`, a renamed field ([`CollectionBuilder::renamed`]) and a wider
+    /// integer need none.
     pub fn version(mut self, version: u32) -> Self {
         self.def.version = version;
         self
     }
 
-    /// Converts records stored by version `from` of the struct (0: before versioning) with
-    /// `migrate`, which gets the record's body in the format it was written in and returns the
-    /// current struct (e.g. it reads the old struct with `postcard::from_bytes` and fills in
-    /// the new fields), or says why it cannot. The converted record is written back in the
-    /// current version by the next write of that record, not by the read.
+    /// Converts records stored by version `from` of the struct (0: before versioning):
+    /// the layer reads each one as `Old`, the struct as that version declared it (with its own
+    /// reader: trailing `#[serde(default)]` fields fill in, the stored format is handled), and
+    /// `migrate` turns it into the current struct or says why it cannot.
     ///
-    /// A change that only adds a field with `#[serde(default)]` (at the end, for postcard)
-    /// needs no migration.
+    /// At `open`, `Old`'s shape is checked against the shape version `from` stored, every
+    /// version whose records may still be stored must have a migration, and every such record
+    /// is converted once without writing (the first failure is reported with its primary key
+    /// and nothing opens). Reads convert old records as they meet them;
+    /// [`Collection::migrate_records`] rewrites them all in the current version, in batches,
+    /// resuming after a crash. Once it has finished, the migration can be deleted.
+    ///
+    /// # Examples
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, key};
+    /// # use tuplekv_index::Collection;
+    /// #[derive(Serialize, Deserialize)]
+    /// struct UserV0 { id: u64, name: String }
+    /// #[derive(Debug, Serialize, Deserialize)]
+    /// struct User { id: u64, first: String, last: String }
+    ///
+    /// let db = Database::in_memory();
+    /// Collection::builder("users", |u: &UserV0| key![u.id])
+    ///     .open(db.clone())?
+    ///     .insert(&UserV0 { id: 1, name: "Ada Lovelace".into() })?;
+    /// let users = Collection::builder("users", |u: &User| key![u.id])
+    ///     .version(1)
+    ///     .migrate(0, |old: UserV0| {
+    ///         let (first, last) = old.name.split_once(' ').ok_or("no last name")?;
+    ///         Ok(User { id: old.id, first: first.into(), last: last.into() })
+    ///     })
+    ///     .open(db)?;
+    /// assert_eq!(users.get(&key![1])?.unwrap().last, "Lovelace");
+    /// let report = users.migrate_records(100, |_| {})?;
+    /// assert_eq!(report.migrated, 1);
+    /// # Ok::<(), tuplekv_index::Error>(())
+    /// ```
     ///
     /// # Errors
     /// A `from` not older than the declared [`CollectionBuilder::version`], or declared twice,
     /// makes [`CollectionBuilder::open`] fail with [`Error::Definition`].
-    pub fn migrate(
-        mut self,
-        from: u32,
-        migrate: impl Fn(&[u8]) -> Result<T, String> + Send + Sync + 'static,
-    ) -> Self {
-        self.def.migrations.push((from, Arc::new(migrate)));
+    pub fn migrate<Old, F>(mut self, from: u32, migrate: F) -> Self
+    where
+        Old: DeserializeOwned + 'static,
+        F: Fn(Old) -> Result<T, String> + Send + Sync + 'static,
+    {
+        self.def.migrations.push(MigrationSpec::new(from, migrate));
+        self
+    }
+
+    /// Declares that the field (or enum variant) `old` of the stored shape is now called
+    /// `new`. Postcard stores no names, so the values read correctly; without the declaration
+    /// `open` cannot tell a rename from a removed field and an inserted one, and refuses.
+    /// The stored shape takes the new name, so the declaration can go once every handle has
+    /// opened with it. The name applies in any struct or enum of the record.
+    pub fn renamed(mut self, old: &str, new: &str) -> Self {
+        self.def.renames.push((old.to_owned(), new.to_owned()));
+        self
+    }
+
+    /// Traces the struct's shape from `sample`, a real record, instead of from made-up values.
+    /// Needed only when `open` says the shape cannot be traced: a type whose deserialisation
+    /// validates its input (a checked newtype, a date parsed from a string) rejects the
+    /// tracer's empty strings and zeros.
+    pub fn shape_sample(mut self, sample: &T) -> Self
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        self.def.shape = Some(schema::to_text(schema::trace_sample(sample)));
         self
     }
 
@@ -208,8 +275,9 @@ impl<T> CollectionBuilder<T> {
                 )));
             }
         }
-        for (i, (from, _)) in def.migrations.iter().enumerate() {
-            if *from >= def.version || def.migrations.iter().take(i).any(|(o, _)| o == from) {
+        for (i, m) in def.migrations.iter().enumerate() {
+            let from = m.from;
+            if from >= def.version || def.migrations.iter().take(i).any(|o| o.from == from) {
                 return Err(Error::Definition(format!(
                     "migrate({from}) must come from a version older than the declared \
                      version({}) and be declared once",
@@ -218,13 +286,20 @@ impl<T> CollectionBuilder<T> {
             }
         }
         def.record_prefix = encode_names(&[&def.name, "id"])?;
+        def.schema_key = encode_names(&[&def.name, "meta", "schema"])?;
         for idx in &mut def.indexes {
             idx.prefix = encode_names(&[&def.name, kind_of(idx), &idx.name])?;
+        }
+        if def.shape.is_none() {
+            def.shape = Some(schema::to_text(schema::trace::<T>()));
         }
         let collection = Collection {
             store,
             def: Arc::new(def),
         };
+        // The schema first: a struct that does not fit the stored records opens nothing and
+        // writes nothing.
+        collection.open_schema()?;
         for idx in &collection.def.indexes {
             let state = collection.state_key(&idx.name)?;
             let has_records = !collection
@@ -245,7 +320,6 @@ impl<T> CollectionBuilder<T> {
                 .commit()?;
             collection.refresh_ready(idx)?;
         }
-        collection.open_envelopes()?;
         Ok(collection)
     }
 }
@@ -312,7 +386,11 @@ impl<T> Collection<T, tuplekv_engine::Database> {
                 format: RecordFormat::default(),
                 version: 0,
                 migrations: Vec::new(),
-                tagged: AtomicBool::new(false),
+                renames: Vec::new(),
+                shape: None,
+                schema_key: Vec::new(),
+                layout: AtomicU8::new(LAYOUT_PLAIN),
+                cache: RwLock::new(Cache::default()),
             },
             mistake: None,
         }
@@ -426,10 +504,10 @@ where
         decode_key(&self.key(&[kind_of(idx), &idx.name], &[value])?).map_err(codec_err)
     }
 
-    /// The envelope new records are written in: none for a collection that has never been
-    /// versioned (plain postcard, as before versioning existed).
+    /// The envelope new records are written in: none while the collection's records are
+    /// plain postcard (it has never been versioned), as before versioning existed.
     fn envelope(&self) -> Option<(RecordFormat, u32)> {
-        (self.def.wants_envelope() || self.def.tagged.load(Ordering::Relaxed))
+        (self.def.layout.load(Ordering::Acquire) != LAYOUT_PLAIN)
             .then_some((self.def.format, self.def.version))
     }
 
@@ -440,85 +518,60 @@ where
         })
     }
 
-    /// Reads a stored record: its envelope (if the collection has them) says the format and
-    /// version; a migration declared for that version converts it, else it is read as the
-    /// current struct (trailing `#[serde(default)]` fields fill in).
+    /// Reads a stored record written at `stamp`: its envelope (if it has one) says the format
+    /// and version; a record of another version goes through that version's migration, one
+    /// of this version is read as the current struct (trailing `#[serde(default)]` fields
+    /// fill in).
+    ///
+    /// Whether a record starting with [`ENVELOPE_TAG`](crate::ENVELOPE_TAG) is an envelope is
+    /// never guessed from its bytes: the collection's layout says it (see
+    /// [`Collection::is_envelope`]).
     ///
     /// # Errors
     /// [`Error::Incompatible`] naming the collection, the record and its version.
-    pub(crate) fn decode(&self, pk: &Key, bytes: &[u8]) -> Result<T, Error> {
-        self.decode_as(pk, bytes, self.def.tagged.load(Ordering::Relaxed))
+    pub(crate) fn decode(&self, pk: &Key, bytes: &[u8], stamp: Versionstamp) -> Result<T, Error> {
+        let enveloped = bytes.first() == Some(&record::ENVELOPE_TAG) && self.is_envelope(stamp)?;
+        self.decode_as(pk, bytes, enveloped)
     }
 
-    fn decode_as(&self, pk: &Key, bytes: &[u8], tagged: bool) -> Result<T, Error> {
+    pub(crate) fn decode_as(&self, pk: &Key, bytes: &[u8], enveloped: bool) -> Result<T, Error> {
         let incompatible = |version, reason| Error::Incompatible {
             collection: self.def.name.clone(),
             primary_key: pk.clone(),
             version,
             reason,
         };
-        let stored = record::split(bytes, tagged).map_err(|r| incompatible(0, r))?;
-        if stored.version != self.def.version
-            && let Some((_, migrate)) = self
+        let stored = record::split(bytes, enveloped).map_err(|r| incompatible(0, r))?;
+        if stored.version != self.def.version {
+            let Some(m) = self
                 .def
                 .migrations
                 .iter()
-                .find(|(from, _)| *from == stored.version)
-        {
-            return migrate(stored.body)
+                .find(|m| m.from == stored.version)
+            else {
+                let why = if stored.version > self.def.version {
+                    format!(
+                        "a newer build wrote it; this one declares version {} and has no \
+                         migration from it",
+                        self.def.version
+                    )
+                } else {
+                    format!(
+                        "this build declares version {} and no `.migrate({}, ...)`",
+                        self.def.version, stored.version
+                    )
+                };
+                return Err(incompatible(stored.version, why));
+            };
+            return (m.run)(stored.format, stored.body)
                 .map_err(|r| incompatible(stored.version, format!("its migration failed: {r}")));
         }
         record::decode_body(stored.format, stored.body).map_err(|reason| {
-            let hint = if stored.version < self.def.version {
-                format!(
-                    "; declare `.migrate({}, ...)` to convert such records",
-                    stored.version
-                )
-            } else {
-                String::new()
-            };
             incompatible(
                 stored.version,
-                format!(
-                    "{reason} (read as {}){hint}",
-                    record::format_name(stored.format)
-                ),
+                format!("{reason} (read as {})", record::format_name(stored.format)),
             )
         })
-    }
-
-    /// Sets the envelope marker when this handle writes envelopes and the collection has none
-    /// yet. Plain records stored before it that happen to start with [`ENVELOPE_TAG`] are
-    /// rewritten as envelopes first, so that once the marker is set the tag means an envelope.
-    fn open_envelopes(&self) -> Result<(), Error> {
-        let marker = self.key(&["meta", "records"], &[])?;
-        let is_set = |e: Option<Entry>| matches!(e.map(|e| e.value), Some(Value::Bytes(b)) if b.as_ref() == RECORDS_ENVELOPED);
-        if is_set(self.store.snapshot().get_raw(&marker)?) {
-            self.def.tagged.store(true, Ordering::Relaxed);
-            return Ok(());
-        }
-        if !self.def.wants_envelope() {
-            return Ok(());
-        }
-        let range = self.records_range()?;
-        let view = self.store.snapshot();
-        for entry in view.scan(&range, false, usize::MAX)? {
-            let bytes = value_bytes(&entry.value)?;
-            if bytes.first() == Some(&ENVELOPE_TAG) {
-                let pk = pk_of_record_key(&entry.key)?;
-                let record = self.decode_as(&pk, bytes, false)?;
-                // The marker is not set yet, so reads still take this record as plain; the
-                // write puts it in an envelope.
-                self.upsert(&record)?;
-            }
-        }
-        let _ = self
-            .store
-            .atomic()
-            .set_raw(&marker, RECORDS_ENVELOPED)
-            .commit()?;
-        self.def.tagged.store(true, Ordering::Relaxed);
-        Ok(())
     }
 
     /// The entries `record` (primary key `pk`, serialised as `bytes`) should have, in index
@@ -634,7 +687,7 @@ where
     /// change that. While the index is being built it may be missing, or held by another
     /// record that had the value before: leaving it alone then introduces no duplicate (the
     /// record already had the value) and the build finds any that existed.
-    fn put_in(
+    pub(crate) fn put_in(
         &self,
         tx: &mut Transaction<'_, S>,
         pk: &Key,
@@ -736,16 +789,21 @@ where
             return Ok(None);
         };
         let bytes = value_bytes(&e.value)?;
-        let record = self.decode(pk, bytes)?;
+        let record = self.decode(pk, bytes, e.versionstamp)?;
         let plan = self.plan_encoded(self.pk_bytes(record_key), &record, bytes, None);
         Ok(Some((record, e.versionstamp, plan)))
     }
 
+    /// Runs a record write as a transaction that reads the schema first (so its commit
+    /// checks it, and a changed schema is loaded before `f` encodes anything).
     fn run<R>(
         &self,
-        f: impl FnMut(&mut Transaction<'_, S>) -> Result<R, Error>,
+        mut f: impl FnMut(&mut Transaction<'_, S>) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        self.store.transaction_with(&self.def.retry, f)
+        self.store.transaction_with(&self.def.retry, |tx| {
+            self.schema_in(tx)?;
+            f(tx)
+        })
     }
 
     /// Inserts a new record.
@@ -779,7 +837,7 @@ where
         self.run_after(lost, |tx| {
             if let Some(e) = tx.get_raw(&record_key)? {
                 // Decoded only for its error: a stored record that does not decode says so.
-                self.decode(&pk, value_bytes(&e.value)?)?;
+                self.decode(&pk, value_bytes(&e.value)?, e.versionstamp)?;
                 return Err(Error::AlreadyExists {
                     primary_key: pk.clone(),
                 });
@@ -807,11 +865,15 @@ where
     fn run_after<R>(
         &self,
         lost: bool,
-        f: impl FnMut(&mut Transaction<'_, S>) -> Result<R, Error>,
+        mut f: impl FnMut(&mut Transaction<'_, S>) -> Result<R, Error>,
     ) -> Result<R, Error> {
         let retry = TransactionOptions {
             max_attempts: self.def.retry.max_attempts - u32::from(lost),
             ..self.def.retry.clone()
+        };
+        let f = |tx: &mut Transaction<'_, S>| {
+            self.schema_in(tx)?;
+            f(tx)
         };
         match self.store.transaction_with(&retry, f) {
             Err(Error::Store(tuplekv_engine::Error::TransactionConflict { attempts })) => {
@@ -882,7 +944,12 @@ where
     /// A write whose outcome is unknown (a remote store lost the answer) is `Done` with that
     /// error: running the transaction after it could find the write's own record and report
     /// it as someone else's.
-    fn commit_unopposed(&self, write: AtomicWrite) -> Unopposed<Result<(), Error>> {
+    fn commit_unopposed(&self, mut write: AtomicWrite) -> Unopposed<Result<(), Error>> {
+        // Encoded with the layout this handle knows: the commit checks it still holds.
+        let Ok(schema) = self.schema_check() else {
+            return Unopposed::Declined;
+        };
+        write.checks.push(schema);
         if write.checks.len() > CHECKS_MAX || write.mutations.len() > MUTATIONS_MAX {
             return Unopposed::Declined;
         }
@@ -983,7 +1050,7 @@ where
         let read = self.store.read_latest_raw(record_key, |found| {
             let (value, stamp) = found?;
             let decoded = value_bytes(value).and_then(|bytes| {
-                let record = self.decode(pk, bytes)?;
+                let record = self.decode(pk, bytes, stamp)?;
                 let plan = self.plan_encoded(self.pk_bytes(record_key), &record, bytes, None);
                 Ok((record, stamp, plan))
             });
@@ -1277,7 +1344,11 @@ where
     /// A store error, or a stored record that does not decode.
     pub fn get(&self, pk: &Key) -> Result<Option<T>, Error> {
         match self.store.snapshot().get_raw(&self.record_key(pk)?)? {
-            Some(e) => Ok(Some(self.decode(pk, value_bytes(&e.value)?)?)),
+            Some(e) => Ok(Some(self.decode(
+                pk,
+                value_bytes(&e.value)?,
+                e.versionstamp,
+            )?)),
             None => Ok(None),
         }
     }
@@ -1333,9 +1404,9 @@ where
         let (pk_bytes, copy) = Self::entry_parts(&entry.value)?;
         let pk = decode_key(&pk_bytes).map_err(codec_err)?;
         let record = match copy {
-            Some(bytes) => Some(self.decode(&pk, bytes)?),
+            Some(bytes) => Some(self.decode(&pk, bytes, entry.versionstamp)?),
             None => match read(&self.record_key_of(&pk_bytes))? {
-                Some(e) => Some(self.decode(&pk, value_bytes(&e.value)?)?),
+                Some(e) => Some(self.decode(&pk, value_bytes(&e.value)?, e.versionstamp)?),
                 None => None,
             },
         };
@@ -1386,14 +1457,14 @@ where
             Covering(Key, T),
         }
         let found = self.store.read_latest_raw(entry_key, |entry| {
-            let Some((entry, _)) = entry else {
+            let Some((entry, stamp)) = entry else {
                 return Ok::<_, Error>(Found::Absent);
             };
             let (pk_bytes, copy) = Self::entry_parts(entry)?;
             let pk = decode_key(&pk_bytes).map_err(codec_err)?;
             Ok(match copy {
                 Some(bytes) => {
-                    let record = self.decode(&pk, bytes)?;
+                    let record = self.decode(&pk, bytes, stamp)?;
                     Found::Covering(pk, record)
                 }
                 None => Found::Pointer(pk, self.record_key_of(&pk_bytes)),
@@ -1406,8 +1477,8 @@ where
                 let record = self
                     .store
                     .read_latest_raw(&record_key, |record| match record {
-                        Some((bytes, _)) => value_bytes(bytes)
-                            .and_then(|b| self.decode(&pk, b))
+                        Some((bytes, stamp)) => value_bytes(bytes)
+                            .and_then(|b| self.decode(&pk, b, stamp))
                             .map(Some),
                         None => Ok::<_, Error>(None),
                     })??;
@@ -1582,7 +1653,7 @@ where
         for entry in iter.by_ref() {
             let entry = entry?;
             let pk = pk_of_record_key(&entry.key)?;
-            let record = self.decode(&pk, value_bytes(&entry.value)?)?;
+            let record = self.decode(&pk, value_bytes(&entry.value)?, entry.versionstamp)?;
             items.push((pk, record));
         }
         let cursor = match iter.cursor() {

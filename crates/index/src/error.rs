@@ -102,6 +102,19 @@ pub enum Error {
         /// Why it does not read.
         reason: String,
     },
+    /// The record struct does not fit what the collection has stored, found at `open` before
+    /// a record is read or written: fields reordered, removed, retyped, inserted, or added
+    /// without a default, an older version than the one stored, a stored version with no
+    /// migration, or a migration that fails on a stored record. A handle of an older
+    /// version whose collection moved on gets it for every write. The reason names the fields
+    /// and says what to declare; nothing was written.
+    #[error("collection `{collection}`: {reason}")]
+    Schema {
+        /// The collection.
+        collection: String,
+        /// What does not fit, and what to declare.
+        reason: String,
+    },
     /// A write was sent to a remote store and the connection failed before its answer came,
     /// so it may or may not have committed (it was not resent: that could write twice). The
     /// collection re-read the record afterwards; `reread` says what it found. An insert or

@@ -195,12 +195,15 @@
 mod collection;
 mod entry;
 mod error;
+mod evolve;
 mod maintain;
 mod record;
+mod schema;
 
 pub use collection::{Collection, CollectionBuilder, Extract, Page, Values};
 pub use error::{Error, Reread};
+pub use evolve::{MIGRATE_BATCH_DEFAULT, MigrationProgress, MigrationReport, SCHEMA_ATTEMPTS_MAX};
 pub use maintain::{
     BACKFILL_BATCH_DEFAULT, BackfillReport, Duplicate, Finding, Problem, Progress, VerifyReport,
 };
-pub use record::{ENVELOPE_TAG, Migration, RecordFormat};
+pub use record::{ENVELOPE_TAG, RecordFormat};

@@ -185,7 +185,7 @@ where
         for e in view.scan(&range, false, usize::MAX)? {
             let pk = pk_of_record_key(&e.key)?;
             let bytes = value_bytes(&e.value)?.to_vec();
-            let record = self.decode(&pk, &bytes)?;
+            let record = self.decode(&pk, &bytes, e.versionstamp)?;
             out.push((pk, bytes, record));
         }
         Ok(out)
@@ -324,7 +324,7 @@ where
                 continue;
             };
             let bytes = value_bytes(&e.value)?.to_vec();
-            let record = self.decode(pk, &bytes)?;
+            let record = self.decode(pk, &bytes, e.versionstamp)?;
             // Resuming inside a record: if it changed since the last transaction, the writer
             // that changed it wrote all its new entries, so skipping some is harmless.
             for p in self
@@ -681,7 +681,7 @@ where
                 continue;
             };
             let bytes = value_bytes(&e.value)?.to_vec();
-            let record = self.decode(pk, &bytes)?;
+            let record = self.decode(pk, &bytes, e.versionstamp)?;
             if let Some(p) = self
                 .plan(pk, &record, &bytes, None)?
                 .into_iter()

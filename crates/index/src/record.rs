@@ -4,7 +4,6 @@
 
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::{DeserializeOwned, DeserializeSeed, SeqAccess, Visitor};
@@ -13,8 +12,8 @@ use serde::de::{DeserializeOwned, DeserializeSeed, SeqAccess, Visitor};
 /// struct's version as a postcard varint, then the body in that format.
 ///
 /// A plain postcard record (one written before its collection was versioned) may start with
-/// this byte too; the collection tells them apart with a marker written when it first writes
-/// envelopes (see the crate's *Record evolution* section).
+/// this byte too; the collection never tells them apart by their bytes: its stored layout
+/// says which records are envelopes (see the crate's *Record evolution* section).
 pub const ENVELOPE_TAG: u8 = 0xE7;
 
 /// How a collection serialises its records.
@@ -58,11 +57,6 @@ impl RecordFormat {
     }
 }
 
-/// A user's conversion of a record written by an older version of the struct: it gets the
-/// record's body (in the format it was written in) and returns the current struct, or says why
-/// it cannot.
-pub type Migration<T> = Arc<dyn Fn(&[u8]) -> Result<T, String> + Send + Sync>;
-
 /// A stored record, split into what its bytes say.
 pub(crate) struct Stored<'b> {
     pub(crate) format: RecordFormat,
@@ -95,6 +89,15 @@ pub(crate) fn split(bytes: &[u8], tagged: bool) -> Result<Stored<'_>, String> {
             body: bytes,
         }),
     }
+}
+
+/// The envelope of version 0 in postcard around the plain record `plain`, byte for byte: what
+/// the conversion to envelopes makes of a plain record that starts with [`ENVELOPE_TAG`].
+pub(crate) fn wrap_plain(plain: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(plain.len() + 3);
+    out.extend_from_slice(&[ENVELOPE_TAG, RecordFormat::Postcard.byte(), 0]);
+    out.extend_from_slice(plain);
+    out
 }
 
 /// Serialises `record`: plain postcard when `envelope` is `None`, else the envelope of
