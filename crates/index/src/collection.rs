@@ -708,13 +708,16 @@ where
             None => (None, Vec::new()),
         };
         // Entries already in place get an empty `entry` (a real one never is): not rewritten.
+        let comparable = self.copies_comparable();
         for p in new_plan
             .iter_mut()
             .filter(|p| self.def.indexes[p.index].unique)
         {
-            if old_plan
-                .iter()
-                .any(|o| o.key == p.key && o.entry == p.entry)
+            let same_ok = comparable || !self.def.indexes[p.index].covering;
+            if same_ok
+                && old_plan
+                    .iter()
+                    .any(|o| o.key == p.key && o.entry == p.entry)
             {
                 p.entry.clear();
                 continue;
@@ -729,7 +732,7 @@ where
                     existing_primary_key: owner,
                 });
             }
-            if stored_matches(&existing.value, &p.entry) {
+            if same_ok && stored_matches(&existing.value, &p.entry) {
                 p.entry.clear();
             }
         }
@@ -1187,9 +1190,10 @@ where
                 write
                     .mutations
                     .push(set_mutation(n.key, entry_value(n.entry)));
-            } else if old_plan
-                .iter()
-                .any(|o| o.key == n.key && o.entry == n.entry)
+            } else if (self.copies_comparable() || !self.def.indexes[n.index].covering)
+                && old_plan
+                    .iter()
+                    .any(|o| o.key == n.key && o.entry == n.entry)
             {
                 // A kept pointer entry (or covering entry whose copy is unchanged): left alone.
             } else if !self.claim_unique(&mut write, n, pk, pk_bytes) {
@@ -1209,7 +1213,14 @@ where
     /// `false` if another record holds it or it cannot be read (the transaction then reports
     /// the violation or the error).
     fn claim_unique(&self, write: &mut AtomicWrite, n: Planned, pk: &Key, pk_bytes: &[u8]) -> bool {
+        let same_ok = self.copies_comparable() || !self.def.indexes[n.index].covering;
         match self.read_unique(write, &n.key, pk, pk_bytes, &n.entry) {
+            Some(Holder::Same) if !same_ok => {
+                write
+                    .mutations
+                    .push(set_mutation(n.key, entry_value(n.entry)));
+                true
+            }
             Some(Holder::Nobody | Holder::Record) => {
                 write
                     .mutations

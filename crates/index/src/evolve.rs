@@ -483,6 +483,27 @@ where
         }
     }
 
+    /// A stored record's bytes as a covering copy written now must hold them: a plain
+    /// record that starts with [`ENVELOPE_TAG`], copied once the layout has left *plain*,
+    /// is wrapped as the conversion wraps it (a new copy's versionstamp says "envelope").
+    pub(crate) fn stored_bytes(&self, bytes: &[u8], stamp: Versionstamp) -> Result<Vec<u8>, Error> {
+        let plain_tagged = bytes.first() == Some(&ENVELOPE_TAG) && !self.is_envelope(stamp)?;
+        Ok(
+            if plain_tagged && self.def.layout.load(Ordering::Acquire) != LAYOUT_PLAIN {
+                record::wrap_plain(bytes)
+            } else {
+                bytes.to_vec()
+            },
+        )
+    }
+
+    /// Whether covering copies of equal bytes may be taken as equal: not while converting,
+    /// when the same bytes can mean a plain record in an old copy and an envelope in a new
+    /// record, so a copy is always rewritten then.
+    pub(crate) fn copies_comparable(&self) -> bool {
+        self.def.layout.load(Ordering::Acquire) != LAYOUT_CONVERTING
+    }
+
     fn boundary(&self) -> Option<Versionstamp> {
         self.def.cache.read().ok().and_then(|c| c.boundary)
     }

@@ -38,7 +38,9 @@
 //! | `[coll, "u", index, value...]` | unique entry: `0x00` + encoded pk (pointer; an integer pk is a `U64`, below), or `0x01` + pk length (u32 LE) + encoded pk + record bytes (covering) |
 //! | `[coll, "i", index, value..., pk...]` | non-unique entry, same value format |
 //! | `[coll, "meta", "index", index]` | `"building"` or `"ready"` |
-//! | `[coll, "meta", "records"]` | `"enveloped"` once records carry envelopes |
+//! | `[coll, "meta", "schema"]` | the schema (JSON): layout, versions, each version's shape |
+//! | `[coll, "meta", "records"]` | `"enveloped"` once records carry envelopes (read by builds from before the schema) |
+//! | `[coll, "meta", "migration"]` | the cursor of an unfinished [`Collection::migrate_records`] |
 //!
 //! A pointer whose primary key is one integer in `0..2^64` (`key![id]`) is stored as that
 //! integer, a `Value::U64`, as Deno's guide stores ids: the value then lives in the engine's
@@ -109,47 +111,62 @@
 //! self-describing option we offer, for structs that change shape often.
 //!
 //! # Record evolution
-//! A collection reads records stored by earlier versions of its struct:
-//! - **A field added at the end with `#[serde(default)]`** needs no code. A postcard record
-//!   that ends before the struct's last fields is read again field by field, and the fields it
-//!   lacks take their defaults (serde's derive does that when the fields run out).
-//! - **Anything else** (a field removed, renamed, reordered, added in the middle, a type
-//!   changed) is declared: [`CollectionBuilder::version`] tags the records written from then
-//!   on, and [`CollectionBuilder::migrate`]`(from, |old_bytes| ...)` converts records stored by
-//!   version `from` (0: before versioning), typically by reading the old struct with postcard.
-//!   A migrated record is written back in the current version by its next write.
-//! - **[`RecordFormat::Json`]** makes records self-describing: fields added anywhere (with a
-//!   default), removed, or renamed (`#[serde(alias)]`) read without a migration, at about twice
-//!   postcard's size and a slower read.
+//! Postcard stores no field names: a record's bytes mean something only against the shape of
+//! the struct that wrote them. So the collection keeps that shape. At `open` it traces the
+//! struct's serde shape (field names, order and types, through its derive, with
+//! [serde-reflection](https://docs.rs/serde-reflection)) and compares it with the shape stored
+//! for its version in `[coll, "meta", "schema"]`, before any record is read or written:
+//! - **free**: a field added at the end with `#[serde(default)]`, a field renamed with
+//!   [`CollectionBuilder::renamed`]`("old", "new")`, an integer widened (`u32` to `u64`: the
+//!   same varints), an enum variant added at the end;
+//! - **refused** with [`Error::Schema`], naming the fields and what to declare: fields
+//!   reordered (two `String`s swapped would read each other's values), removed, retyped,
+//!   inserted before the end, renamed without the declaration, added at the end without a
+//!   default, or added inside a nested struct or variant;
+//! - **declared**: any change at all, as a new [`CollectionBuilder::version`] with a
+//!   [`CollectionBuilder::migrate`]`(from, |old: OldStruct| ...)` per older version still
+//!   stored. The layer reads each old record as `OldStruct` with its own reader (trailing
+//!   defaults fill in, whichever format it is in); `OldStruct`'s shape is checked against the
+//!   stored one, and `open` converts every old record once without writing, refusing with the
+//!   first one that fails and its key. Reads convert old records as they meet them;
+//!   [`Collection::migrate_records`] rewrites them in the current version in batches, each
+//!   commit carrying its cursor, so a crash resumes where it stopped; then the old versions
+//!   are retired and their migrations can go.
 //!
-//! A record the struct cannot read is [`Error::Incompatible`], naming the collection, the
-//! record's primary key and the version that stored it, never a wrong value where the format
-//! can tell: a postcard record that ends too early, or has bytes left over after the struct's
-//! last field, is refused. Postcard cannot tell every change: two fields of the same type
-//! swapped, or a `u32` widened to `u64`, read without error. Declare a version for those.
-//! Left-over bytes are refused rather than skipped because the next write of that record would
-//! drop them: during a rolling upgrade, a server still running the older struct fails on the
-//! records the newer one wrote (with postcard; JSON skips unknown fields) instead of silently
-//! losing their new fields.
+//! [`RecordFormat::Json`] reads by name instead: fields added anywhere (with a default),
+//! removed, or renamed with `#[serde(alias)]` need nothing, at about twice postcard's size and
+//! a slower read. (`#[serde(alias)]` on a postcard struct hides its field order from the
+//! tracer; `open` says to use `renamed` instead.) A type whose deserialisation validates what
+//! it reads (a checked newtype, a date parsed from a string) rejects the tracer's made-up
+//! values: give [`CollectionBuilder::shape_sample`] a real record.
+//!
+//! **Who may write.** Every record write checks, in its own commit, that the schema key is
+//! what its handle read; a handle whose schema changed reads it again before retrying. Once a
+//! newer version is declared, handles of older versions cannot write ([`Error::Schema`]) and
+//! an older build cannot open; reads of records of a version a handle has no migration for are
+//! [`Error::Incompatible`], never a wrong value. So during a rolling upgrade that declares a
+//! version, the old build's servers keep reading their version's records but stop writing;
+//! upgrades that only add trailing defaulted fields keep every build writing.
 //!
 //! **Layout.** A collection that has never declared a version or a format stores plain
-//! postcard, byte for byte what it stored before versioning existed, so its write and read
-//! paths do exactly what they did, plus a check that no bytes are left over. A versioned
-//! record is an envelope: [`ENVELOPE_TAG`] (`0xE7`), a format byte, the version as a varint,
-//! then the body. Plain records may start with `0xE7` too, so the first handle that writes
-//! envelopes rewrites any plain record starting with it as an envelope, then sets the marker
-//! `[coll, "meta", "records"]`; from then on `0xE7` first means an envelope, and every handle
-//! (a versionless one too) writes envelopes. As with index definitions, every process writing
-//! the collection should run the versioned code: a build from before this layer reads an
-//! envelope as malformed, and a handle opened before the marker was set keeps writing plain
-//! records until it is opened again (one of them starting with `0xE7` would then not read).
+//! postcard, byte for byte what it stored before versioning existed. A versioned record is an
+//! envelope: [`ENVELOPE_TAG`] (`0xE7`), a format byte, the version as a varint, then the body.
+//! A plain record may start with `0xE7` too, so whether a record is an envelope is never
+//! guessed from its bytes: the schema's layout says it. The first handle that writes envelopes
+//! sets the layout to *converting* (from then on no plain record can be written: every plain
+//! writer's commit checks the schema), wraps every earlier plain record that starts with
+//! `0xE7`, and every covering copy of one, byte for byte in an envelope of version 0, and sets
+//! it to *enveloped*. While converting, a record is an envelope if it was written after the
+//! conversion began (its versionstamp says so); a crash during the conversion resumes at the
+//! next `open`. A record within 3 bytes of the value limit that starts with `0xE7` cannot be
+//! wrapped, and refuses the conversion naming it.
 //!
-//! **Cost.** An unversioned collection's write path pays one relaxed atomic load, its read
-//! path that load, a branch on the first byte and the left-over check postcard's `from_bytes`
-//! skipped. A versioned record is 3 bytes longer (more for versions past 127) and its read
-//! looks the version up among the declared migrations. The lenient re-read runs only for a
-//! record that ended early.
-//!
+//! **Cost.** `open` traces the struct and reads the schema (one key); while a migration is
+//! unfinished it also reads every record. A write carries one more check (the schema key's
+//! versionstamp), a transaction one more read. A read of a plain or current record pays one
+//! atomic load and a branch on the first byte; a versioned record is 3 bytes longer (more for
+//! versions past 127); a record of an older version also runs its migration.
+
 //! # Limits
 //! The engine's limits apply to each commit, and a write past one writes nothing:
 //! - a record key (`[coll, "id", pk...]`) and every entry key (`[coll, "u", index,

@@ -184,7 +184,7 @@ where
         let mut out = Vec::new();
         for e in view.scan(&range, false, usize::MAX)? {
             let pk = pk_of_record_key(&e.key)?;
-            let bytes = value_bytes(&e.value)?.to_vec();
+            let bytes = self.stored_bytes(value_bytes(&e.value)?, e.versionstamp)?;
             let record = self.decode(&pk, &bytes, e.versionstamp)?;
             out.push((pk, bytes, record));
         }
@@ -267,6 +267,8 @@ where
                     let from = at;
                     let (written, dups, reached) =
                         self.store.transaction_with(&self.def.retry, |tx| {
+                            // Covering copies are written in the layout the schema says.
+                            self.schema_in(tx)?;
                             self.backfill_step(tx, i, idx, &pks, from)
                         })?;
                     done.records += (reached.record - from.record) as u64;
@@ -323,7 +325,7 @@ where
                 at = next_record; // deleted meanwhile
                 continue;
             };
-            let bytes = value_bytes(&e.value)?.to_vec();
+            let bytes = self.stored_bytes(value_bytes(&e.value)?, e.versionstamp)?;
             let record = self.decode(pk, &bytes, e.versionstamp)?;
             // Resuming inside a record: if it changed since the last transaction, the writer
             // that changed it wrote all its new entries, so skipping some is harmless.
@@ -624,6 +626,8 @@ where
             // Each transaction fixes keys from `from` on until the next fix would not fit the
             // commit (covering entries can be large).
             from = self.store.transaction_with(&self.def.retry, |tx| {
+                // Covering copies are written in the layout the schema says.
+                self.schema_in(tx)?;
                 let mut budget = CommitBudget::default();
                 let mut at = from;
                 while let Some(key) = keys.get(at) {
@@ -680,7 +684,7 @@ where
             let Some(e) = tx.get_raw(&self.record_key(pk)?)? else {
                 continue;
             };
-            let bytes = value_bytes(&e.value)?.to_vec();
+            let bytes = self.stored_bytes(value_bytes(&e.value)?, e.versionstamp)?;
             let record = self.decode(pk, &bytes, e.versionstamp)?;
             if let Some(p) = self
                 .plan(pk, &record, &bytes, None)?

@@ -764,3 +764,38 @@ fn a_type_that_validates_its_input_traces_with_a_sample() {
     accounts.insert(&sample).unwrap();
     assert_eq!(accounts.get(&key![1]).unwrap(), Some(sample));
 }
+
+#[test]
+fn a_type_change_is_refused_at_open_and_reads_once_declared() {
+    #[derive(Debug, Serialize, Deserialize)]
+    struct NumericEmail {
+        id: u64,
+        email: u64,
+    }
+    let db = Database::in_memory();
+    v1(&db)
+        .insert(&UserV1 {
+            id: 3,
+            email: "42".into(),
+        })
+        .unwrap();
+    match Collection::builder("users", |u: &NumericEmail| key![u.id]).open(db.clone()) {
+        Err(Error::Schema { reason, .. }) => assert!(
+            reason.contains("`email`: its type changed from String to u64"),
+            "{reason}"
+        ),
+        Err(other) => panic!("{other:?}"),
+        Ok(_) => panic!("a retyped field opened"),
+    }
+    let declared = Collection::builder("users", |u: &NumericEmail| key![u.id])
+        .version(1)
+        .migrate(0, |old: UserV1| {
+            Ok(NumericEmail {
+                id: old.id,
+                email: old.email.parse().map_err(|e| format!("{e}"))?,
+            })
+        })
+        .open(db)
+        .unwrap();
+    assert_eq!(declared.get(&key![3]).unwrap().unwrap().email, 42);
+}
