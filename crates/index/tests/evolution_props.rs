@@ -193,7 +193,11 @@ struct Dyn<const V: usize> {
 impl<const V: usize> Dyn<V> {
     fn new(values: Vec<Val>) -> Self {
         let s = schema(V);
-        assert_eq!(s.len(), values.len(), "a record of schema {V} has one value a field");
+        assert_eq!(
+            s.len(),
+            values.len(),
+            "a record of schema {V} has one value a field"
+        );
         Dyn {
             fields: s.iter().map(|f| f.name.to_owned()).zip(values).collect(),
         }
@@ -211,7 +215,10 @@ impl<const V: usize> Serialize for Dyn<V> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let schema = schema(V);
         if schema.len() != self.fields.len()
-            || schema.iter().zip(&self.fields).any(|(f, (_, v))| f.ty != v.ty())
+            || schema
+                .iter()
+                .zip(&self.fields)
+                .any(|(f, (_, v))| f.ty != v.ty())
         {
             return Err(ser::Error::custom(format!(
                 "record {:?} does not fit schema {V} {}",
@@ -360,14 +367,32 @@ fn read_as(written: &Schema, values: &[Val], reader: &Schema) -> Result<Vec<Val>
 /// fields`, so the key `id` at position 0 never moves).
 #[derive(Clone, Debug)]
 enum Op {
-    AddEnd { ty: Ty, default: bool },
+    AddEnd {
+        ty: Ty,
+        default: bool,
+    },
     /// `ty: None`: the type of the field it is inserted before (the hardest to tell apart).
-    AddMiddle { at: u8, ty: Option<Ty>, default: bool },
-    Remove { at: u8 },
-    Swap { a: u8, b: u8 },
+    AddMiddle {
+        at: u8,
+        ty: Option<Ty>,
+        default: bool,
+    },
+    Remove {
+        at: u8,
+    },
+    Swap {
+        a: u8,
+        b: u8,
+    },
     /// `to: None`: widen a `u32` to `u64`, else the next type in the rotation.
-    Retype { at: u8, to: Option<Ty> },
-    Rename { at: u8, declared: bool },
+    Retype {
+        at: u8,
+        to: Option<Ty>,
+    },
+    Rename {
+        at: u8,
+        declared: bool,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -381,6 +406,9 @@ struct Step {
     upsert: bool,
     /// Runs `migrate_records` after the writes.
     migrate_records: bool,
+    /// Opens the same definition again at the end (a restart of the same build) and reads
+    /// everything through it.
+    reopen: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -418,14 +446,18 @@ fn step_strategy() -> impl Strategy<Value = Step> {
         2usize..=3,
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     )
-        .prop_map(|(op, bump, new_records, upsert, migrate_records)| Step {
-            op,
-            bump,
-            new_records,
-            upsert,
-            migrate_records,
-        })
+        .prop_map(
+            |(op, bump, new_records, upsert, migrate_records, reopen)| Step {
+                op,
+                bump,
+                new_records,
+                upsert,
+                migrate_records,
+                reopen,
+            },
+        )
 }
 
 /// Primary keys, many of them starting with the envelope tag's byte 0xE7 as varints (231, 359,
@@ -567,7 +599,12 @@ fn apply(base: &Schema, op: &Op, step: usize, next_id: &mut usize) -> Applied {
                 kind,
                 vec![],
                 widen,
-                format!("retyped `{}` from {} to {}", base[i].name, from.name(), to.name()),
+                format!(
+                    "retyped `{}` from {} to {}",
+                    base[i].name,
+                    from.name(),
+                    to.name()
+                ),
             )
         }
         Op::Rename { at, declared } if others >= 1 => {
@@ -598,7 +635,12 @@ fn apply(base: &Schema, op: &Op, step: usize, next_id: &mut usize) -> Applied {
         // Not applicable to so few fields: add a defaulted field at the end instead.
         _ => {
             let (kind, safe, text) = add_end(&mut s, new_field(Ty::Str, true));
-            (kind, vec![], safe, format!("{text} (the op does not apply)"))
+            (
+                kind,
+                vec![],
+                safe,
+                format!("{text} (the op does not apply)"),
+            )
         }
     };
     Applied {
@@ -635,6 +677,8 @@ struct World {
     ids: Vec<u64>,
     used: BTreeSet<u64>,
     rng: fastrand::Rng,
+    /// Strings are decimal `u32`s (so migrations to numbers succeed).
+    numeric_strings: bool,
     history: Vec<String>,
 }
 
@@ -673,6 +717,7 @@ impl World {
                 5 => r.u64(..1000),
                 _ => r.u64(..),
             }),
+            Ty::Str if self.numeric_strings => Val::Str(r.u32(..).to_string()),
             Ty::Str => Val::Str(match r.u8(0..10) {
                 0 => String::new(),
                 1 => "ada".to_owned(),
@@ -728,6 +773,7 @@ struct Plan {
     new_records: usize,
     upsert: bool,
     migrate_records: bool,
+    reopen: bool,
     /// The op's kind and whether the layer promises to accept it without a version.
     kind: String,
     safe: bool,
@@ -839,20 +885,25 @@ fn run_step<const K: usize>(w: &mut World, plan: &Plan) -> Result<Outcome, Strin
         .filter(|(v, _)| **v < version)
         .map(|(v, j)| (*v, *j))
         .collect();
-    let mut b = Collection::builder(COLLECTION, |r: &Dyn<K>| key![r.id()]);
-    if version > 0 {
-        b = b.version(version);
-    }
-    for (old, new) in &plan.renames {
-        b = b.renamed(old, new);
-    }
-    for &(from, old) in &migrations {
-        b = add_migration::<K>(b, from, old, &current);
-    }
-    let migrations_ok = w
-        .records
-        .values()
-        .all(|r| !matches!(w.expect(r, K, version), Err(NoExpectation::MigrationFails(_))));
+    let build = || {
+        let mut b = Collection::builder(COLLECTION, |r: &Dyn<K>| key![r.id()]);
+        if version > 0 {
+            b = b.version(version);
+        }
+        for (old, new) in &plan.renames {
+            b = b.renamed(old, new);
+        }
+        for &(from, old) in &migrations {
+            b = add_migration::<K>(b, from, old, &current);
+        }
+        b
+    };
+    let migrations_ok = w.records.values().all(|r| {
+        !matches!(
+            w.expect(r, K, version),
+            Err(NoExpectation::MigrationFails(_))
+        )
+    });
     let predicted = (plan.safe || version != w.cur_version || plan.step == 0) && migrations_ok;
     let what = format!(
         "step {} ({}): schema {} at version {version}, renames {:?}, migrations from \
@@ -863,11 +914,13 @@ fn run_step<const K: usize>(w: &mut World, plan: &Plan) -> Result<Outcome, Strin
         plan.renames
     );
     let before = dump(&w.db);
-    let coll = match b.open(w.db.clone()) {
+    let coll = match build().open(w.db.clone()) {
         Ok(c) => c,
         Err(e) => {
             let Some(v) = variant(&e) else {
-                return Err(format!("{what}: open failed with an unexpected error {e:?}"));
+                return Err(format!(
+                    "{what}: open failed with an unexpected error {e:?}"
+                ));
             };
             if dump(&w.db) != before {
                 return Err(format!("{what}: the refused open ({e}) changed the store"));
@@ -968,6 +1021,14 @@ fn run_step<const K: usize>(w: &mut World, plan: &Plan) -> Result<Outcome, Strin
         w.history.push(format!("  migrated {older:?}"));
         check_all(w, &coll, version, &format!("{what}, after migrate_records"))?;
     }
+    if plan.reopen {
+        drop(coll);
+        let again = build()
+            .open(w.db.clone())
+            .map_err(|e| format!("{what}: the same definition does not open again: {e:?}"))?;
+        w.history.push("  reopened".to_owned());
+        check_all(w, &again, version, &format!("{what}, reopened"))?;
+    }
     Ok(Outcome {
         kind: plan.kind.clone(),
         bumped,
@@ -1018,6 +1079,7 @@ fn run_case(case: &Case) -> Result<Vec<Outcome>, String> {
         ids: case.ids.clone(),
         used: BTreeSet::new(),
         rng: fastrand::Rng::with_seed(case.seed),
+        numeric_strings: case.seed.is_multiple_of(2),
         history: Vec::new(),
     };
     let fail = |w: &World, e: String| format!("{e}\nhistory:\n{}", w.history.join("\n"));
@@ -1031,13 +1093,17 @@ fn run_case(case: &Case) -> Result<Vec<Outcome>, String> {
             new_records: case.initial_records,
             upsert: false,
             migrate_records: false,
+            reopen: false,
             kind: "initial".into(),
             safe: true,
         },
     )
     .map_err(|e| fail(&w, e))?;
     if let Some(why) = first.refused {
-        return Err(fail(&w, format!("the first open on an empty store failed: {why:?}")));
+        return Err(fail(
+            &w,
+            format!("the first open on an empty store failed: {why:?}"),
+        ));
     }
     let mut outcomes = Vec::new();
     for (i, st) in case.steps.iter().enumerate() {
@@ -1062,6 +1128,7 @@ fn run_case(case: &Case) -> Result<Vec<Outcome>, String> {
             new_records: st.new_records,
             upsert: st.upsert,
             migrate_records: st.migrate_records,
+            reopen: st.reopen,
             kind: applied.kind,
             safe: applied.safe,
         };
@@ -1099,9 +1166,8 @@ fn no_struct_evolution_reads_wrong_values() {
     let counts: RefCell<BTreeMap<String, Counts>> = RefCell::new(BTreeMap::new());
     let started = Instant::now();
     let result = runner.run(&case_strategy(), |case| {
-        let outcomes = run_case(&case).map_err(|e| {
-            TestCaseError::fail(format!("{e}\ncase: {case:#?}"))
-        })?;
+        let outcomes =
+            run_case(&case).map_err(|e| TestCaseError::fail(format!("{e}\ncase: {case:#?}")))?;
         let mut counts = counts.borrow_mut();
         for o in outcomes {
             let label = format!("{}{}", o.kind, if o.bumped { " + version" } else { "" });
@@ -1138,7 +1204,9 @@ fn no_struct_evolution_reads_wrong_values() {
     match result {
         Ok(()) => {}
         Err(TestError::Fail(reason, case)) => {
-            panic!("a struct evolution broke the promise: {reason}\nminimal failing case: {case:#?}")
+            panic!(
+                "a struct evolution broke the promise: {reason}\nminimal failing case: {case:#?}"
+            )
         }
         Err(e) => panic!("{e}"),
     }
@@ -1155,6 +1223,7 @@ fn one_step(initial: &[(Ty, bool)], op: Op, bump: bool) -> Outcome {
             new_records: 2,
             upsert: true,
             migrate_records: true,
+            reopen: true,
         }],
         ids: vec![231, 359, 7, 100_000],
         seed: 3,
@@ -1169,32 +1238,134 @@ fn safe_evolutions_open_and_unsafe_ones_are_refused() {
     let two_strings = [(Str, false), (Str, false)];
     let mixed = [(U32, false), (Str, false), (Bool, false), (U64, false)];
     let safe = [
-        (&mixed[..], Op::AddEnd { ty: Str, default: true }),
-        (&mixed[..], Op::AddEnd { ty: U64, default: true }),
-        (&mixed[..], Op::Rename { at: 1, declared: true }),
-        (&mixed[..], Op::Rename { at: 3, declared: true }),
-        (&mixed[..], Op::Retype { at: 0, to: Some(U64) }),
+        (
+            &mixed[..],
+            Op::AddEnd {
+                ty: Str,
+                default: true,
+            },
+        ),
+        (
+            &mixed[..],
+            Op::AddEnd {
+                ty: U64,
+                default: true,
+            },
+        ),
+        (
+            &mixed[..],
+            Op::Rename {
+                at: 1,
+                declared: true,
+            },
+        ),
+        (
+            &mixed[..],
+            Op::Rename {
+                at: 3,
+                declared: true,
+            },
+        ),
+        (
+            &mixed[..],
+            Op::Retype {
+                at: 0,
+                to: Some(U64),
+            },
+        ),
     ];
     for (initial, op) in safe {
         let o = one_step(initial, op.clone(), false);
-        assert_eq!(o.refused, None, "{op:?} on {initial:?} should open without a version");
+        assert_eq!(
+            o.refused, None,
+            "{op:?} on {initial:?} should open without a version"
+        );
         assert!(o.predicted);
     }
     let unsafe_ops = [
         (&two_strings[..], Op::Swap { a: 0, b: 1 }),
         (&mixed[..], Op::Swap { a: 0, b: 3 }),
-        (&mixed[..], Op::Rename { at: 1, declared: false }),
-        (&mixed[..], Op::Rename { at: 3, declared: false }),
-        (&mixed[..], Op::AddEnd { ty: Str, default: false }),
-        (&mixed[..], Op::AddEnd { ty: Bool, default: false }),
+        (
+            &mixed[..],
+            Op::Rename {
+                at: 1,
+                declared: false,
+            },
+        ),
+        (
+            &mixed[..],
+            Op::Rename {
+                at: 3,
+                declared: false,
+            },
+        ),
+        (
+            &mixed[..],
+            Op::AddEnd {
+                ty: Str,
+                default: false,
+            },
+        ),
+        (
+            &mixed[..],
+            Op::AddEnd {
+                ty: Bool,
+                default: false,
+            },
+        ),
         (&mixed[..], Op::Remove { at: 1 }),
         (&mixed[..], Op::Remove { at: 3 }),
-        (&two_strings[..], Op::AddMiddle { at: 1, ty: Some(Str), default: true }),
-        (&mixed[..], Op::AddMiddle { at: 0, ty: Some(U32), default: false }),
-        (&mixed[..], Op::Retype { at: 3, to: Some(Str) }),
-        (&mixed[..], Op::Retype { at: 2, to: Some(U32) }),
-        (&mixed[..], Op::Retype { at: 3, to: Some(U32) }),
-        (&mixed[..], Op::Retype { at: 0, to: Some(Bool) }),
+        (
+            &two_strings[..],
+            Op::AddMiddle {
+                at: 1,
+                ty: Some(Str),
+                default: true,
+            },
+        ),
+        (
+            &mixed[..],
+            Op::AddMiddle {
+                at: 0,
+                ty: Some(U32),
+                default: false,
+            },
+        ),
+        (
+            &mixed[..],
+            Op::Retype {
+                at: 3,
+                to: Some(Str),
+            },
+        ),
+        (
+            &mixed[..],
+            Op::Retype {
+                at: 1,
+                to: Some(U64),
+            },
+        ),
+        (
+            &mixed[..],
+            Op::Retype {
+                at: 2,
+                to: Some(U32),
+            },
+        ),
+        (
+            &mixed[..],
+            Op::Retype {
+                at: 3,
+                to: Some(U32),
+            },
+        ),
+        (
+            &mixed[..],
+            Op::Retype {
+                at: 0,
+                to: Some(Bool),
+            },
+        ),
     ];
     for (initial, op) in unsafe_ops {
         let o = one_step(initial, op.clone(), false);
@@ -1223,11 +1394,15 @@ fn a_chain_of_evolutions_reads_every_earlier_version() {
             // Version 0 grows a defaulted field, version 2 swaps two fields with a migration
             // and then renames one in place, and version 4 removes one.
             Step {
-                op: Op::AddEnd { ty: Str, default: true },
+                op: Op::AddEnd {
+                    ty: Str,
+                    default: true,
+                },
                 bump: false,
                 new_records: 2,
                 upsert: true,
                 migrate_records: false,
+                reopen: true,
             },
             Step {
                 op: Op::Swap { a: 0, b: 1 },
@@ -1235,13 +1410,18 @@ fn a_chain_of_evolutions_reads_every_earlier_version() {
                 new_records: 2,
                 upsert: false,
                 migrate_records: false,
+                reopen: true,
             },
             Step {
-                op: Op::Rename { at: 0, declared: true },
+                op: Op::Rename {
+                    at: 0,
+                    declared: true,
+                },
                 bump: false,
                 new_records: 2,
                 upsert: true,
                 migrate_records: false,
+                reopen: true,
             },
             Step {
                 op: Op::Remove { at: 2 },
@@ -1249,9 +1429,12 @@ fn a_chain_of_evolutions_reads_every_earlier_version() {
                 new_records: 3,
                 upsert: true,
                 migrate_records: true,
+                reopen: true,
             },
         ],
-        ids: vec![231, 359, 487, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+        ids: vec![
+            231, 359, 487, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+        ],
         seed: 11,
     };
     let outcomes = run_case(&case).unwrap_or_else(|e| panic!("{e}"));
