@@ -29,6 +29,7 @@ use tuplekv_engine::{
 use crate::collection::{Collection, RECORDS_ENVELOPED, pk_of_record_key, value_bytes};
 use crate::entry::{self, COVERING};
 use crate::error::Error;
+use crate::maintain::CommitBudget;
 use crate::record::{self, ENVELOPE_TAG, RecordFormat};
 use crate::schema::{self, Fit, Layout, Schema, Shape, VersionShape, stamp_text};
 
@@ -40,7 +41,7 @@ pub(crate) const LAYOUT_CONVERTING: u8 = 1;
 pub(crate) const LAYOUT_ENVELOPED: u8 = 2;
 
 /// Most times `open` reads the schema again after a concurrent open changed it first.
-pub const SCHEMA_ATTEMPTS_MAX: u32 = 64;
+pub(crate) const SCHEMA_ATTEMPTS_MAX: u32 = 64;
 
 /// Most entries one conversion commit rewrites (each is also a check, so at most
 /// `CHECKS_MAX`).
@@ -761,58 +762,78 @@ where
             for e in iter.by_ref() {
                 pks.push(pk_of_record_key(&e?.key)?);
             }
-            let next = match iter.cursor() {
-                ListCursor::After(c) if !pks.is_empty() => Some(c),
-                _ => after.clone(),
-            };
-            let last = pks.len() < batch;
-            let migrated = self.store.transaction_with(&self.def.retry, |tx| {
-                self.schema_in(tx)?;
-                let mut migrated = 0u64;
-                let mut mutations = 1usize;
-                for pk in &pks {
-                    let record_key = self.record_key(pk)?;
-                    let Some(e) = tx.get_raw(&record_key)? else {
-                        continue;
+            let selector = Selector::prefix(&prefix);
+            let (migrated, reached, stopped) =
+                self.store.transaction_with(&self.def.retry, |tx| {
+                    self.schema_in(tx)?;
+                    let mut budget = CommitBudget::default();
+                    let mut migrated = 0u64;
+                    let mut reached: Option<Vec<u8>> = None;
+                    let mut stopped = false;
+                    for pk in &pks {
+                        let record_key = self.record_key(pk)?;
+                        let Some(e) = tx.get_raw(&record_key)? else {
+                            reached = Some(record_key);
+                            continue;
+                        };
+                        let bytes = value_bytes(&e.value)?;
+                        let enveloped = bytes.first() == Some(&ENVELOPE_TAG)
+                            && self.is_envelope(e.versionstamp)?;
+                        let version = record::split(bytes, enveloped)
+                            .map(|s| s.version)
+                            .unwrap_or(0);
+                        if version == to {
+                            reached = Some(record_key);
+                            continue;
+                        }
+                        let record = self.decode(pk, bytes, e.versionstamp)?;
+                        let old_plan = self.plan(pk, &record, bytes, None)?;
+                        let new_bytes = self.encode(pk, &record)?;
+                        let new_plan = self.plan(pk, &record, &new_bytes, None)?;
+                        // The commit closes before the engine's limits would refuse it; a
+                        // record alone past them is refused by the engine, naming the limit.
+                        let mut trial = budget.clone();
+                        let fits = trial.admit_set(record_key.len(), new_bytes.len())
+                            && new_plan
+                                .iter()
+                                .all(|p| trial.admit_set(p.key.len(), p.entry.len()))
+                            && old_plan.iter().all(|p| trial.admit_delete(p.key.len()));
+                        if !fits && migrated > 0 {
+                            stopped = true;
+                            break;
+                        }
+                        budget = trial;
+                        self.put_in(tx, pk, &record_key, &old_plan, Some(&record))?;
+                        migrated += 1;
+                        reached = Some(record_key);
+                    }
+                    let after = match &reached {
+                        Some(k) => {
+                            Some(selector.cursor_for(k).map_err(|e| Error::Store(e.into()))?)
+                        }
+                        None => after.clone(),
                     };
-                    let bytes = value_bytes(&e.value)?;
-                    let enveloped =
-                        bytes.first() == Some(&ENVELOPE_TAG) && self.is_envelope(e.versionstamp)?;
-                    let version = record::split(bytes, enveloped)
-                        .map(|s| s.version)
-                        .unwrap_or(0);
-                    if version == to {
-                        continue;
-                    }
-                    let record = self.decode(pk, bytes, e.versionstamp)?;
-                    let old_plan = self.plan(pk, &record, bytes, None)?;
-                    mutations += 1 + 2 * old_plan.len();
-                    if mutations > MUTATIONS_MAX {
-                        return Err(self.schema_err(format!(
-                            "a migration batch of {batch} records passes the commit's mutation \
-                             limit ({MUTATIONS_MAX}); pass a smaller batch"
-                        )));
-                    }
-                    self.put_in(tx, pk, &record_key, &old_plan, Some(&record))?;
-                    migrated += 1;
-                }
-                let cursor = Cursor {
-                    to,
-                    after: next.clone(),
-                };
-                tx.mutate_raw(
-                    &key,
-                    MutationKind::Set {
-                        value: Value::from(serde_json::to_vec(&cursor).unwrap_or_default()),
-                        expiry: None,
-                    },
-                );
-                Ok::<_, Error>(migrated)
-            })?;
-            done.scanned += pks.len() as u64;
+                    let cursor = Cursor { to, after };
+                    tx.mutate_raw(
+                        &key,
+                        MutationKind::Set {
+                            value: Value::from(serde_json::to_vec(&cursor).unwrap_or_default()),
+                            expiry: None,
+                        },
+                    );
+                    Ok::<_, Error>((migrated, reached, stopped))
+                })?;
+            let scanned = match &reached {
+                Some(k) => pks
+                    .iter()
+                    .position(|pk| self.record_key(pk).is_ok_and(|rk| rk == *k))
+                    .map_or(0, |i| i + 1),
+                None => 0,
+            };
+            done.scanned += scanned as u64;
             done.migrated += migrated;
             progress(&done);
-            if last {
+            if pks.len() < batch && !stopped {
                 break;
             }
         }

@@ -219,7 +219,7 @@ mod schema;
 
 pub use collection::{Collection, CollectionBuilder, Extract, Page, Values};
 pub use error::{Error, Reread};
-pub use evolve::{MIGRATE_BATCH_DEFAULT, MigrationProgress, MigrationReport, SCHEMA_ATTEMPTS_MAX};
+pub use evolve::{MIGRATE_BATCH_DEFAULT, MigrationProgress, MigrationReport};
 pub use maintain::{
     BACKFILL_BATCH_DEFAULT, BackfillReport, Duplicate, Finding, Problem, Progress, VerifyReport,
 };

@@ -136,8 +136,8 @@ struct Resume {
 /// What one commit carries so far, counted as the engine counts it against its limits (see
 /// `tuplekv_engine::limits`): a set counts its key twice plus its value, a delete its key, and
 /// the keys of sets add up separately.
-#[derive(Debug, Default)]
-struct CommitBudget {
+#[derive(Debug, Default, Clone)]
+pub(crate) struct CommitBudget {
     mutations: usize,
     size: usize,
     set_keys: usize,
@@ -146,12 +146,12 @@ struct CommitBudget {
 impl CommitBudget {
     /// Counts a set of a `key`-byte key to a `value`-byte value if it fits; the first
     /// mutation always fits (if it alone is over a limit, the commit reports which).
-    fn admit_set(&mut self, key: usize, value: usize) -> bool {
+    pub(crate) fn admit_set(&mut self, key: usize, value: usize) -> bool {
         self.admit(1, 2 * key + value, key)
     }
 
     /// Counts a delete of a `key`-byte key if it fits.
-    fn admit_delete(&mut self, key: usize) -> bool {
+    pub(crate) fn admit_delete(&mut self, key: usize) -> bool {
         self.admit(1, key, 0)
     }
 

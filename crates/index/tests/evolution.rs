@@ -799,3 +799,49 @@ fn a_type_change_is_refused_at_open_and_reads_once_declared() {
         .unwrap();
     assert_eq!(declared.get(&key![3]).unwrap().unwrap().email, 42);
 }
+
+#[test]
+fn migrate_records_splits_batches_that_would_pass_the_commit_limits() {
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Doc {
+        id: u64,
+        tags: Vec<u32>,
+        body: String,
+    }
+    let open = |db: &Database, version: u32| {
+        let mut b = Collection::builder("docs", |d: &Doc| key![d.id])
+            .multi("tags", |d| d.tags.iter().map(|t| key![*t]).collect())
+            .version(version);
+        if version > 0 {
+            b = b.migrate(0, |old: Doc| Ok(old));
+        }
+        b.open(db.clone()).unwrap()
+    };
+    let db = Database::in_memory();
+    let v0 = open(&db, 0);
+    // 300 entries a record: ten records are 3000 mutations, past MUTATIONS_MAX (1000); and
+    // 40 KB bodies: twenty-five of them pass TOTAL_MUTATION_SIZE_MAX (800 KiB).
+    for id in 0..10u64 {
+        v0.insert(&Doc {
+            id,
+            tags: (0..300).collect(),
+            body: String::new(),
+        })
+        .unwrap();
+    }
+    for id in 10..40u64 {
+        v0.insert(&Doc {
+            id,
+            tags: vec![],
+            body: "x".repeat(40_000),
+        })
+        .unwrap();
+    }
+    let v1 = open(&db, 1);
+    let mut batches = 0;
+    let report = v1.migrate_records(100, |_| batches += 1).unwrap();
+    assert_eq!((report.scanned, report.migrated), (40, 40));
+    assert!(batches >= 4, "{batches} batches");
+    assert!(v1.verify().unwrap().is_clean());
+    assert_eq!(v1.list(ListOptions::default()).unwrap().items.len(), 40);
+}
