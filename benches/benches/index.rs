@@ -429,6 +429,79 @@ fn insert(c: &mut Criterion, s: &Stores, size: &str) {
     g.finish();
 }
 
+/// `User` declared as version 1, with a migration from version 0 (the same struct).
+fn versioned(db: Database) -> Collection<User, Database> {
+    let c = Collection::builder("users", |u: &User| key![u.id])
+        .unique("email", |u| Some(key![u.email.clone()]))
+        .index("color", |u| Some(key![u.color.clone()]))
+        .version(1)
+        .migrate(0, |old: User| Ok(old));
+    match c.open(db) {
+        Ok(c) => c,
+        Err(e) => panic!("cannot open the versioned collection: {e}"),
+    }
+}
+
+/// A store of `n` records written before versioning (version 0, plain postcard).
+fn unversioned(n: u64) -> Database {
+    let db = Database::in_memory();
+    let c = collection(db.clone());
+    for id in 0..n {
+        assert!(c.insert(&user(id)).is_ok());
+    }
+    db
+}
+
+/// Record evolution: what `open` costs (tracing the struct, reading the schema; with a
+/// migration pending, reading every record), a read of a current record against one of an
+/// older version converted by its migration, and `migrate_records`.
+fn evolution(c: &mut Criterion) {
+    let mut g = c.benchmark_group("index/evolution");
+    g.warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    let settled = unversioned(10_000);
+    g.bench_function("open/10k records, nothing to migrate", |b| {
+        b.iter(|| black_box(collection(settled.clone())))
+    });
+    let pending = unversioned(10_000);
+    let v1 = versioned(pending.clone());
+    for id in 10_000..11_000 {
+        assert!(v1.insert(&user(id)).is_ok());
+    }
+    g.bench_function("open/10k records, a migration pending", |b| {
+        b.iter(|| black_box(versioned(pending.clone())))
+    });
+    let mut i = 0u64;
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("get/a record of the current version", |b| {
+        b.iter(|| {
+            i = (i + 1) % 1000;
+            black_box(v1.get(&key![10_000 + i]).ok().flatten())
+        })
+    });
+    g.bench_function("get/a record of version 0 through its migration", |b| {
+        b.iter(|| {
+            i = (i + 1) % 1000;
+            black_box(v1.get(&key![i]).ok().flatten())
+        })
+    });
+    g.throughput(Throughput::Elements(1000));
+    g.sample_size(10);
+    g.bench_function("migrate_records/1k records, batches of 100", |b| {
+        b.iter_batched(
+            || versioned(unversioned(1000)),
+            |c| {
+                assert_eq!(
+                    c.migrate_records(100, |_| {}).map(|r| r.migrated).ok(),
+                    Some(1000)
+                )
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
 fn index(c: &mut Criterion) {
     let [(small, small_name), (large, large_name)] = SIZES;
     let s = Stores::preloaded(small);
@@ -447,6 +520,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = index
+    targets = index, evolution
 }
 criterion_main!(benches);

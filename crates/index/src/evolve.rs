@@ -467,19 +467,29 @@ where
             _ => {
                 // The handle saw plain records; the collection may have been converted since.
                 // Its schema says where the conversion began, and what this handle read
-                // before that is plain.
+                // before that is plain. An unchanged schema key (one lookup, no snapshot)
+                // still says plain.
+                let known = self.def.cache.read().ok().and_then(|c| c.stamp);
+                let stamp_now = self
+                    .store
+                    .read_latest_raw(&self.def.schema_key, |found| found.map(|(_, s)| s))?;
+                if stamp_now.is_some() && stamp_now == known {
+                    return Ok(false);
+                }
                 let Some(e) = self.store.get_latest_raw(&self.def.schema_key)? else {
                     return Ok(false);
                 };
                 let s =
                     Schema::from_bytes(value_bytes(&e.value)?).map_err(|r| self.schema_err(r))?;
-                Ok(match s.layout {
-                    Layout::Plain => false,
-                    _ => s
-                        .boundary()
-                        .or((s.layout == Layout::Converting).then_some(e.versionstamp))
-                        .is_none_or(|b| stamp > b),
-                })
+                if s.layout == Layout::Plain {
+                    return Ok(false);
+                }
+                // What this handle read may predate the conversion: the boundary decides.
+                let boundary = s
+                    .boundary()
+                    .or((s.layout == Layout::Converting).then_some(e.versionstamp));
+                self.load(&e)?;
+                Ok(boundary.is_none_or(|b| stamp > b))
             }
         }
     }

@@ -146,7 +146,9 @@
 //! an older build cannot open; reads of records of a version a handle has no migration for are
 //! [`Error::Incompatible`], never a wrong value. So during a rolling upgrade that declares a
 //! version, the old build's servers keep reading their version's records but stop writing;
-//! upgrades that only add trailing defaulted fields keep every build writing.
+//! upgrades that only add trailing defaulted fields keep every running handle writing (an
+//! older build's handle cannot read the new build's longer records, and is refused if it
+//! opens again, since the stored shape has fields its struct lacks).
 //!
 //! **Layout.** A collection that has never declared a version or a format stores plain
 //! postcard, byte for byte what it stored before versioning existed. A versioned record is an
@@ -164,8 +166,10 @@
 //! **Cost.** `open` traces the struct and reads the schema (one key); while a migration is
 //! unfinished it also reads every record. A write carries one more check (the schema key's
 //! versionstamp), a transaction one more read. A read of a plain or current record pays one
-//! atomic load and a branch on the first byte; a versioned record is 3 bytes longer (more for
-//! versions past 127); a record of an older version also runs its migration.
+//! atomic load and a branch on the first byte (in a plain collection, a record that starts
+//! with `0xE7` also reads the schema key, in case the layout changed); a versioned record is
+//! 3 bytes longer (more for versions past 127); a record of an older version also runs its
+//! migration.
 
 //! # Limits
 //! The engine's limits apply to each commit, and a write past one writes nothing:
