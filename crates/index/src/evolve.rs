@@ -187,6 +187,10 @@ where
                 _ => None,
             };
             self.set_cache(&new, stamp, boundary);
+            if old.layout == Layout::Plain && new.layout == Layout::Converting {
+                // Refused before the conversion begins, rather than half way.
+                self.check_wrappable()?;
+            }
             let others = new.present.iter().any(|v| *v != self.def.version);
             if found.is_none() || others {
                 self.dry_run()?;
@@ -669,6 +673,32 @@ where
                 return Ok(());
             }
         }
+    }
+
+    /// Fails, naming it, on the first plain value the conversion could not wrap.
+    fn check_wrappable(&self) -> Result<(), Error> {
+        let boundary = Versionstamp::from_bytes(STAMP_MAX);
+        for (range, records) in self.spaces()? {
+            for e in self.store.snapshot().scan(&range, false, usize::MAX)? {
+                self.wrapped(&e, records, boundary)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The byte ranges of the collection's records (`true`) and index entries.
+    fn spaces(&self) -> Result<Vec<(tuplekv_codec::ByteRange, bool)>, Error> {
+        ["id", "u", "i"]
+            .into_iter()
+            .map(|space| {
+                let prefix =
+                    decode_key(&self.key(&[space], &[])?).map_err(crate::collection::codec_err)?;
+                let range = Selector::prefix(&prefix)
+                    .byte_range()
+                    .map_err(|e| Error::Store(e.into()))?;
+                Ok((range, space == "id"))
+            })
+            .collect()
     }
 
     /// The wrapped form of `e` if it holds a plain value starting with [`ENVELOPE_TAG`] written

@@ -160,8 +160,9 @@
 //! `0xE7`, and every covering copy of one, byte for byte in an envelope of version 0, and sets
 //! it to *enveloped*. While converting, a record is an envelope if it was written after the
 //! conversion began (its versionstamp says so); a crash during the conversion resumes at the
-//! next `open`. A record within 3 bytes of the value limit that starts with `0xE7` cannot be
-//! wrapped, and refuses the conversion naming it.
+//! next `open`. A record (or covering copy) within 3 bytes of the value limit that starts
+//! with `0xE7` cannot be wrapped: the open that would convert is refused, naming it, before
+//! anything changes.
 //!
 //! **Cost.** `open` traces the struct and reads the schema (one key); while a migration is
 //! unfinished it also reads every record. A write carries one more check (the schema key's

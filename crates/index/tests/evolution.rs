@@ -845,3 +845,57 @@ fn migrate_records_splits_batches_that_would_pass_the_commit_limits() {
     assert!(v1.verify().unwrap().is_clean());
     assert_eq!(v1.list(ListOptions::default()).unwrap().items.len(), 40);
 }
+
+#[test]
+fn a_plain_record_too_large_to_wrap_refuses_versioning_before_anything_changes() {
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Blob {
+        tag: u8,
+        id: u32,
+        data: Vec<u8>,
+    }
+    // tag + id (1 byte) + a 3-byte length + the data: `len` bytes in all.
+    let blob = |id: u32, len: usize| Blob {
+        tag: ENVELOPE_TAG,
+        id,
+        data: vec![7; len - 5],
+    };
+    let open = |db: &Database| {
+        Collection::builder("blobs", |b: &Blob| key![b.id])
+            .version(1)
+            .migrate(0, |old: Blob| Ok(old))
+            .open(db.clone())
+    };
+    let limit = tuplekv_engine::limits::VALUE_SIZE_MAX;
+    let plain = |db: &Database| {
+        Collection::builder("blobs", |b: &Blob| key![b.id])
+            .open(db.clone())
+            .unwrap()
+    };
+    // At the limit: a 3-byte envelope header fits exactly.
+    let db = Database::in_memory();
+    plain(&db).insert(&blob(1, limit - 3)).unwrap();
+    let raw = db.get(&key!["blobs", "id", 1]).unwrap().unwrap().value;
+    assert_eq!(raw.as_bytes().unwrap().len(), limit - 3);
+    assert_eq!(
+        open(&db).unwrap().get(&key![1]).unwrap(),
+        Some(blob(1, limit - 3))
+    );
+    // Past it: refused, naming the record, with the store as it was.
+    let db = Database::in_memory();
+    plain(&db).insert(&blob(2, limit - 2)).unwrap();
+    let before = dump(&db);
+    match open(&db) {
+        Err(Error::Schema { reason, .. }) => {
+            assert!(
+                reason.contains("record [\"blobs\", \"id\", 2n]"),
+                "{reason}"
+            );
+            assert!(reason.contains("value limit"), "{reason}");
+        }
+        Err(other) => panic!("{other:?}"),
+        Ok(_) => panic!("an unwrappable record was versioned"),
+    }
+    assert_eq!(dump(&db), before);
+    assert_eq!(plain(&db).get(&key![2]).unwrap(), Some(blob(2, limit - 2)));
+}
