@@ -69,6 +69,9 @@ pub(crate) struct Def<T> {
     pub(crate) layout: AtomicU8,
     /// The schema as this handle last read it: every write checks it is still current.
     pub(crate) cache: RwLock<Cache>,
+    /// Whether this handle has seen the layout before it was enveloped (so it keeps telling
+    /// plain records by the conversion's boundary).
+    pub(crate) lived_through: AtomicBool,
 }
 
 impl<T> Def<T> {
@@ -391,6 +394,7 @@ impl<T> Collection<T, tuplekv_engine::Database> {
                 schema_key: Vec::new(),
                 layout: AtomicU8::new(LAYOUT_PLAIN),
                 cache: RwLock::new(Cache::default()),
+                lived_through: AtomicBool::new(false),
             },
             mistake: None,
         }

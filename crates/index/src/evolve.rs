@@ -116,6 +116,9 @@ pub struct MigrationReport {
     pub migrated: u64,
     /// Versions whose records are gone now (their migrations can be deleted).
     pub retired: Vec<u32>,
+    /// Index entries fixed afterwards ([`Collection::repair`]): a migration that changes an
+    /// indexed value leaves the old value's entries behind until then.
+    pub repaired: u64,
 }
 
 /// The stored progress of a migration, `[coll, "meta", "migration"]`.
@@ -178,7 +181,8 @@ where
                 ),
                 None => (self.adopt()?, None),
             };
-            let new = self.evolve(&old, mine.as_ref())?;
+            let mut new = self.evolve(&old, mine.as_ref())?;
+            fill_boundary(&old, stamp, &mut new);
             // What this handle will see once the schema is committed; the dry run reads
             // with it. A conversion starting now has every stored record before it.
             let boundary = match (old.layout, new.layout) {
@@ -419,8 +423,13 @@ where
         self.key(&["meta", "migration"], &[])
     }
 
-    /// Sets what the handle knows of the schema.
+    /// Sets what the handle knows of the schema. A handle that has seen the layout before it
+    /// was enveloped keeps the conversion's boundary: a snapshot it took then may still hold
+    /// plain records, which their versionstamps tell apart.
     fn set_cache(&self, s: &Schema, stamp: Option<Versionstamp>, boundary: Option<Versionstamp>) {
+        if s.layout != Layout::Enveloped {
+            self.def.lived_through.store(true, Ordering::Release);
+        }
         let refused = (s.current > self.def.version).then(|| {
             format!(
                 "version {} of the record struct is declared; this handle declares version {} \
@@ -448,6 +457,7 @@ where
         let s = Schema::from_bytes(value_bytes(&entry.value)?).map_err(|r| self.schema_err(r))?;
         let boundary = match s.layout {
             Layout::Converting => Some(s.boundary().unwrap_or(entry.versionstamp)),
+            Layout::Enveloped if self.def.lived_through.load(Ordering::Acquire) => s.boundary(),
             _ => None,
         };
         self.set_cache(&s, Some(entry.versionstamp), boundary);
@@ -466,7 +476,10 @@ where
     /// `stamp`, is an envelope: never guessed from its bytes.
     pub(crate) fn is_envelope(&self, stamp: Versionstamp) -> Result<bool, Error> {
         match self.def.layout.load(Ordering::Acquire) {
-            LAYOUT_ENVELOPED => Ok(true),
+            // A handle opened on an enveloped collection never saw a plain record; one that
+            // lived through the conversion may read a snapshot from before it.
+            LAYOUT_ENVELOPED if !self.def.lived_through.load(Ordering::Acquire) => Ok(true),
+            LAYOUT_ENVELOPED => Ok(self.boundary().is_none_or(|b| stamp > b)),
             LAYOUT_CONVERTING => Ok(self.boundary().is_none_or(|b| stamp > b)),
             _ => {
                 // The handle saw plain records; the collection may have been converted since.
@@ -584,11 +597,18 @@ where
             self.load(&e)?;
             let boundary = s.boundary().unwrap_or(e.versionstamp);
             let name = decode_key(&self.key(&[], &[])?).map_err(crate::collection::codec_err)?;
+            let mut complete = true;
             for space in ["id", "u", "i"] {
                 let mut parts = name.parts().to_vec();
                 parts.push(space.into());
                 let prefix = Key::new(parts).map_err(|e| self.schema_err(e.to_string()))?;
-                self.wrap_range(&prefix, space == "id", boundary)?;
+                complete &= self.wrap_range(&prefix, space == "id", boundary)?;
+            }
+            if !complete {
+                // A value too large to wrap (written by a plain writer after `open` checked):
+                // the layout stays converting, where every record's versionstamp says how to
+                // read it, and the next open tries again.
+                return Ok(());
             }
             s.layout = Layout::Enveloped;
             let done = self
@@ -610,8 +630,14 @@ where
     /// Wraps the plain values under `prefix` written before `boundary`: records (`records`),
     /// or covering index entries' copies. A page whose commit met a concurrent write (which
     /// wrote an envelope) is read and wrapped again.
-    fn wrap_range(&self, prefix: &Key, records: bool, boundary: Versionstamp) -> Result<(), Error> {
+    fn wrap_range(
+        &self,
+        prefix: &Key,
+        records: bool,
+        boundary: Versionstamp,
+    ) -> Result<bool, Error> {
         let mut cursor: Option<String> = None;
+        let mut complete = true;
         loop {
             let page_size = CONVERT_BATCH_MAX * 4;
             let mut iter = self.store.list(
@@ -628,9 +654,16 @@ where
             }
             let mut writes = vec![AtomicWrite::default()];
             let mut size = 0usize;
+            let mut unwrappable = false;
             for e in &page {
-                let Some(wrapped) = self.wrapped(e, records, boundary)? else {
-                    continue;
+                let wrapped = match self.wrapped(e, records, boundary) {
+                    Wrap::Keep => continue,
+                    Wrap::TooLarge(_) => {
+                        // Left plain: its versionstamp keeps it readable as plain.
+                        unwrappable = true;
+                        continue;
+                    }
+                    Wrap::Into(v) => v,
                 };
                 let len = e.key.len() * 2 + wrapped.size();
                 let full = writes.last().is_some_and(|w| {
@@ -665,12 +698,13 @@ where
             if !all {
                 continue; // the same page again
             }
+            complete &= !unwrappable;
             cursor = match iter.cursor() {
                 ListCursor::After(c) if page.len() == page_size => Some(c),
                 _ => None,
             };
             if cursor.is_none() {
-                return Ok(());
+                return Ok(complete);
             }
         }
     }
@@ -680,7 +714,9 @@ where
         let boundary = Versionstamp::from_bytes(STAMP_MAX);
         for (range, records) in self.spaces()? {
             for e in self.store.snapshot().scan(&range, false, usize::MAX)? {
-                self.wrapped(&e, records, boundary)?;
+                if let Wrap::TooLarge(why) = self.wrapped(&e, records, boundary) {
+                    return Err(self.schema_err(why));
+                }
             }
         }
         Ok(())
@@ -703,17 +739,12 @@ where
 
     /// The wrapped form of `e` if it holds a plain value starting with [`ENVELOPE_TAG`] written
     /// before `boundary`.
-    fn wrapped(
-        &self,
-        e: &Entry,
-        records: bool,
-        boundary: Versionstamp,
-    ) -> Result<Option<Value>, Error> {
+    fn wrapped(&self, e: &Entry, records: bool, boundary: Versionstamp) -> Wrap {
         if e.versionstamp > boundary {
-            return Ok(None);
+            return Wrap::Keep;
         }
         let too_large = |what: &str| {
-            self.schema_err(format!(
+            Wrap::TooLarge(format!(
                 "{what} {} is within 3 bytes of the value limit ({VALUE_SIZE_MAX} bytes) and \
                  starts with the envelope tag: it cannot be put in an envelope; shrink or \
                  delete it, then open again",
@@ -722,22 +753,22 @@ where
         };
         if records {
             let Value::Bytes(b) = &e.value else {
-                return Ok(None);
+                return Wrap::Keep;
             };
             if b.first() != Some(&ENVELOPE_TAG) {
-                return Ok(None);
+                return Wrap::Keep;
             }
             let out = record::wrap_plain(b);
             if out.len() > VALUE_SIZE_MAX {
-                return Err(too_large("record"));
+                return too_large("record");
             }
-            return Ok(Some(Value::from(out)));
+            return Wrap::Into(Value::from(out));
         }
         let Ok((pk, Some(copy))) = entry::parts(&e.value) else {
-            return Ok(None);
+            return Wrap::Keep;
         };
         if copy.first() != Some(&ENVELOPE_TAG) {
-            return Ok(None);
+            return Wrap::Keep;
         }
         let wrapped = record::wrap_plain(copy);
         let mut out = Vec::with_capacity(5 + pk.len() + wrapped.len());
@@ -746,9 +777,9 @@ where
         out.extend_from_slice(&pk);
         out.extend_from_slice(&wrapped);
         if out.len() > VALUE_SIZE_MAX {
-            return Err(too_large("covering entry"));
+            return too_large("covering entry");
         }
-        Ok(Some(Value::from(out)))
+        Wrap::Into(Value::from(out))
     }
 
     /// Rewrites every record stored by an older version of the struct in the current one,
@@ -757,7 +788,10 @@ where
     /// records inside its transaction and records how far it got in the same commit, so a run
     /// cut short (a crash, a power cut, an error) resumes where it stopped. When every record
     /// is in the current version, older versions are retired: their migrations can be deleted,
-    /// and `open` stops reading every record to check them.
+    /// and `open` stops reading every record to check them. Then the indexes are repaired
+    /// ([`Collection::repair`]): entries are computed from the current struct, and an old
+    /// record's entries were computed from the old one, so a migration that changes an indexed
+    /// value (say, lower-cases emails) leaves queries by that value stale until this runs.
     ///
     /// # Errors
     /// A record whose migration fails ([`Error::Incompatible`], with its key), a write limit
@@ -878,11 +912,20 @@ where
             }
         }
         let retired = self.retire()?;
+        // The old records' entries were written by the old build's extractors from the old
+        // struct; a migration that changes an indexed value leaves them behind (and the new
+        // value unindexed). Repair makes every index match the migrated records.
+        let repaired = if done.migrated > 0 {
+            self.repair()?.findings.len() as u64
+        } else {
+            0
+        };
         Ok(MigrationReport {
             to,
             scanned: done.scanned,
             migrated: done.migrated,
             retired,
+            repaired,
         })
     }
 
@@ -902,6 +945,8 @@ where
                     s.current, self.def.version
                 )));
             }
+            let read = s.clone();
+            fill_boundary(&read, Some(e.versionstamp), &mut s);
             let retired: Vec<u32> = s
                 .present
                 .iter()
@@ -909,7 +954,7 @@ where
                 .filter(|v| *v != s.current)
                 .collect();
             tx.mutate_raw(&key, MutationKind::Delete);
-            if !retired.is_empty() {
+            if !retired.is_empty() || s != read {
                 s.present.retain(|v| *v == s.current);
                 tx.mutate_raw(
                     &self.def.schema_key,
@@ -922,6 +967,25 @@ where
             Ok(retired)
         })
     }
+}
+
+/// Keeps the conversion's boundary where it began: a schema rewritten while it says
+/// *converting* without a boundary takes the versionstamp of the one it read, which by
+/// induction is the first that said *converting*.
+fn fill_boundary(read: &Schema, read_stamp: Option<Versionstamp>, new: &mut Schema) {
+    if read.layout == Layout::Converting && read.converted_at.is_none() {
+        new.converted_at = read_stamp.map(stamp_text);
+    }
+}
+
+/// What the conversion does with one stored value.
+enum Wrap {
+    /// Nothing: an envelope already, not tagged, or written after the conversion began.
+    Keep,
+    /// Rewrite it as this.
+    Into(Value),
+    /// It cannot take an envelope's 3 bytes: why, naming it.
+    TooLarge(String),
 }
 
 /// What to do about a struct whose shape does not trace.

@@ -131,7 +131,9 @@
 //!   first one that fails and its key. Reads convert old records as they meet them;
 //!   [`Collection::migrate_records`] rewrites them in the current version in batches, each
 //!   commit carrying its cursor, so a crash resumes where it stopped; then the old versions
-//!   are retired and their migrations can go.
+//!   are retired (their migrations can go) and the indexes repaired. A migration that changes
+//!   an indexed value leaves queries by it stale until then: the old records' entries were
+//!   computed from the old struct.
 //!
 //! [`RecordFormat::Json`] reads by name instead: fields added anywhere (with a default),
 //! removed, or renamed with `#[serde(alias)]` need nothing, at about twice postcard's size and
@@ -159,10 +161,14 @@
 //! writer's commit checks the schema), wraps every earlier plain record that starts with
 //! `0xE7`, and every covering copy of one, byte for byte in an envelope of version 0, and sets
 //! it to *enveloped*. While converting, a record is an envelope if it was written after the
-//! conversion began (its versionstamp says so); a crash during the conversion resumes at the
-//! next `open`. A record (or covering copy) within 3 bytes of the value limit that starts
-//! with `0xE7` cannot be wrapped: the open that would convert is refused, naming it, before
-//! anything changes.
+//! conversion began (its versionstamp says so: every writer of the schema keeps the stamp of
+//! the first one that said *converting*), and a handle that lived through the conversion
+//! keeps judging by that stamp, since a snapshot it took before may still hold plain
+//! records; a crash during the conversion resumes at the next `open`. A record (or covering
+//! copy) within 3 bytes of the value limit that starts with `0xE7` cannot be wrapped: the open
+//! that would convert is refused, naming it, before anything changes; one a plain writer
+//! commits while that open runs keeps the layout *converting* (where it reads correctly, by
+//! its versionstamp) until it is shrunk or deleted, each `open` trying again.
 //!
 //! **Cost.** `open` traces the struct and reads the schema (one key); while a migration is
 //! unfinished it also reads every record. A write carries one more check (the schema key's

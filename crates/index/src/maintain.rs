@@ -184,8 +184,10 @@ where
         let mut out = Vec::new();
         for e in view.scan(&range, false, usize::MAX)? {
             let pk = pk_of_record_key(&e.key)?;
-            let bytes = self.stored_bytes(value_bytes(&e.value)?, e.versionstamp)?;
-            let record = self.decode(&pk, &bytes, e.versionstamp)?;
+            let raw = value_bytes(&e.value)?;
+            let record = self.decode(&pk, raw, e.versionstamp)?;
+            // Copies are written (and compared) in the layout the schema says.
+            let bytes = self.stored_bytes(raw, e.versionstamp)?;
             out.push((pk, bytes, record));
         }
         Ok(out)
@@ -325,8 +327,10 @@ where
                 at = next_record; // deleted meanwhile
                 continue;
             };
-            let bytes = self.stored_bytes(value_bytes(&e.value)?, e.versionstamp)?;
-            let record = self.decode(pk, &bytes, e.versionstamp)?;
+            let raw = value_bytes(&e.value)?;
+            let record = self.decode(pk, raw, e.versionstamp)?;
+            // Copies are written (and compared) in the layout the schema says.
+            let bytes = self.stored_bytes(raw, e.versionstamp)?;
             // Resuming inside a record: if it changed since the last transaction, the writer
             // that changed it wrote all its new entries, so skipping some is harmless.
             for p in self
@@ -684,8 +688,10 @@ where
             let Some(e) = tx.get_raw(&self.record_key(pk)?)? else {
                 continue;
             };
-            let bytes = self.stored_bytes(value_bytes(&e.value)?, e.versionstamp)?;
-            let record = self.decode(pk, &bytes, e.versionstamp)?;
+            let raw = value_bytes(&e.value)?;
+            let record = self.decode(pk, raw, e.versionstamp)?;
+            // Copies are written (and compared) in the layout the schema says.
+            let bytes = self.stored_bytes(raw, e.versionstamp)?;
             if let Some(p) = self
                 .plan(pk, &record, &bytes, None)?
                 .into_iter()
