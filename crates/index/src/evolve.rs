@@ -191,13 +191,23 @@ where
                 _ => None,
             };
             self.set_cache(&new, stamp, boundary);
+            let mut checked = Ok(());
             if old.layout == Layout::Plain && new.layout == Layout::Converting {
                 // Refused before the conversion begins, rather than half way.
-                self.check_wrappable()?;
+                checked = self.check_wrappable();
             }
             let others = new.present.iter().any(|v| *v != self.def.version);
-            if found.is_none() || others {
-                self.dry_run()?;
+            if checked.is_ok() && (found.is_none() || others) {
+                checked = self.dry_run();
+            }
+            if let Err(e) = checked {
+                // Judged with this schema: if another open changed it meanwhile (converted
+                // the records, say), judge again with the new one.
+                let now = self.store.get_latest_raw(&self.def.schema_key)?;
+                if now.map(|e| e.versionstamp) != stamp {
+                    continue;
+                }
+                return Err(e);
             }
             if found.is_some() && new == old {
                 opened = true;
@@ -523,6 +533,30 @@ where
                 bytes.to_vec()
             },
         )
+    }
+
+    /// Whether the stored covering entry `value`, written at `stamp`, is the planned `entry`
+    /// once its copy is read as what it is: a plain copy from before a conversion equals the
+    /// planned (wrapped) copy of the same plain record.
+    pub(crate) fn plain_copy_matches(
+        &self,
+        value: &Value,
+        stamp: Versionstamp,
+        entry: &[u8],
+    ) -> bool {
+        let Ok((pk, Some(copy))) = entry::parts(value) else {
+            return false;
+        };
+        if copy.first() != Some(&ENVELOPE_TAG) || self.is_envelope(stamp).unwrap_or(true) {
+            return false;
+        }
+        let wrapped = record::wrap_plain(copy);
+        let mut out = Vec::with_capacity(5 + pk.len() + wrapped.len());
+        out.push(COVERING);
+        out.extend_from_slice(&u32::try_from(pk.len()).unwrap_or(u32::MAX).to_le_bytes());
+        out.extend_from_slice(&pk);
+        out.extend_from_slice(&wrapped);
+        out == entry
     }
 
     /// Whether covering copies of equal bytes may be taken as equal: not while converting,
@@ -915,11 +949,14 @@ where
         // The old records' entries were written by the old build's extractors from the old
         // struct; a migration that changes an indexed value leaves them behind (and the new
         // value unindexed). Repair makes every index match the migrated records.
-        let repaired = if done.migrated > 0 {
-            self.repair()?.findings.len() as u64
-        } else {
-            0
-        };
+        // Every run repairs (an earlier one may have been cut short before it did, and an
+        // update through this handle plans an old record's entries from the migrated one),
+        // but only the declared indexes: an older build may still read one this build
+        // dropped, which `drop_index` removes when it is time.
+        let repaired = self
+            .repair_where(|f| self.def.indexes.iter().any(|i| i.name == f.index))?
+            .findings
+            .len() as u64;
         Ok(MigrationReport {
             to,
             scanned: done.scanned,

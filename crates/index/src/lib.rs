@@ -131,9 +131,10 @@
 //!   first one that fails and its key. Reads convert old records as they meet them;
 //!   [`Collection::migrate_records`] rewrites them in the current version in batches, each
 //!   commit carrying its cursor, so a crash resumes where it stopped; then the old versions
-//!   are retired (their migrations can go) and the indexes repaired. A migration that changes
-//!   an indexed value leaves queries by it stale until then: the old records' entries were
-//!   computed from the old struct.
+//!   are retired (their migrations can go) and the declared indexes repaired (an index this
+//!   build no longer declares is left for `drop_index`: an older build may still read it). A
+//!   migration that changes an indexed value leaves queries by it stale until then: the old
+//!   records' entries were computed from the old struct.
 //!
 //! [`RecordFormat::Json`] reads by name instead: fields added anywhere (with a default),
 //! removed, or renamed with `#[serde(alias)]` need nothing, at about twice postcard's size and
@@ -168,7 +169,10 @@
 //! copy) within 3 bytes of the value limit that starts with `0xE7` cannot be wrapped: the open
 //! that would convert is refused, naming it, before anything changes; one a plain writer
 //! commits while that open runs keeps the layout *converting* (where it reads correctly, by
-//! its versionstamp) until it is shrunk or deleted, each `open` trying again.
+//! its versionstamp) until it is shrunk or deleted, each `open` trying again. The boundary is
+//! stored as a versionstamp: a copy of the collection into another database (a dump loaded
+//! elsewhere) made while it is still *converting* would not keep it; finish the conversion
+//! first (open it with the versioned build).
 //!
 //! **Cost.** `open` traces the struct and reads the schema (one key); while a migration is
 //! unfinished it also reads every record. A write carries one more check (the schema key's

@@ -320,3 +320,111 @@ fn a_migration_that_changes_an_indexed_value_leaves_the_index_right() {
     assert_eq!(v1.get_by("email", &key!["Ada@Example.com"]).unwrap(), None);
     assert!(v1.verify().unwrap().is_clean());
 }
+
+#[test]
+fn migrate_records_repairs_entries_an_earlier_update_left_even_with_nothing_to_migrate() {
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct User {
+        id: u64,
+        email: String,
+    }
+    let db = Database::in_memory();
+    let v0 = Collection::builder("users", |u: &User| key![u.id])
+        .unique("email", |u| Some(key![u.email.clone()]))
+        .open(db.clone())
+        .unwrap();
+    v0.insert(&User {
+        id: 1,
+        email: "Ada@Example.com".into(),
+    })
+    .unwrap();
+    let v1 = Collection::builder("users", |u: &User| key![u.id])
+        .unique("email", |u| Some(key![u.email.clone()]))
+        .version(1)
+        .migrate(0, |old: User| {
+            Ok(User {
+                id: old.id,
+                email: old.email.to_lowercase(),
+            })
+        })
+        .open(db.clone())
+        .unwrap();
+    // The update rewrites the record in version 1, planning its old entries from the
+    // migrated record: the old value's entry stays behind.
+    v1.update(&key![1], |u| u).unwrap();
+    let report = v1.migrate_records(10, |_| {}).unwrap();
+    assert_eq!((report.migrated, report.retired), (0, vec![0]));
+    assert_eq!(report.repaired, 2);
+    assert_eq!(v1.get_by("email", &key!["Ada@Example.com"]).unwrap(), None);
+    assert_eq!(
+        v1.get_by("email", &key!["ada@example.com"])
+            .unwrap()
+            .unwrap()
+            .0,
+        key![1]
+    );
+    assert!(v1.verify().unwrap().is_clean());
+}
+
+#[test]
+fn migrate_records_leaves_the_entries_of_an_index_it_does_not_declare() {
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct User {
+        id: u64,
+        email: String,
+    }
+    let db = Database::in_memory();
+    Collection::builder("users", |u: &User| key![u.id])
+        .index("domain", |u| u.email.split_once('@').map(|(_, d)| key![d]))
+        .open(db.clone())
+        .unwrap()
+        .insert(&User {
+            id: 1,
+            email: "ada@example.com".into(),
+        })
+        .unwrap();
+    let v1 = Collection::builder("users", |u: &User| key![u.id])
+        .version(1)
+        .migrate(0, |old: User| Ok(old))
+        .open(db.clone())
+        .unwrap();
+    v1.migrate_records(10, |_| {}).unwrap();
+    // The older build may still read through it: only `drop_index` removes it.
+    assert!(
+        db.get(&key!["users", "i", "domain", "example.com", 1])
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[test]
+fn two_versioned_opens_at_once_both_open() {
+    let db = Database::in_memory();
+    let p = bare_plain(db.clone());
+    for id in 1..=3 {
+        p.insert(&tagged(id, 6)).unwrap();
+    }
+    let hooked = Hooked::new(&db);
+    // Another process's open converts the records while this one checks them.
+    let other = db.clone();
+    hooked.after_next_snapshot(move || {
+        bare_v1(other).unwrap().upsert(&tagged(9, 3)).unwrap();
+    });
+    let mine = bare_v1(hooked).unwrap();
+    for (id, len) in [(1, 6), (2, 6), (3, 6), (9, 3)] {
+        assert_eq!(mine.get(&key![id]).unwrap(), Some(tagged(id, len)));
+    }
+    assert!(mine.verify().unwrap().is_clean());
+}
+
+#[test]
+fn verify_finds_nothing_wrong_with_plain_copies_while_converting() {
+    let db = Database::in_memory();
+    let p = plain(db.clone());
+    p.insert(&tagged(1, 5)).unwrap();
+    crash_as_conversion_begins(&db);
+    let report = p.verify().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert!(p.repair().unwrap().is_clean());
+    check_all(&p, &[(1, 5)]);
+}
