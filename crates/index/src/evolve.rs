@@ -40,6 +40,9 @@ pub(crate) const LAYOUT_CONVERTING: u8 = 1;
 /// [`Layout::Enveloped`], as the handle's atomic holds it.
 pub(crate) const LAYOUT_ENVELOPED: u8 = 2;
 
+/// The marker's value while a conversion is under way; its versionstamp is the boundary.
+const RECORDS_CONVERTING: &[u8] = b"converting";
+
 /// Most times `open` reads the schema again after a concurrent open changed it first.
 pub(crate) const SCHEMA_ATTEMPTS_MAX: u32 = 64;
 
@@ -186,7 +189,10 @@ where
             // What this handle will see once the schema is committed; the dry run reads
             // with it. A conversion starting now has every stored record before it.
             let boundary = match (old.layout, new.layout) {
-                (Layout::Converting, _) => old.boundary().or(stamp),
+                (Layout::Converting, _) => match stamp {
+                    Some(stamp) => Some(self.converting_boundary(&old, stamp)?),
+                    None => old.boundary(),
+                },
                 (_, Layout::Converting) => Some(Versionstamp::from_bytes(STAMP_MAX)),
                 _ => None,
             };
@@ -213,12 +219,17 @@ where
                 opened = true;
                 break;
             }
-            let committed = self
+            let mut write = self
                 .store
                 .atomic()
                 .check_raw(&self.def.schema_key, stamp)
-                .set_raw(&self.def.schema_key, new.to_bytes())
-                .commit()?;
+                .set_raw(&self.def.schema_key, new.to_bytes());
+            if old.layout == Layout::Plain && new.layout == Layout::Converting {
+                // Written in the conversion's first commit: its own versionstamp is the
+                // boundary, which a copy that keeps commits together and in order keeps.
+                write = write.set_raw(&self.marker_key()?, RECORDS_CONVERTING);
+            }
+            let committed = write.commit()?;
             if committed.is_committed() {
                 opened = true;
                 break;
@@ -466,7 +477,7 @@ where
     fn load(&self, entry: &Entry) -> Result<(), Error> {
         let s = Schema::from_bytes(value_bytes(&entry.value)?).map_err(|r| self.schema_err(r))?;
         let boundary = match s.layout {
-            Layout::Converting => Some(s.boundary().unwrap_or(entry.versionstamp)),
+            Layout::Converting => Some(self.converting_boundary(&s, entry.versionstamp)?),
             Layout::Enveloped if self.def.lived_through.load(Ordering::Acquire) => s.boundary(),
             _ => None,
         };
@@ -512,9 +523,10 @@ where
                     return Ok(false);
                 }
                 // What this handle read may predate the conversion: the boundary decides.
-                let boundary = s
-                    .boundary()
-                    .or((s.layout == Layout::Converting).then_some(e.versionstamp));
+                let boundary = match s.layout {
+                    Layout::Converting => Some(self.converting_boundary(&s, e.versionstamp)?),
+                    _ => s.boundary(),
+                };
                 self.load(&e)?;
                 Ok(boundary.is_none_or(|b| stamp > b))
             }
@@ -564,6 +576,23 @@ where
     /// record, so a copy is always rewritten then.
     pub(crate) fn copies_comparable(&self) -> bool {
         self.def.layout.load(Ordering::Acquire) != LAYOUT_CONVERTING
+    }
+
+    /// Where the conversion under way began: the versionstamp of the marker its first commit
+    /// wrote (what a copy of the collection keeps), else the one the schema recorded, else
+    /// that of the schema entry read (`schema_stamp`: no writer has rewritten it yet).
+    fn converting_boundary(
+        &self,
+        s: &Schema,
+        schema_stamp: Versionstamp,
+    ) -> Result<Versionstamp, Error> {
+        let marker = self.store.get_latest_raw(&self.marker_key()?)?;
+        Ok(match marker {
+            Some(m) if matches!(&m.value, Value::Bytes(b) if b.as_ref() == RECORDS_CONVERTING) => {
+                m.versionstamp
+            }
+            _ => s.boundary().unwrap_or(schema_stamp),
+        })
     }
 
     fn boundary(&self) -> Option<Versionstamp> {
@@ -629,7 +658,7 @@ where
                 continue;
             }
             self.load(&e)?;
-            let boundary = s.boundary().unwrap_or(e.versionstamp);
+            let boundary = self.converting_boundary(&s, e.versionstamp)?;
             let name = decode_key(&self.key(&[], &[])?).map_err(crate::collection::codec_err)?;
             let mut complete = true;
             for space in ["id", "u", "i"] {
@@ -645,6 +674,9 @@ where
                 return Ok(());
             }
             s.layout = Layout::Enveloped;
+            // The boundary as this database has it (a copy renumbers versionstamps), for the
+            // handles that lived through the conversion.
+            s.converted_at = Some(stamp_text(boundary));
             let done = self
                 .store
                 .atomic()

@@ -39,7 +39,7 @@
 //! | `[coll, "i", index, value..., pk...]` | non-unique entry, same value format |
 //! | `[coll, "meta", "index", index]` | `"building"` or `"ready"` |
 //! | `[coll, "meta", "schema"]` | the schema (JSON): layout, versions, each version's shape |
-//! | `[coll, "meta", "records"]` | `"enveloped"` once records carry envelopes (read by builds from before the schema) |
+//! | `[coll, "meta", "records"]` | `"converting"` (its versionstamp is the conversion's boundary), then `"enveloped"` once records carry envelopes |
 //! | `[coll, "meta", "migration"]` | the cursor of an unfinished [`Collection::migrate_records`] |
 //!
 //! A pointer whose primary key is one integer in `0..2^64` (`key![id]`) is stored as that
@@ -170,9 +170,9 @@
 //! that would convert is refused, naming it, before anything changes; one a plain writer
 //! commits while that open runs keeps the layout *converting* (where it reads correctly, by
 //! its versionstamp) until it is shrunk or deleted, each `open` trying again. The boundary is
-//! stored as a versionstamp: a copy of the collection into another database (a dump loaded
-//! elsewhere) made while it is still *converting* would not keep it; finish the conversion
-//! first (open it with the versioned build).
+//! the versionstamp of the marker `[coll, "meta", "records"] = "converting"`, written in the
+//! conversion's first commit, so a copy of the collection into another database that keeps
+//! each commit's writes together and in order (a dump loaded elsewhere) keeps it too.
 //!
 //! **Cost.** `open` traces the struct and reads the schema (one key); while a migration is
 //! unfinished it also reads every record. A write carries one more check (the schema key's

@@ -428,3 +428,60 @@ fn verify_finds_nothing_wrong_with_plain_copies_while_converting() {
     assert!(p.repair().unwrap().is_clean());
     check_all(&p, &[(1, 5)]);
 }
+
+/// Copies the collection `t` of `from` into a fresh database, one commit per source commit,
+/// in order, as a dump of it loaded elsewhere does: the versionstamps are new (and smaller:
+/// the source's other commits are not copied), their order is kept.
+fn copy_commits(from: &Database) -> Database {
+    let all = tuplekv_codec::Selector::prefix(&key!["t"])
+        .byte_range()
+        .unwrap();
+    let mut entries =
+        tuplekv_engine::ReadView::scan(&from.snapshot(), &all, false, usize::MAX).unwrap();
+    entries.sort_by_key(|e| e.versionstamp);
+    let to = Database::in_memory();
+    // A commit first that the source never had: the copy's stamps all differ.
+    to.set(&key!["unrelated"], 1u64).unwrap();
+    let mut i = 0;
+    while i < entries.len() {
+        let stamp = entries[i].versionstamp;
+        let mut write = to.atomic();
+        while i < entries.len() && entries[i].versionstamp == stamp {
+            write = write.set_raw(&entries[i].key, entries[i].value.clone());
+            i += 1;
+        }
+        assert!(write.commit().unwrap().is_committed());
+    }
+    to
+}
+
+#[test]
+fn a_copy_made_while_converting_reads_and_finishes_the_conversion() {
+    let limit = tuplekv_engine::limits::VALUE_SIZE_MAX;
+    let big = move |id| tagged(id, limit - 2 - 20);
+    let db = Database::in_memory();
+    // Pad the source's versionstamps so the copy's are far from them.
+    for n in 0..50u64 {
+        db.set(&key!["pad", n], n).unwrap();
+    }
+    let p = bare_plain(db.clone());
+    p.insert(&tagged(1, 4)).unwrap();
+    let hooked = Hooked::new(&db);
+    let writer = p.clone();
+    hooked.after_next_snapshot(move || writer.insert(&big(2)).unwrap());
+    let versioned = bare_v1(hooked).unwrap();
+    versioned.insert(&tagged(3, 4)).unwrap();
+    // The conversion is held open by the unwrappable record; copy the store now.
+    let copy = copy_commits(&db);
+    let there = bare_v1(copy.clone()).unwrap();
+    for (id, want) in [(1, tagged(1, 4)), (2, big(2)), (3, tagged(3, 4))] {
+        assert_eq!(there.get(&key![id]).unwrap(), Some(want), "id {id}");
+    }
+    there.delete(&key![2]).unwrap();
+    let finished = bare_v1(copy).unwrap();
+    for (id, len) in [(1, 4), (3, 4)] {
+        assert_eq!(finished.get(&key![id]).unwrap(), Some(tagged(id, len)));
+        assert_eq!(there.get(&key![id]).unwrap(), Some(tagged(id, len)));
+    }
+    assert!(finished.verify().unwrap().is_clean());
+}
