@@ -22,8 +22,8 @@ use serde::de::DeserializeOwned;
 use tuplekv_codec::{Key, Selector, decode_key};
 use tuplekv_engine::limits::{CHECKS_MAX, MUTATIONS_MAX, TOTAL_MUTATION_SIZE_MAX, VALUE_SIZE_MAX};
 use tuplekv_engine::{
-    AtomicWrite, Check, Entry, KeyBytes, ListCursor, ListOptions, Mutation, MutationKind, ReadView,
-    Store, Transaction, Value, Versionstamp,
+    AtomicWrite, Check, Entry, KeyBytes, Mutation, MutationKind, ReadView, Store, Transaction,
+    Value, Versionstamp,
 };
 
 use crate::collection::{Collection, RECORDS_ENVELOPED, pk_of_record_key, value_bytes};
@@ -659,13 +659,9 @@ where
             }
             self.load(&e)?;
             let boundary = self.converting_boundary(&s, e.versionstamp)?;
-            let name = decode_key(&self.key(&[], &[])?).map_err(crate::collection::codec_err)?;
             let mut complete = true;
-            for space in ["id", "u", "i"] {
-                let mut parts = name.parts().to_vec();
-                parts.push(space.into());
-                let prefix = Key::new(parts).map_err(|e| self.schema_err(e.to_string()))?;
-                complete &= self.wrap_range(&prefix, space == "id", boundary)?;
+            for (prefix, records) in self.spaces()? {
+                complete &= self.wrap_range(&prefix, records, boundary)?;
             }
             if !complete {
                 // A value too large to wrap (written by a plain writer after `open` checked):
@@ -705,19 +701,7 @@ where
         let mut cursor: Option<String> = None;
         let mut complete = true;
         loop {
-            let page_size = CONVERT_BATCH_MAX * 4;
-            let mut iter = self.store.list(
-                &Selector::prefix(prefix),
-                ListOptions {
-                    limit: Some(page_size),
-                    cursor: cursor.clone(),
-                    ..ListOptions::default()
-                },
-            )?;
-            let mut page = Vec::new();
-            for e in iter.by_ref() {
-                page.push(e?);
-            }
+            let (page, next) = self.list_page(prefix, CONVERT_BATCH_MAX * 4, cursor.clone())?;
             let mut writes = vec![AtomicWrite::default()];
             let mut size = 0usize;
             let mut unwrappable = false;
@@ -765,10 +749,7 @@ where
                 continue; // the same page again
             }
             complete &= !unwrappable;
-            cursor = match iter.cursor() {
-                ListCursor::After(c) if page.len() == page_size => Some(c),
-                _ => None,
-            };
+            cursor = next;
             if cursor.is_none() {
                 return Ok(complete);
             }
@@ -778,7 +759,10 @@ where
     /// Fails, naming it, on the first plain value the conversion could not wrap.
     fn check_wrappable(&self) -> Result<(), Error> {
         let boundary = Versionstamp::from_bytes(STAMP_MAX);
-        for (range, records) in self.spaces()? {
+        for (prefix, records) in self.spaces()? {
+            let range = Selector::prefix(&prefix)
+                .byte_range()
+                .map_err(|e| Error::Store(e.into()))?;
             for e in self.store.snapshot().scan(&range, false, usize::MAX)? {
                 if let Wrap::TooLarge(why) = self.wrapped(&e, records, boundary) {
                     return Err(self.schema_err(why));
@@ -788,17 +772,14 @@ where
         Ok(())
     }
 
-    /// The byte ranges of the collection's records (`true`) and index entries.
-    fn spaces(&self) -> Result<Vec<(tuplekv_codec::ByteRange, bool)>, Error> {
+    /// The key prefixes of the collection's records (`true`) and index entries.
+    fn spaces(&self) -> Result<Vec<(Key, bool)>, Error> {
         ["id", "u", "i"]
             .into_iter()
             .map(|space| {
                 let prefix =
                     decode_key(&self.key(&[space], &[])?).map_err(crate::collection::codec_err)?;
-                let range = Selector::prefix(&prefix)
-                    .byte_range()
-                    .map_err(|e| Error::Store(e.into()))?;
-                Ok((range, space == "id"))
+                Ok((prefix, space == "id"))
             })
             .collect()
     }
@@ -890,18 +871,11 @@ where
                 }
                 None => None,
             };
-            let mut iter = self.store.list(
-                &Selector::prefix(&prefix),
-                ListOptions {
-                    limit: Some(batch),
-                    cursor: after.clone(),
-                    ..ListOptions::default()
-                },
-            )?;
-            let mut pks = Vec::new();
-            for e in iter.by_ref() {
-                pks.push(pk_of_record_key(&e?.key)?);
-            }
+            let (page, _) = self.list_page(&prefix, batch, after.clone())?;
+            let pks = page
+                .iter()
+                .map(|e| pk_of_record_key(&e.key))
+                .collect::<Result<Vec<_>, _>>()?;
             let selector = Selector::prefix(&prefix);
             let (migrated, reached, stopped) =
                 self.store.transaction_with(&self.def.retry, |tx| {

@@ -180,6 +180,33 @@ where
     T: Serialize + DeserializeOwned,
     S: Store,
 {
+    /// One page of at most `limit` entries under `prefix` after `cursor`, from a snapshot,
+    /// and the cursor after it when the page is full (`None`: it was the last).
+    pub(crate) fn list_page(
+        &self,
+        prefix: &Key,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<(Vec<tuplekv_engine::Entry>, Option<String>), Error> {
+        let mut iter = self.store.list(
+            &Selector::prefix(prefix),
+            ListOptions {
+                limit: Some(limit),
+                cursor,
+                ..ListOptions::default()
+            },
+        )?;
+        let mut page = Vec::new();
+        for e in iter.by_ref() {
+            page.push(e?);
+        }
+        let next = match iter.cursor() {
+            tuplekv_engine::ListCursor::After(c) if page.len() >= limit => Some(c),
+            _ => None,
+        };
+        Ok((page, next))
+    }
+
     /// Every record in primary-key order from one snapshot: (pk, bytes, record).
     fn all_records(&self, view: &S::Snapshot) -> Result<Vec<(Key, Vec<u8>, T)>, Error> {
         let range = self.records_range()?;
@@ -249,18 +276,11 @@ where
             let mut cursor: Option<String> = None;
             loop {
                 // The primary keys of the next batch, from a snapshot.
-                let mut iter = self.store.list(
-                    &Selector::prefix(&prefix),
-                    ListOptions {
-                        limit: Some(batch),
-                        cursor: cursor.clone(),
-                        ..ListOptions::default()
-                    },
-                )?;
-                let mut pks = Vec::new();
-                for e in iter.by_ref() {
-                    pks.push(pk_of_record_key(&e?.key)?);
-                }
+                let (page, next) = self.list_page(&prefix, batch, cursor.take())?;
+                let pks = page
+                    .iter()
+                    .map(|e| pk_of_record_key(&e.key))
+                    .collect::<Result<Vec<_>, _>>()?;
                 if pks.is_empty() {
                     break;
                 }
@@ -281,11 +301,7 @@ where
                     progress(&done);
                     at = reached;
                 }
-                let last_page = pks.len() < batch;
-                cursor = match iter.cursor() {
-                    tuplekv_engine::ListCursor::After(c) if !last_page => Some(c),
-                    _ => None,
-                };
+                cursor = next;
                 if cursor.is_none() {
                     break;
                 }

@@ -899,3 +899,23 @@ fn a_plain_record_too_large_to_wrap_refuses_versioning_before_anything_changes()
     assert_eq!(dump(&db), before);
     assert_eq!(plain(&db).get(&key![2]).unwrap(), Some(blob(2, limit - 2)));
 }
+
+#[test]
+fn a_migration_batch_of_zero_takes_the_default_size() {
+    let db = Database::in_memory();
+    let old = v2(&db);
+    let n = tuplekv_index::MIGRATE_BATCH_DEFAULT as u64 + 50;
+    for id in 0..n {
+        old.insert(&UserV2 {
+            id,
+            email: format!("{id}@example.com"),
+            plan: String::new(),
+        })
+        .unwrap();
+    }
+    let v3 = v3_migrating(&db);
+    let mut batches = Vec::new();
+    let report = v3.migrate_records(0, |p| batches.push(p.migrated)).unwrap();
+    assert_eq!(report.migrated, n);
+    assert_eq!(batches, [tuplekv_index::MIGRATE_BATCH_DEFAULT as u64, n]);
+}
