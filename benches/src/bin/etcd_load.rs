@@ -246,7 +246,7 @@ fn checked(args: &Args) -> Result<Tally, String> {
             .set(key, value.clone())
             .commit()
         {
-            Ok(CommitResult::Committed { versionstamp }) => {
+            Ok(CommitResult::Committed { versionstamp, .. }) => {
                 *last = Some(versionstamp);
                 Ok(())
             }

@@ -11,6 +11,7 @@ use tuplekv_codec::{Key, encode_key};
 
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
+use crate::numbering::Numbering;
 use crate::store::Store;
 use crate::value::{Value, Versionstamp};
 
@@ -160,6 +161,9 @@ pub struct AtomicWrite {
     pub range_checks: Vec<RangeCheck>,
     /// Changes, applied in order; later ones see earlier ones.
     pub mutations: Vec<Mutation>,
+    /// Numbers the store takes from its counters at commit time and writes into the keys
+    /// and values above (empty for a plain commit); see [`crate::numbering`].
+    pub numbering: Numbering,
 }
 
 impl AtomicWrite {
@@ -214,6 +218,9 @@ pub enum CommitResult {
     Committed {
         /// The commit's stamp, shared by every mutation in it.
         versionstamp: Versionstamp,
+        /// The first number of each of its counter claims ([`AtomicWrite::numbering`]), in
+        /// claim order; empty for a commit that took none.
+        numbers: Vec<u64>,
     },
     /// A check failed; nothing was written and no versionstamp was used.
     Conflict(Conflict),
@@ -228,8 +235,24 @@ impl CommitResult {
     /// The commit's versionstamp, if it committed.
     pub fn versionstamp(&self) -> Option<Versionstamp> {
         match self {
-            CommitResult::Committed { versionstamp } => Some(*versionstamp),
+            CommitResult::Committed { versionstamp, .. } => Some(*versionstamp),
             CommitResult::Conflict(_) => None,
+        }
+    }
+
+    /// The first number of each counter claim, if it committed (empty if it took none).
+    pub fn numbers(&self) -> Option<&[u64]> {
+        match self {
+            CommitResult::Committed { numbers, .. } => Some(numbers),
+            CommitResult::Conflict(_) => None,
+        }
+    }
+
+    /// A committed result without numbers.
+    pub fn committed(versionstamp: Versionstamp) -> CommitResult {
+        CommitResult::Committed {
+            versionstamp,
+            numbers: Vec::new(),
         }
     }
 

@@ -203,6 +203,43 @@ pub enum Error {
         /// The server's message.
         message: String,
     },
+    /// A commit's numbering ([`crate::numbering`]) breaks a rule or a limit: a slot outside
+    /// its target or not on a placeholder of digits, overlapping slots, a counter the commit
+    /// also writes, too many counters, numbers or slots. Nothing was written.
+    #[error("invalid numbering: {reason}")]
+    InvalidNumbering {
+        /// The rule or limit, with the numbers.
+        reason: String,
+    },
+    /// A counter a commit takes numbers from holds something other than a `U64`. Nothing
+    /// was written.
+    #[error("the counter at {key:?} does not hold a U64")]
+    CounterNotU64 {
+        /// The counter's encoded key.
+        key: KeyBytes,
+    },
+    /// A commit would take numbers past its counter's `max`. Nothing was written and no
+    /// number was taken.
+    #[error("the counter at {key:?} is exhausted: {count} numbers from {next} pass its max {max}")]
+    CounterExhausted {
+        /// The counter's encoded key.
+        key: KeyBytes,
+        /// The counter's next number.
+        next: u64,
+        /// How many the commit asked for.
+        count: u32,
+        /// The counter's largest number.
+        max: u64,
+    },
+    /// A number has more digits than a placeholder that may not widen. Nothing was written
+    /// and no number was taken.
+    #[error("the number {number} has more than the {width} digits its placeholder holds")]
+    NumberTooWide {
+        /// The number.
+        number: u64,
+        /// The placeholder's width.
+        width: u8,
+    },
     /// Every version up to [`VERSION_MAX`](crate::limits::VERSION_MAX) is used: no commit
     /// can be numbered. No history gets there (it takes 2^63 commits).
     #[error("no versionstamp is left: the last one ({last}) is at the limit")]

@@ -348,6 +348,7 @@ pub(crate) struct GroupCommit {
 fn depends_on_state(write: &AtomicWrite) -> bool {
     !write.checks.is_empty()
         || !write.range_checks.is_empty()
+        || !write.numbering.is_empty()
         || write
             .mutations
             .iter()

@@ -101,6 +101,7 @@ mod key_bytes;
 mod keymap;
 pub mod limits;
 mod list;
+pub mod numbering;
 mod pipeline;
 mod reclaim;
 #[cfg(feature = "reference-keymap")]

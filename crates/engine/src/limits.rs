@@ -39,6 +39,15 @@ pub const EXPIRE_IN_MAX_MS: u64 = (1 << 53) - 1;
 pub const VERSION_MAX: u64 = u64::MAX >> 1;
 /// Most attempts a transaction makes before reporting a conflict.
 pub const TRANSACTION_ATTEMPTS_MAX: u32 = 16;
+/// Most counters one commit takes numbers from ([`crate::numbering`]).
+pub const COUNTERS_PER_COMMIT_MAX: usize = 16;
+/// Most numbers one commit takes, over all its counters: as many as it may write mutations.
+pub const NUMBERS_PER_COMMIT_MAX: usize = MUTATIONS_MAX;
+/// Most places one commit writes numbers into: every check key, mutation key and value
+/// could hold a few.
+pub const NUMBER_SLOTS_MAX: usize = 4 * (CHECKS_MAX + 2 * MUTATIONS_MAX);
+/// Widest digit placeholder: the digits of `u64::MAX`.
+pub const NUMBER_WIDTH_MAX: usize = 20;
 
 /// Checks `key` against the read limit, [`KEY_SIZE_MAX_READ`].
 pub(crate) fn check_read_key(key: &[u8]) -> Result<(), Error> {

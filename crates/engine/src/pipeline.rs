@@ -17,6 +17,7 @@ use crate::atomic::{
     RangeCheck, versionstamped_key,
 };
 use crate::db::Inner;
+use crate::numbering::{SlotTarget, numbered_key};
 use crate::durable::record::FrameWriter;
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
@@ -127,7 +128,12 @@ pub(crate) fn validate(write: &AtomicWrite) -> Result<(), Error> {
             check_read_key(&rc.end)?;
         }
     }
-    Ok(())
+    crate::numbering::validate(write)
+}
+
+/// `i` as a slot target's index (operations are far below `u32::MAX` mutations).
+fn index_u32(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
 }
 
 /// `mutations` with each versionstamped set turned into a plain set of its final key, for a
@@ -249,31 +255,40 @@ impl Inner {
         // Every key the operation writes, found or inserted (each searched from the head: see
         // `KeyMap::get_or_insert_all`).
         // A versionstamped key is known only under the lock, where its slot is inserted.
+        // So is a key holding a number's placeholder.
+        let numbered = |target| {
+            !write.numbering.is_empty() && numbered_key(&write.numbering, target)
+        };
+        let later = |i: usize, m: &Mutation| {
+            matches!(m.kind, MutationKind::SetSuffixVersionstampedKey { .. })
+                || numbered(SlotTarget::MutationKey(index_u32(i)))
+        };
         let written: SmallVec<[&KeyBytes; 4]> = write
             .mutations
             .iter()
-            .filter(|m| {
-                !matches!(
-                    m.kind,
-                    MutationKind::Delete | MutationKind::SetSuffixVersionstampedKey { .. }
-                )
-            })
-            .map(|m| &m.key)
+            .enumerate()
+            .filter(|(i, m)| !matches!(m.kind, MutationKind::Delete) && !later(*i, m))
+            .map(|(_, m)| &m.key)
             .collect();
         let mut written = self.map.get_or_insert_all(&written).into_iter();
         let mutations: SmallVec<[Option<Slot<'_>>; 4]> = write
             .mutations
             .iter()
-            .map(|m| match m.kind {
+            .enumerate()
+            .map(|(i, m)| match m.kind {
+                _ if later(i, m) => None,
                 MutationKind::Delete => self.map.get(m.key.as_slice()),
-                MutationKind::SetSuffixVersionstampedKey { .. } => None,
                 _ => written.next(),
             })
             .collect();
         let checks = write
             .checks
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(i, c)| {
+                if numbered(SlotTarget::CheckKey(index_u32(i))) {
+                    return None;
+                }
                 let written = write.mutations.iter().position(|m| m.key == c.key);
                 match written.and_then(|i| mutations.get(i)).cloned().flatten() {
                     Some(slot) => Some(slot),
@@ -418,12 +433,18 @@ impl Inner {
         last: &mut u64,
         log: Option<&mut LogSink>,
     ) -> Result<CommitResult, Error> {
+        let mut now = None;
+        let (write, numbers) = if write.numbering.is_empty() {
+            (write, Vec::new())
+        } else {
+            self.resolve_numbering(write, slots, &mut now)?
+        };
         let AtomicWrite {
             checks,
             range_checks,
             mutations,
+            numbering: _,
         } = write;
-        let mut now = None;
         let conflict = self.check(&checks, &range_checks, slots, &mut now);
         if !conflict.failed_checks.is_empty() || conflict.range_changed {
             return Ok(CommitResult::Conflict(conflict));
@@ -438,7 +459,45 @@ impl Inner {
         *last = version;
         Ok(CommitResult::Committed {
             versionstamp: Versionstamp::from_version(version),
+            numbers,
         })
+    }
+
+    /// Takes a commit's numbers from its counters (read here, under the commit lock, so no
+    /// other commit moves them meanwhile) and fills them in; the keys that held placeholders
+    /// lose their slots, found again under the lock, and the counters' sets get theirs.
+    fn resolve_numbering<'a>(
+        &'a self,
+        write: AtomicWrite,
+        slots: &mut Slots<'a>,
+        now: &mut Option<u64>,
+    ) -> Result<(AtomicWrite, Vec<u64>), Error> {
+        let current: SmallVec<[Option<Value>; 2]> = write
+            .numbering
+            .counters
+            .iter()
+            .map(|c| Self::current(self.map.get(c.key.as_slice()).as_ref(), now))
+            .collect();
+        let current: SmallVec<[Option<&Value>; 2]> = current.iter().map(Option::as_ref).collect();
+        for s in &write.numbering.slots {
+            match s.target {
+                SlotTarget::CheckKey(i) => {
+                    if let Some(slot) = slots.checks.get_mut(i as usize) {
+                        *slot = None;
+                    }
+                }
+                SlotTarget::MutationKey(i) => {
+                    if let Some(slot) = slots.mutations.get_mut(i as usize) {
+                        *slot = None;
+                    }
+                }
+                SlotTarget::MutationValue(_) => {}
+            }
+        }
+        let claims = write.numbering.counters.len();
+        let resolved = crate::numbering::resolve(write, &current)?;
+        slots.mutations.extend(std::iter::repeat_n(None, claims));
+        Ok(resolved)
     }
 
     /// Evaluates an operation's key checks (each failure reported) and range checks (the

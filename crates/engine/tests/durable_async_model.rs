@@ -242,7 +242,7 @@ impl Harness {
         let mut failed = false;
         for (i, outcome) in outcomes.iter().enumerate() {
             match &outcome.result {
-                Ok(CommitResult::Committed { versionstamp }) => {
+                Ok(CommitResult::Committed { versionstamp, .. }) => {
                     committed.push((*versionstamp, i));
                 }
                 Ok(_) => conflicts.push(i),

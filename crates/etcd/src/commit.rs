@@ -110,6 +110,12 @@ pub(crate) async fn commit(
     write: AtomicWrite,
 ) -> Result<CommitResult, Error> {
     write.validate()?;
+    if !write.numbering.is_empty() {
+        return Err(Error::Unsupported {
+            operation: "numbers assigned at commit",
+            needs: "numbering in etcd transactions",
+        });
+    }
     let stamped = write
         .mutations
         .iter()
@@ -209,7 +215,7 @@ pub(crate) async fn commit(
                     });
                 }
             };
-            return Ok(CommitResult::Committed { versionstamp });
+            return Ok(CommitResult::committed(versionstamp));
         }
         // Nothing was applied: a refused transaction without its revision is no commit.
         head = revision.ok_or_else(|| Error::Unavailable {

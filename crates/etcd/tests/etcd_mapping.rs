@@ -571,7 +571,7 @@ fn a_watch_goes_on_across_the_loss_of_every_member_in_turn() {
         let stamp = loop {
             // Without a member, a commit may fail or its outcome be lost: try a fresh value.
             match store.atomic().set(&k, round as u64).commit() {
-                Ok(CommitResult::Committed { versionstamp }) => break versionstamp,
+                Ok(CommitResult::Committed { versionstamp, .. }) => break versionstamp,
                 Ok(other) => panic!("a blind set gave {other:?}"),
                 Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
             }
@@ -603,7 +603,7 @@ fn a_commit_without_mutations_gets_a_new_versionstamp() {
 /// Commits `atomic`, which must commit; its versionstamp.
 fn committed(atomic: tuplekv_engine::Atomic<'_, EtcdStore>) -> Versionstamp {
     match atomic.commit().expect("a commit") {
-        CommitResult::Committed { versionstamp } => versionstamp,
+        CommitResult::Committed { versionstamp, .. } => versionstamp,
         other => panic!("expected a commit: {other:?}"),
     }
 }
@@ -698,7 +698,7 @@ fn versionstamped_commits_racing_plain_ones_never_share_or_reorder_stamps() {
                 .set_versionstamped(&key!["log"], 1u64)
                 .commit()
             {
-                Ok(CommitResult::Committed { versionstamp }) => claims.push(versionstamp),
+                Ok(CommitResult::Committed { versionstamp, .. }) => claims.push(versionstamp),
                 Err(Error::TransactionConflict { .. }) => conflicts += 1,
                 other => panic!("a versionstamped commit gave {other:?}"),
             }

@@ -133,6 +133,7 @@ pub(crate) fn decode_write_output(write: &AtomicWrite, body: &[u8]) -> Result<Co
     match pb::AtomicWriteStatus::try_from(out.status) {
         Ok(pb::AtomicWriteStatus::AwSuccess) => Ok(CommitResult::Committed {
             versionstamp: versionstamp(&out.versionstamp)?,
+            numbers: Vec::new(),
         }),
         Ok(pb::AtomicWriteStatus::AwCheckFailure) => {
             let ext = tuplekv_wire::AtomicWriteOutputExtension::decode(body)
@@ -251,6 +252,7 @@ mod tests {
                 key: KeyBytes::from(vec![2, b'a', 0]),
                 kind: MutationKind::Sum(5),
             }],
+            numbering: Default::default(),
         };
         let body = encode_write(&write, true);
         let plain = pb::AtomicWrite::decode(&body[..]).expect("plain decode");

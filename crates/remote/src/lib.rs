@@ -307,6 +307,13 @@ impl RemoteStore {
                     needs: EXTENSION_NEEDED,
                 });
             }
+            if !write.numbering.is_empty() {
+                // Until the extension carries numberings, a numbered write is not sent.
+                return Err(Error::Unsupported {
+                    operation: "numbers assigned at commit",
+                    needs: EXTENSION_NEEDED,
+                });
+            }
             let body: Bytes = encode_write(&write, session.extension);
             let reply = match transport.call("atomic_write", body, Kind::Write).await {
                 Ok((_, reply)) => reply,

@@ -33,7 +33,7 @@ fn a_tuplekv_server_agrees_on_the_extension() {
 fn writes_and_reads_round_trip_with_the_servers_versionstamps() {
     let (db, _server, store) = served();
     let res = store.atomic().set(&key!["a"], 7u64).commit().unwrap();
-    let CommitResult::Committed { versionstamp } = res else {
+    let CommitResult::Committed { versionstamp, .. } = res else {
         panic!("{res:?}")
     };
     let local = db.get(&key!["a"]).unwrap().unwrap();

@@ -326,7 +326,7 @@ impl<S: Store> GaplessSequence<S> {
             write.mutations.push(set);
             live = rest;
             match self.core.store.commit(write) {
-                Ok(CommitResult::Committed { versionstamp }) => {
+                Ok(CommitResult::Committed { versionstamp, .. }) => {
                     *counter = Some((end, Some(versionstamp)));
                     self.commits.fetch_add(1, Ordering::Relaxed);
                     self.codes.fetch_add(parts.len() as u64, Ordering::Relaxed);

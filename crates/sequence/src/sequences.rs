@@ -296,7 +296,7 @@ impl<S: Store> Core<S> {
         let mut write = record.into_write();
         let backstop = self.add_backstop(&mut write, number)?;
         match self.store.commit(write)? {
-            CommitResult::Committed { versionstamp } => Ok(versionstamp),
+            CommitResult::Committed { versionstamp, .. } => Ok(versionstamp),
             CommitResult::Conflict(c) => {
                 if c.failed_checks.iter().any(|f| f.index == backstop) {
                     Err(self.duplicate(number))

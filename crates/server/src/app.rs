@@ -599,7 +599,7 @@ fn write_output(
     result: CommitResult,
 ) -> (pb::AtomicWriteOutput, Option<tuplekv_wire::WriteOutcome>) {
     match result {
-        CommitResult::Committed { versionstamp } => (
+        CommitResult::Committed { versionstamp, .. } => (
             pb::AtomicWriteOutput {
                 status: pb::AtomicWriteStatus::AwSuccess.into(),
                 versionstamp: versionstamp.as_bytes().to_vec(),

@@ -224,6 +224,7 @@ pub fn decode_atomic_write(body: &[u8]) -> Result<AtomicWrite, ApiError> {
         checks,
         range_checks: Vec::new(),
         mutations,
+        numbering: Default::default(),
     })
 }
 

@@ -176,7 +176,7 @@ fn assert_rejected<S: Store>(store: &S, op: Atomic<'_, S>, expected: Error, what
 /// Commits `op`, which must commit, and returns its versionstamp.
 fn assert_commits<S: Store>(op: Atomic<'_, S>, what: &str) -> Versionstamp {
     match op.commit() {
-        Ok(CommitResult::Committed { versionstamp }) => versionstamp,
+        Ok(CommitResult::Committed { versionstamp, .. }) => versionstamp,
         other => panic!("{what}: expected a commit, got {other:?}"),
     }
 }

@@ -372,6 +372,7 @@ pub fn run_ops(ops: &[Op]) -> Result<(), String> {
                             },
                         })
                         .collect(),
+                    numbering: Default::default(),
                 };
                 let got = Store::commit(&db, write.clone());
                 let want = model.commit(&write);
@@ -453,6 +454,7 @@ pub fn run_ops(ops: &[Op]) -> Result<(), String> {
                                 expiry: None,
                             },
                         }],
+                        numbering: Default::default(),
                     })
                     .map(|_| n);
                 if got != want {

@@ -70,6 +70,17 @@ impl Reference {
     /// # Errors
     /// [`Error::NotU64`] when `sum`, `min` or `max` meets a value that is not a `U64`.
     pub fn commit(&mut self, write: &AtomicWrite) -> Result<CommitResult, Error> {
+        // Numbers first: the counters' values now, every placeholder filled.
+        tuplekv_engine::numbering::validate(write)?;
+        let current: Vec<Option<Value>> = write
+            .numbering
+            .counters
+            .iter()
+            .map(|c| self.get(&c.key).map(|(v, _)| v))
+            .collect();
+        let current: Vec<Option<&Value>> = current.iter().map(Option::as_ref).collect();
+        let (resolved, numbers) = tuplekv_engine::numbering::resolve(write.clone(), &current)?;
+        let write = &resolved;
         let mut conflict = Conflict::default();
         for (index, check) in write.checks.iter().enumerate() {
             let actual = self.get(&check.key).map(|(_, vs)| vs);
@@ -139,6 +150,7 @@ impl Reference {
         self.version = version;
         Ok(CommitResult::Committed {
             versionstamp: Versionstamp::from_version(version),
+            numbers,
         })
     }
 }
