@@ -44,7 +44,7 @@ use crate::value::Value;
 ///         counter: 0,
 ///         ordinal: 0,
 ///         target: SlotTarget::MutationKey(0),
-///         offset: 13, // the key's bytes: 02 "invoices" 00 02 "INV" then the digits
+///         offset: 14, // the key's bytes: 02 "invoices" 00 02 "INV", then the digits
 ///         form: NumberForm::Digits { width: 5, widen: true },
 ///     }],
 /// };
