@@ -172,7 +172,12 @@ fn target_bytes(write: &AtomicWrite, target: SlotTarget) -> Result<&[u8], Error>
             .checks
             .get(index(i))
             .map(|c| c.key.as_slice())
-            .ok_or_else(|| invalid(format!("a slot names check {i}, but there are {}", write.checks.len()))),
+            .ok_or_else(|| {
+                invalid(format!(
+                    "a slot names check {i}, but there are {}",
+                    write.checks.len()
+                ))
+            }),
         SlotTarget::MutationKey(i) => write
             .mutations
             .get(index(i))
@@ -244,7 +249,9 @@ pub fn validate(write: &AtomicWrite) -> Result<(), Error> {
             )));
         }
         if n.counters[..i].iter().any(|o| o.key == c.key) {
-            return Err(invalid(format!("counter {i} is claimed twice in one commit")));
+            return Err(invalid(format!(
+                "counter {i} is claimed twice in one commit"
+            )));
         }
         if write.checks.iter().any(|k| k.key == c.key)
             || write.mutations.iter().any(|m| m.key == c.key)
@@ -288,7 +295,9 @@ pub fn validate(write: &AtomicWrite) -> Result<(), Error> {
         }
         if matches!(s.form, NumberForm::KeyPart) && matches!(s.target, SlotTarget::MutationValue(_))
         {
-            return Err(invalid("a key part slot in a value; key parts go in keys".to_owned()));
+            return Err(invalid(
+                "a key part slot in a value; key parts go in keys".to_owned(),
+            ));
         }
         let end = offset + s.form.replaced();
         let Some(placeholder) = bytes.get(offset..end) else {
@@ -306,8 +315,7 @@ pub fn validate(write: &AtomicWrite) -> Result<(), Error> {
         }
         if let Some(prev) = k.checked_sub(1).and_then(|p| order.get(p))
             && prev.target == s.target
-            && (prev.offset == s.offset
-                || (prev.offset as usize) + prev.form.replaced() > offset)
+            && (prev.offset == s.offset || (prev.offset as usize) + prev.form.replaced() > offset)
         {
             return Err(invalid(format!(
                 "two slots overlap at byte {offset} of {:?}",
@@ -335,8 +343,7 @@ pub fn validate(write: &AtomicWrite) -> Result<(), Error> {
             }
             SlotTarget::MutationKey(i) => {
                 let m = &write.mutations[i as usize];
-                let suffix = if matches!(m.kind, MutationKind::SetSuffixVersionstampedKey { .. })
-                {
+                let suffix = if matches!(m.kind, MutationKind::SetSuffixVersionstampedKey { .. }) {
                     VERSIONSTAMPED_KEY_SUFFIX_LEN
                 } else {
                     0
@@ -393,10 +400,7 @@ pub fn validate(write: &AtomicWrite) -> Result<(), Error> {
 /// # Errors
 /// [`Error::CounterNotU64`] for a counter holding anything else; [`Error::CounterExhausted`]
 /// for a claim that would pass its `max`.
-pub fn first_numbers(
-    numbering: &Numbering,
-    current: &[Option<&Value>],
-) -> Result<Vec<u64>, Error> {
+pub fn first_numbers(numbering: &Numbering, current: &[Option<&Value>]) -> Result<Vec<u64>, Error> {
     numbering
         .counters
         .iter()

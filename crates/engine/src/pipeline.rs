@@ -17,13 +17,13 @@ use crate::atomic::{
     RangeCheck, versionstamped_key,
 };
 use crate::db::Inner;
-use crate::numbering::{SlotTarget, numbered_key};
 use crate::durable::record::FrameWriter;
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
 use crate::limits::*;
 use crate::limits::{check_read_key, check_write_key};
 use crate::map::Slot;
+use crate::numbering::{SlotTarget, numbered_key};
 use crate::snapshot::Retention;
 use crate::sum::sum_numbers;
 use crate::value::{Value, Versionstamp};
@@ -256,9 +256,8 @@ impl Inner {
         // `KeyMap::get_or_insert_all`).
         // A versionstamped key is known only under the lock, where its slot is inserted.
         // So is a key holding a number's placeholder.
-        let numbered = |target| {
-            !write.numbering.is_empty() && numbered_key(&write.numbering, target)
-        };
+        let numbered =
+            |target| !write.numbering.is_empty() && numbered_key(&write.numbering, target);
         let later = |i: usize, m: &Mutation| {
             matches!(m.kind, MutationKind::SetSuffixVersionstampedKey { .. })
                 || numbered(SlotTarget::MutationKey(index_u32(i)))

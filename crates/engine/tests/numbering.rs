@@ -10,8 +10,7 @@ use tuplekv_engine::limits::{
 use tuplekv_engine::numbering::{CounterClaim, NumberForm, NumberSlot, Numbering, SlotTarget};
 use tuplekv_engine::{
     AtomicWrite, CommitResult, Database, Durability, Error, Key, KeyBytes, KeyPart, Options, Store,
-    Value,
-    codec::encode_key, key,
+    Value, codec::encode_key, key,
 };
 use tuplekv_testkit::db::options;
 
@@ -191,7 +190,13 @@ fn a_key_placeholder_widens_past_its_width_and_a_value_one_refuses() {
     // The record's value holds the code too (not widening): refused, nothing taken.
     let refused = db.commit(invoice(&db, "W", 3)).unwrap_err();
     assert!(
-        matches!(refused, Error::NumberTooWide { number: 1000, width: 3 }),
+        matches!(
+            refused,
+            Error::NumberTooWide {
+                number: 1000,
+                width: 3
+            }
+        ),
         "{refused:?}"
     );
     assert_eq!(
@@ -245,7 +250,10 @@ fn concurrent_numbered_commits_never_conflict_and_take_contiguous_numbers() {
         assert!(db.get(&used(n)).unwrap().is_some(), "number {n}");
         let code = format!("INV{n:05}");
         let e = db.get(&key!["invoices", code.as_str()]).unwrap().unwrap();
-        assert_eq!(e.value, Value::from(format!("{{\"code\":\"{code}\"}}").into_bytes()));
+        assert_eq!(
+            e.value,
+            Value::from(format!("{{\"code\":\"{code}\"}}").into_bytes())
+        );
     }
     assert_eq!(db.get(&used(total + 1)).unwrap(), None);
     assert_eq!(
@@ -261,10 +269,22 @@ fn a_counter_at_its_max_commits_and_past_it_refuses_without_writing() {
     w.numbering.counters[0].max = 2;
     w.numbering.counters[0].count = 2;
     w.numbering.slots.retain(|s| s.ordinal == 0);
-    assert_eq!(numbers(&db.commit(w.clone()).unwrap()), vec![1], "1 and 2: at the max");
+    assert_eq!(
+        numbers(&db.commit(w.clone()).unwrap()),
+        vec![1],
+        "1 and 2: at the max"
+    );
     let err = db.commit(w).unwrap_err();
     assert!(
-        matches!(err, Error::CounterExhausted { next: 3, count: 2, max: 2, .. }),
+        matches!(
+            err,
+            Error::CounterExhausted {
+                next: 3,
+                count: 2,
+                max: 2,
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert_eq!(
@@ -444,7 +464,11 @@ fn the_slot_limit_holds_at_and_past_number_slots_max() {
     // One value of NUMBER_SLOTS_MAX one-digit placeholders.
     let value = vec![b'0'; NUMBER_SLOTS_MAX + 1];
     let build = |slots: usize| {
-        let mut w = db.atomic().set(&key!["v"], value.clone()).as_write().clone();
+        let mut w = db
+            .atomic()
+            .set(&key!["v"], value.clone())
+            .as_write()
+            .clone();
         w.numbering = Numbering {
             counters: vec![claim("S", 1)],
             slots: (0..slots)
@@ -463,7 +487,10 @@ fn the_slot_limit_holds_at_and_past_number_slots_max() {
     let v = db.get(&key!["v"]).unwrap().unwrap().value;
     let bytes = v.as_bytes().unwrap();
     assert!(bytes[..NUMBER_SLOTS_MAX].iter().all(|b| *b == b'1'));
-    assert_eq!(bytes[NUMBER_SLOTS_MAX], b'0', "the byte without a slot is kept");
+    assert_eq!(
+        bytes[NUMBER_SLOTS_MAX], b'0',
+        "the byte without a slot is kept"
+    );
     let r = refused(&db, build(NUMBER_SLOTS_MAX + 1));
     assert!(r.contains("NUMBER_SLOTS_MAX"), "{r}");
 }

@@ -134,6 +134,27 @@ impl Format {
         self.width
     }
 
+    /// How many digits the code of `number` has: the width, or more for a wider number.
+    pub fn digits(&self, number: u64) -> usize {
+        let mut n = number;
+        let mut d = 1;
+        while n >= 10 {
+            n /= 10;
+            d += 1;
+        }
+        d.max(self.width)
+    }
+
+    /// A code with `digits` copies of `fill` for its number: the placeholder a store fills
+    /// in, and the byte offset of its digits.
+    pub(crate) fn sample(&self, digits: usize, fill: char) -> (String, usize) {
+        let mut s = String::with_capacity(self.head.len() + digits + self.tail.len());
+        s.push_str(&self.head);
+        s.extend(std::iter::repeat_n(fill, digits));
+        s.push_str(&self.tail);
+        (s, self.head.len())
+    }
+
     /// The code of `number`.
     pub fn format(&self, number: u64) -> String {
         let mut s = String::with_capacity(self.head.len() + self.width + self.tail.len());

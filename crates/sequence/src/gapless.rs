@@ -28,11 +28,16 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
+use tuplekv_engine::limits::NUMBER_SLOTS_MAX;
+use tuplekv_engine::numbering::{
+    CounterClaim, NumberForm, NumberSlot, Numbering as EngineNumbering, SlotTarget,
+};
 use tuplekv_engine::{
-    AtomicWrite, CommitResult, Conflict, Error as StoreError, KeyBytes, Store, Versionstamp,
+    AtomicWrite, Check, CommitResult, Conflict, Error as StoreError, KeyBytes, Mutation,
+    MutationKind, Store, Value, Versionstamp,
 };
 
 use crate::error::Error;
@@ -40,9 +45,49 @@ use crate::format::{Format, Issued};
 use crate::limits::{BATCH_REQUESTS_MAX, COMMIT_ATTEMPTS_MAX};
 use crate::record::{Budget, Record};
 use crate::sequences::Core;
+use crate::template::{Hole, holes};
 
 /// The caller's record, built for a given number (possibly more than once).
 type Build = Box<dyn FnMut(&Issued<'_>, &mut Record) + Send>;
+
+/// The caller's record, built for a given code (possibly a placeholder, possibly more than
+/// once).
+type BuildCoded = Box<dyn FnMut(&str, &mut Record) + Send>;
+
+/// How a request builds its record.
+enum Builder {
+    /// From its number: only the checked path can serve it.
+    Numbered(Build),
+    /// From its code: the store can fill the number in.
+    Coded(BuildCoded),
+}
+
+impl Builder {
+    fn build(&mut self, issued: &Issued<'_>, record: &mut Record) {
+        match self {
+            Builder::Numbered(f) => f(issued, record),
+            Builder::Coded(f) => f(&issued.code(), record),
+        }
+    }
+}
+
+/// How a gapless handle numbers its commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Numbering {
+    /// The store takes the numbers from the counter inside the commit
+    /// ([`tuplekv_engine::numbering`]), so commits of one sequence never conflict on the
+    /// counter, whichever handle or server sends them. Requests whose record needs its
+    /// number rather than its code ([`GaplessSequence::next_with`]), records that do not hold
+    /// their code verbatim, and stores that cannot number commits (a plain KV Connect
+    /// server) fall back to [`Numbering::Checked`] by themselves.
+    #[default]
+    Store,
+    /// The handle reads the counter, numbers the batch itself and checks the counter's
+    /// versionstamp in the commit: commits of one sequence from different handles race, and
+    /// all but one of them are refused and retried. Kept for comparison and for stores that
+    /// cannot number commits.
+    Checked,
+}
 
 enum State {
     Waiting,
@@ -52,12 +97,16 @@ enum State {
 }
 
 struct Request {
-    build: Mutex<Build>,
+    build: Mutex<Builder>,
     state: Mutex<State>,
     ready: Condvar,
 }
 
 impl Request {
+    fn coded(&self) -> bool {
+        matches!(*lock(&self.build), Builder::Coded(_))
+    }
+
     fn finish(&self, result: Result<u64, Error>) {
         *lock(&self.state) = State::Done(result);
         self.ready.notify_one();
@@ -79,6 +128,12 @@ pub struct GaplessStats {
     pub commits: u64,
     /// Commits refused by a check (the counter, or a request's own checks).
     pub conflicts: u64,
+    /// Of those, the commits refused because the counter had moved (another handle
+    /// committed first): only commits the handle numbered itself ([`Numbering::Checked`],
+    /// or a fallback) can be.
+    pub counter_conflicts: u64,
+    /// Successful commits whose numbers the store assigned ([`Numbering::Store`]).
+    pub store_numbered: u64,
 }
 
 /// A handle on a gapless sequence: a number exists if and only if its record committed.
@@ -111,6 +166,11 @@ pub struct GaplessSequence<S> {
     codes: AtomicU64,
     commits: AtomicU64,
     conflicts: AtomicU64,
+    counter_conflicts: AtomicU64,
+    store_numbered: AtomicU64,
+    numbering: Numbering,
+    /// Cleared once the store answered a numbered commit with `Unsupported`.
+    store_numbers: AtomicBool,
 }
 
 impl<S> std::fmt::Debug for GaplessSequence<S> {
@@ -146,7 +206,22 @@ impl<S> GaplessSequence<S> {
             codes: self.codes.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
             conflicts: self.conflicts.load(Ordering::Relaxed),
+            counter_conflicts: self.counter_conflicts.load(Ordering::Relaxed),
+            store_numbered: self.store_numbered.load(Ordering::Relaxed),
         }
+    }
+
+    /// How this handle numbers its commits.
+    pub fn numbering(&self) -> Numbering {
+        self.numbering
+    }
+
+    /// This handle, numbering its commits as `numbering` says (by default
+    /// [`Numbering::Store`]).
+    #[must_use]
+    pub fn with_numbering(mut self, numbering: Numbering) -> Self {
+        self.numbering = numbering;
+        self
     }
 
     /// How many requests are queued for a leader right now (for monitoring).
@@ -209,6 +284,10 @@ impl<S: Store> GaplessSequence<S> {
             codes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             conflicts: AtomicU64::new(0),
+            counter_conflicts: AtomicU64::new(0),
+            store_numbered: AtomicU64::new(0),
+            numbering: Numbering::default(),
+            store_numbers: AtomicBool::new(true),
         }
     }
 
@@ -217,7 +296,7 @@ impl<S: Store> GaplessSequence<S> {
     /// # Errors
     /// As [`GaplessSequence::next_with`].
     pub fn next(&self) -> Result<Issued<'_>, Error> {
-        self.next_with(|_, _| {})
+        self.next_coded(|_, _| {})
     }
 
     /// The next number, committed together with the record `build` writes for it.
@@ -242,8 +321,58 @@ impl<S: Store> GaplessSequence<S> {
     where
         F: FnMut(&Issued<'_>, &mut Record) + Send + 'static,
     {
+        self.request(Builder::Numbered(Box::new(build)))
+    }
+
+    /// The next number, committed together with the record `build` writes for its code;
+    /// the store writes the number in at commit ([`Numbering::Store`]), so concurrent
+    /// commits of this sequence, from this handle or any other, never refuse each other.
+    ///
+    /// `build` is called with placeholder codes (the code's digits all `0`, then all `9`),
+    /// and must put the code into the record verbatim: in keys (a string part, as the last
+    /// part or anywhere), in raw values, in serialised strings (a `String` field of a
+    /// postcard, JSON or V8 record). The store replaces the placeholder's digits with the
+    /// number's. A record that uses the code any other way (parses the number back, hashes
+    /// it, branches on it) is found out by comparing the two calls, and the request is then
+    /// committed the checked way, `build` called with its real code. So is a request while
+    /// the codes widen past their width (a code inside a value cannot change length) and
+    /// every request on a store that cannot number commits. `build` may run on another
+    /// caller's thread and more than once; it must not panic ([`Error::RecordPanicked`]).
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, key};
+    /// use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
+    ///
+    /// let db = Database::in_memory();
+    /// let seqs = Sequences::new(db.clone());
+    /// seqs.create("INV", SequenceOptions { mode: Mode::Gapless, width: 5, ..Default::default() })?;
+    /// let invoices = seqs.gapless("INV")?;
+    /// let issued = invoices.next_coded(|code, record| {
+    ///     let json = format!(r#"{{"code":"{code}","total":"100 EUR"}}"#);
+    ///     record.check(&key!["invoices", code], None).set(&key!["invoices", code], json.into_bytes());
+    /// })?;
+    /// assert_eq!(issued.code(), "INV00001");
+    /// let stored = db.get(&key!["invoices", "INV00001"])?.expect("committed with its code");
+    /// assert_eq!(stored.value.as_bytes(), Some(&br#"{"code":"INV00001","total":"100 EUR"}"#[..]));
+    /// assert_eq!(invoices.stats().store_numbered, 1);
+    /// # Ok::<(), tuplekv_sequence::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`GaplessSequence::next_with`].
+    ///
+    /// # Panics
+    /// As [`GaplessSequence::next_with`].
+    pub fn next_coded<F>(&self, build: F) -> Result<Issued<'_>, Error>
+    where
+        F: FnMut(&str, &mut Record) + Send + 'static,
+    {
+        self.request(Builder::Coded(Box::new(build)))
+    }
+
+    fn request(&self, build: Builder) -> Result<Issued<'_>, Error> {
         let req = Arc::new(Request {
-            build: Mutex::new(Box::new(build)),
+            build: Mutex::new(build),
             state: Mutex::new(State::Waiting),
             ready: Condvar::new(),
         });
@@ -293,7 +422,21 @@ impl<S: Store> GaplessSequence<S> {
 
     /// Commits `batch`, finishing every request it can; returns those left for a later batch.
     fn run(&self, batch: Vec<Arc<Request>>) -> Vec<Arc<Request>> {
-        let mut live: VecDeque<Arc<Request>> = batch.into();
+        let in_store = self.numbering == Numbering::Store
+            && self.store_numbers.load(Ordering::Relaxed)
+            && batch.iter().all(|r| r.coded());
+        if !in_store {
+            return self.run_checked(batch.into());
+        }
+        let (mut later, checked) = self.run_in_store(batch.into());
+        if !checked.is_empty() {
+            later.extend(self.run_checked(checked));
+        }
+        later
+    }
+
+    /// Commits `live` numbering it itself, checking the counter's versionstamp.
+    fn run_checked(&self, mut live: VecDeque<Arc<Request>>) -> Vec<Arc<Request>> {
         let mut later = Vec::new();
         let mut one_by_one = false;
         let mut attempts = 0;
@@ -335,6 +478,7 @@ impl<S: Store> GaplessSequence<S> {
                 Ok(CommitResult::Conflict(conflict)) => {
                     self.conflicts.fetch_add(1, Ordering::Relaxed);
                     let retry = if conflict.failed_checks.iter().any(|f| f.index == 0) {
+                        self.counter_conflicts.fetch_add(1, Ordering::Relaxed);
                         *counter = None;
                         attempts += 1;
                         parts
@@ -416,7 +560,7 @@ impl<S: Store> GaplessSequence<S> {
             let mut record = Record::new();
             let issued = Issued::new(number, &self.core.def.format);
             let built = catch_unwind(AssertUnwindSafe(|| {
-                (lock(&req.build))(&issued, &mut record)
+                lock(&req.build).build(&issued, &mut record);
             }));
             if built.is_err() {
                 req.finish(Err(Error::RecordPanicked {
@@ -495,6 +639,438 @@ impl<S: Store> GaplessSequence<S> {
             }
         }
         retry
+    }
+}
+
+/// One request's part of a commit the store numbers.
+struct StorePart {
+    req: Arc<Request>,
+    /// Its number is the claim's first plus this.
+    ordinal: u32,
+    /// The index of its first check in the batch's operation.
+    first_check: usize,
+    /// How many checks it has (its own and its uniqueness check).
+    checks: usize,
+    /// The index of its uniqueness check in the batch's operation.
+    backstop: usize,
+}
+
+/// What building a store-numbered batch gave.
+struct StoreBatch {
+    parts: Vec<StorePart>,
+    write: AtomicWrite,
+    /// Whether a part's value holds its code (so a wider number refuses the commit).
+    fixed_width: bool,
+}
+
+/// A store-numbered commit (if any request went in), the requests deferred to a later
+/// batch, those for the next round of this batch, and those only the checked path serves.
+type Built = (
+    Option<StoreBatch>,
+    Vec<Arc<Request>>,
+    VecDeque<Arc<Request>>,
+    Vec<Arc<Request>>,
+);
+
+/// What a request's record closure gave for the placeholders.
+enum Template {
+    /// The record's write (for the all-`0` placeholder) and where its code's digits sit.
+    Holes(AtomicWrite, Vec<Hole>),
+    /// The record does not hold its code verbatim: the checked path serves it.
+    Checked,
+    /// The closure panicked.
+    Panicked,
+}
+
+impl<S: Store> GaplessSequence<S> {
+    /// Commits `live` with numbers the store assigns. Returns the requests left for a later
+    /// batch, and those the checked path must serve (records the store cannot fill, a batch
+    /// across a width change, a store that cannot number).
+    fn run_in_store(
+        &self,
+        mut live: VecDeque<Arc<Request>>,
+    ) -> (Vec<Arc<Request>>, VecDeque<Arc<Request>>) {
+        let mut later = Vec::new();
+        let mut checked = VecDeque::new();
+        let mut one_by_one = false;
+        let mut attempts = 0;
+        // A guess of the next number, for the width of the placeholders: the counter only
+        // grows, so a stale guess is low, and a code it makes too narrow is refused by the
+        // store (`NumberTooWide`) rather than written.
+        let mut guess = lock(&self.counter).map(|(n, _)| n);
+        while !live.is_empty() {
+            let next = match guess {
+                Some(n) => n,
+                None => match self.core.read_counter() {
+                    Ok((n, _)) => *guess.insert(n),
+                    Err(e) => {
+                        live.drain(..).for_each(|r| r.finish(Err(e.clone())));
+                        break;
+                    }
+                },
+            };
+            let digits = self.core.def.format.digits(next);
+            // A commit stays below the next width change: a code inside a value cannot
+            // change length, so the numbers of one commit have one width.
+            let room = u32::try_from(digits)
+                .ok()
+                .and_then(|d| 10u64.checked_pow(d))
+                .map_or(u64::MAX, |wider| wider - next);
+            let most = if one_by_one {
+                1
+            } else {
+                usize::try_from(room).unwrap_or(usize::MAX)
+            };
+            let (batch, deferred, rest, unfit) = self.build_in_store(&mut live, digits, most);
+            later.extend(deferred);
+            checked.extend(unfit);
+            live = rest;
+            let Some(StoreBatch {
+                parts,
+                write,
+                fixed_width,
+            }) = batch
+            else {
+                continue;
+            };
+            match self.core.store.commit(write) {
+                Ok(CommitResult::Committed {
+                    versionstamp,
+                    numbers,
+                }) => {
+                    let Some(&first) = numbers.first() else {
+                        // A store that ignored the numbering: nothing is known about it.
+                        let e = Error::Corrupt {
+                            prefix: self.core.def.prefix.clone(),
+                            reason: "the store committed a numbered write without numbers".into(),
+                        };
+                        parts.into_iter().for_each(|p| p.req.finish(Err(e.clone())));
+                        *lock(&self.counter) = None;
+                        break;
+                    };
+                    let end = first + parts.len() as u64;
+                    *lock(&self.counter) = Some((end, Some(versionstamp)));
+                    guess = Some(end);
+                    self.commits.fetch_add(1, Ordering::Relaxed);
+                    self.store_numbered.fetch_add(1, Ordering::Relaxed);
+                    self.codes.fetch_add(parts.len() as u64, Ordering::Relaxed);
+                    for p in parts {
+                        p.req.finish(Ok(first + u64::from(p.ordinal)));
+                    }
+                }
+                Ok(CommitResult::Conflict(conflict)) => {
+                    self.conflicts.fetch_add(1, Ordering::Relaxed);
+                    let before = parts.len();
+                    let retry = self.reject_in_store(parts, &conflict);
+                    if retry.len() == before {
+                        // Nothing to blame (no check of ours failed): count it, and give up
+                        // after as many tries as a moved counter gets.
+                        attempts += 1;
+                    }
+                    if attempts >= COMMIT_ATTEMPTS_MAX {
+                        let e = Error::Contention {
+                            prefix: self.core.def.prefix.clone(),
+                            attempts,
+                        };
+                        retry.into_iter().for_each(|r| r.finish(Err(e.clone())));
+                        live.drain(..).for_each(|r| r.finish(Err(e.clone())));
+                        break;
+                    }
+                    requeue_requests(&mut live, retry);
+                }
+                Err(StoreError::Unsupported { .. }) => {
+                    // A store that cannot number commits (a plain KV Connect server): from
+                    // now on this handle numbers its commits itself.
+                    self.store_numbers.store(false, Ordering::Relaxed);
+                    requeue_requests(&mut live, parts.into_iter().map(|p| p.req).collect());
+                    checked.extend(live.drain(..));
+                    break;
+                }
+                Err(StoreError::NumberTooWide { .. }) if fixed_width => {
+                    // The guess was stale across a width change: read the counter.
+                    attempts += 1;
+                    guess = None;
+                    requeue_requests(&mut live, parts.into_iter().map(|p| p.req).collect());
+                }
+                Err(StoreError::CounterExhausted { next, max, .. }) => {
+                    // Those within the limit go again; the others can never be numbered.
+                    let room =
+                        usize::try_from((max + 1).saturating_sub(next)).unwrap_or(usize::MAX);
+                    let mut parts = parts;
+                    let over = parts.split_off(room.min(parts.len()));
+                    let e = self.core.def.exhausted();
+                    over.into_iter().for_each(|p| p.req.finish(Err(e.clone())));
+                    guess = Some(next);
+                    requeue_requests(&mut live, parts.into_iter().map(|p| p.req).collect());
+                    if room == 0 {
+                        live.drain(..).for_each(|r| r.finish(Err(e.clone())));
+                    }
+                }
+                // Sent and unanswered, or not sent: see `run_checked`. No number is known to
+                // be taken, and none is resent.
+                Err(e @ (StoreError::OutcomeUnknown { .. } | StoreError::Unavailable { .. })) => {
+                    *lock(&self.counter) = None;
+                    guess = None;
+                    parts
+                        .into_iter()
+                        .for_each(|p| p.req.finish(Err(e.clone().into())));
+                }
+                Err(e) if parts.len() == 1 => {
+                    parts
+                        .into_iter()
+                        .for_each(|p| p.req.finish(Err(e.clone().into())));
+                }
+                Err(_) => {
+                    one_by_one = true;
+                    requeue_requests(&mut live, parts.into_iter().map(|p| p.req).collect());
+                }
+            }
+        }
+        (later, checked)
+    }
+
+    /// The record of `req` for the placeholder codes of `digits` digits.
+    fn template(&self, req: &Request, digits: usize) -> Template {
+        let format = &self.core.def.format;
+        let mut writes = Vec::with_capacity(2);
+        for fill in ['0', '9'] {
+            let (code, _) = format.sample(digits, fill);
+            let mut record = Record::new();
+            let built = catch_unwind(AssertUnwindSafe(|| match &mut *lock(&req.build) {
+                Builder::Coded(f) => {
+                    f(&code, &mut record);
+                    true
+                }
+                Builder::Numbered(_) => false,
+            }));
+            match built {
+                Ok(true) => writes.push(record.into_write()),
+                Ok(false) => return Template::Checked,
+                Err(_) => return Template::Panicked,
+            }
+        }
+        let (Some(nines), Some(zeros)) = (writes.pop(), writes.pop()) else {
+            return Template::Checked;
+        };
+        match holes(&zeros, &nines, digits) {
+            Some(h) => Template::Holes(zeros, h),
+            None => Template::Checked,
+        }
+    }
+
+    /// Builds one store-numbered commit from the front of `live`. Returns it (if any request
+    /// went in), the requests deferred to a later batch, those for the next round of this
+    /// batch, and those only the checked path can serve.
+    fn build_in_store(
+        &self,
+        live: &mut VecDeque<Arc<Request>>,
+        digits: usize,
+        most: usize,
+    ) -> Built {
+        let format = &self.core.def.format;
+        let width = u8::try_from(digits).unwrap_or(u8::MAX);
+        let (code, head) = format.sample(digits, '0');
+        let head = u32::try_from(head).unwrap_or(u32::MAX);
+        let used_len = u32::try_from(self.core.used.len()).unwrap_or(u32::MAX);
+        let mut write = AtomicWrite::default();
+        let mut slots = Vec::new();
+        let mut parts: Vec<StorePart> = Vec::new();
+        let mut deferred = Vec::new();
+        let mut unfit = Vec::new();
+        let mut written: HashSet<KeyBytes> = HashSet::new();
+        let mut budget = Budget::default();
+        let mut fixed_width = false;
+        while let Some(req) = live.pop_front() {
+            let (mut own, holes) = match self.template(&req, digits) {
+                Template::Holes(w, h) => (w, h),
+                Template::Checked => {
+                    unfit.push(req);
+                    continue;
+                }
+                Template::Panicked => {
+                    req.finish(Err(Error::RecordPanicked {
+                        prefix: self.core.def.prefix.clone(),
+                    }));
+                    continue;
+                }
+            };
+            // The record's own checks and mutations (the uniqueness key follows them).
+            let (own_checks, own_mutations) = (own.checks.len(), own.mutations.len());
+            // The uniqueness key: `used + number` checked absent, set to the code.
+            let used = KeyBytes::from(self.core.used.as_slice());
+            own.checks.push(Check {
+                key: used.clone(),
+                versionstamp: None,
+            });
+            own.mutations.push(Mutation {
+                key: used,
+                kind: MutationKind::Set {
+                    value: Value::from(code.clone().into_bytes()),
+                    expiry: None,
+                },
+            });
+            let literal = |target: SlotTarget| !holes.iter().any(|h| h.target == target);
+            if !parts.is_empty() {
+                // Its checks must not see what an earlier request of this commit writes (keys
+                // holding a code differ between requests: only literal keys can meet).
+                let meets = own.checks[..own_checks].iter().enumerate().any(|(i, c)| {
+                    literal(SlotTarget::CheckKey(u32::try_from(i).unwrap_or(u32::MAX)))
+                        && written.contains(&c.key)
+                });
+                let slots_after = slots.len() + holes.len() + 2;
+                if meets {
+                    deferred.push(req);
+                    continue;
+                }
+                if slots_after > NUMBER_SLOTS_MAX || !budget.try_add(&own) {
+                    live.push_front(req);
+                    deferred.extend(live.drain(..));
+                    break;
+                }
+            } else {
+                budget.try_add(&own);
+            }
+            for (i, m) in own.mutations[..own_mutations].iter().enumerate() {
+                if literal(SlotTarget::MutationKey(
+                    u32::try_from(i).unwrap_or(u32::MAX),
+                )) {
+                    written.insert(m.key.clone());
+                }
+            }
+            let ordinal = u32::try_from(parts.len()).unwrap_or(u32::MAX);
+            let first_check = write.checks.len();
+            let first_mutation = write.mutations.len();
+            let shift = |t: SlotTarget| {
+                let (c, m) = (
+                    u32::try_from(first_check).unwrap_or(u32::MAX),
+                    u32::try_from(first_mutation).unwrap_or(u32::MAX),
+                );
+                match t {
+                    SlotTarget::CheckKey(i) => SlotTarget::CheckKey(c + i),
+                    SlotTarget::MutationKey(i) => SlotTarget::MutationKey(m + i),
+                    SlotTarget::MutationValue(i) => SlotTarget::MutationValue(m + i),
+                }
+            };
+            for h in &holes {
+                let value = matches!(h.target, SlotTarget::MutationValue(_));
+                fixed_width |= value;
+                slots.push(NumberSlot {
+                    counter: 0,
+                    ordinal,
+                    target: shift(h.target),
+                    offset: h.offset,
+                    form: NumberForm::Digits {
+                        width,
+                        widen: !value,
+                    },
+                });
+            }
+            let backstop_check = own.checks.len() - 1;
+            let backstop_set = own.mutations.len() - 1;
+            let check_target = shift(SlotTarget::CheckKey(
+                u32::try_from(backstop_check).unwrap_or(u32::MAX),
+            ));
+            let set_target = shift(SlotTarget::MutationKey(
+                u32::try_from(backstop_set).unwrap_or(u32::MAX),
+            ));
+            let value_target = shift(SlotTarget::MutationValue(
+                u32::try_from(backstop_set).unwrap_or(u32::MAX),
+            ));
+            for target in [check_target, set_target] {
+                slots.push(NumberSlot {
+                    counter: 0,
+                    ordinal,
+                    target,
+                    offset: used_len,
+                    form: NumberForm::KeyPart,
+                });
+            }
+            // The uniqueness key's value is the bare code: it may widen.
+            slots.push(NumberSlot {
+                counter: 0,
+                ordinal,
+                target: value_target,
+                offset: head,
+                form: NumberForm::Digits { width, widen: true },
+            });
+            let checks = own.checks.len();
+            write.checks.append(&mut own.checks);
+            write.mutations.append(&mut own.mutations);
+            parts.push(StorePart {
+                req,
+                ordinal,
+                first_check,
+                checks,
+                backstop: first_check + backstop_check,
+            });
+            if parts.len() >= most {
+                break;
+            }
+        }
+        if parts.is_empty() {
+            return (None, deferred, std::mem::take(live), unfit);
+        }
+        write.numbering = EngineNumbering {
+            counters: vec![CounterClaim {
+                key: KeyBytes::from(self.core.counter.as_slice()),
+                start: self.core.def.start,
+                count: u32::try_from(parts.len()).unwrap_or(u32::MAX),
+                max: self.core.def.limit(),
+            }],
+            slots,
+        };
+        (
+            Some(StoreBatch {
+                parts,
+                write,
+                fixed_width,
+            }),
+            deferred,
+            std::mem::take(live),
+            unfit,
+        )
+    }
+
+    /// Fails the requests of a store-numbered commit whose own or uniqueness checks failed;
+    /// returns the others, to go again (the store numbers them afresh).
+    fn reject_in_store(&self, parts: Vec<StorePart>, conflict: &Conflict) -> Vec<Arc<Request>> {
+        let mut retry = Vec::new();
+        for p in parts {
+            let range = p.first_check..p.first_check + p.checks;
+            let failed: Vec<_> = conflict
+                .failed_checks
+                .iter()
+                .filter(|f| range.contains(&f.index))
+                .cloned()
+                .collect();
+            if failed.is_empty() {
+                retry.push(p.req);
+            } else if let Some(f) = failed.iter().find(|f| f.index == p.backstop) {
+                // The counter went back: the failed key says which number repeated.
+                let number = self.core.number_of_used_key(&f.key).unwrap_or(0);
+                p.req.finish(Err(self.core.duplicate(number)));
+            } else {
+                let failed_checks = failed
+                    .into_iter()
+                    .map(|mut f| {
+                        f.index -= p.first_check;
+                        f
+                    })
+                    .collect();
+                p.req.finish(Err(Error::Rejected(Conflict {
+                    failed_checks,
+                    range_changed: false,
+                })));
+            }
+        }
+        retry
+    }
+}
+
+/// Puts `reqs` back at the front of `live`, in their order.
+fn requeue_requests(live: &mut VecDeque<Arc<Request>>, reqs: Vec<Arc<Request>>) {
+    for r in reqs.into_iter().rev() {
+        live.push_front(r);
     }
 }
 

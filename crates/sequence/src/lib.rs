@@ -95,12 +95,13 @@ mod options;
 mod record;
 mod sequences;
 mod sync;
+mod template;
 
 pub use block::BlockAllocator;
 pub use error::{CodeError, Error, OptionsError, PrefixError};
 pub use fast::FastSequence;
 pub use format::{DEFAULT_FORMAT, Format, Issued, validate_prefix};
-pub use gapless::{GaplessSequence, GaplessStats};
+pub use gapless::{GaplessSequence, GaplessStats, Numbering};
 pub use options::{AtMax, Mode, SequenceOptions};
 pub use record::Record;
 pub use sequences::{DEFAULT_ROOT, Sequences};

@@ -283,6 +283,16 @@ impl<S: Store> Core<S> {
         Ok(write.checks.len() - 1)
     }
 
+    /// The number a uniqueness key names, if it is one of this sequence's.
+    pub(crate) fn number_of_used_key(&self, key: &[u8]) -> Option<u64> {
+        let rest = key.strip_prefix(self.used.as_slice())?;
+        let parts = tuplekv_codec::decode_key(rest).ok()?;
+        match parts.parts() {
+            [KeyPart::BigInt(n)] => u64::try_from(n).ok(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn duplicate(&self, number: u64) -> Error {
         Error::Duplicate {
             prefix: self.def.prefix.clone(),

@@ -13,7 +13,8 @@ use tuplekv_engine::limits::{CHECKS_MAX, VALUE_SIZE_MAX};
 use tuplekv_engine::{Database, ReadView, Value, key};
 use tuplekv_sequence::limits::BATCH_REQUESTS_MAX;
 use tuplekv_sequence::{
-    Error, GaplessSequence, GaplessStats, Issued, Mode, Record, SequenceOptions, Sequences,
+    Error, GaplessSequence, GaplessStats, Issued, Mode, Numbering, Record, SequenceOptions,
+    Sequences,
 };
 
 type Seq = Arc<GaplessSequence<Database>>;
@@ -97,7 +98,9 @@ fn queued_requests_share_one_commit() {
         GaplessStats {
             codes: 6,
             commits: 2,
-            conflicts: 0
+            conflicts: 0,
+            counter_conflicts: 0,
+            store_numbered: 0,
         }
     );
 }
@@ -236,15 +239,35 @@ fn requests_checking_what_an_earlier_one_writes_wait_for_the_next_commit() {
 }
 
 #[test]
-fn a_handle_whose_counter_moved_renumbers_and_retries() {
+fn a_store_numbered_handle_whose_counter_moved_takes_the_next_number_without_a_conflict() {
     let db = Database::in_memory();
     let a = gapless(&db);
     let b = Sequences::new(db.clone()).gapless("TKT").unwrap();
     assert_eq!(a.next().unwrap().number(), 1);
     assert_eq!(b.next().unwrap().number(), 2);
+    assert_eq!(a.next().unwrap().number(), 3);
+    assert_eq!(a.stats().conflicts, 0);
+    assert_eq!(a.stats().store_numbered, 2);
+}
+
+#[test]
+fn a_checked_handle_whose_counter_moved_renumbers_and_retries() {
+    let db = Database::in_memory();
+    drop(gapless(&db)); // creates the sequence
+    let a = Sequences::new(db.clone())
+        .gapless("TKT")
+        .unwrap()
+        .with_numbering(Numbering::Checked);
+    let b = Sequences::new(db.clone())
+        .gapless("TKT")
+        .unwrap()
+        .with_numbering(Numbering::Checked);
+    assert_eq!(a.next().unwrap().number(), 1);
+    assert_eq!(b.next().unwrap().number(), 2);
     // `a` cached the counter of its own commit; its check fails once, then it reads again.
     assert_eq!(a.next().unwrap().number(), 3);
     assert_eq!(a.stats().conflicts, 1);
+    assert_eq!(a.stats().counter_conflicts, 1);
     assert!(
         db.snapshot()
             .get_raw(&Sequences::new(db.clone()).used_key("TKT", 3).unwrap())

@@ -140,9 +140,11 @@ fn run_thread<S: Store + Clone + 'static>(seqs: &Sequences<S>, model: &Model, op
             Op::Gapless(p) => {
                 let mut m = lock(&model.gapless[p]);
                 let h = &gapless[p];
+                // Numbered by the store, beside `Rejected`'s checked requests on the same
+                // sequences.
                 let issued = h
-                    .next_with(|issued, record| {
-                        record.set(&key!["records", issued.code()], issued.number());
+                    .next_coded(|code, record| {
+                        record.set(&key!["records", code], code);
                     })
                     .expect("a gapless number");
                 let n = issued.number();
@@ -421,6 +423,103 @@ where
     }
 }
 
+/// Whether `store` assigns numbers at commit time (a plain KV Connect server does not).
+fn numbers_in_store<S: Store>(store: &S) -> bool {
+    use tuplekv_engine::numbering::{CounterClaim, Numbering};
+    let counter = tuplekv_codec::encode_key(&key!["__probe", "counter"]);
+    let write = tuplekv_engine::AtomicWrite {
+        numbering: Numbering {
+            counters: vec![CounterClaim {
+                key: counter.as_slice().into(),
+                start: 1,
+                count: 1,
+                max: u64::MAX,
+            }],
+            slots: Vec::new(),
+        },
+        ..Default::default()
+    };
+    match store.commit(write) {
+        Ok(result) => {
+            assert_eq!(
+                result.numbers().map(<[u64]>::len),
+                Some(1),
+                "one claim, one number"
+            );
+            true
+        }
+        Err(tuplekv_engine::Error::Unsupported { .. }) => false,
+        Err(e) => panic!("a numbered commit failed: {e}"),
+    }
+}
+
+/// Threads on [`HANDLES`] handles draw from two gapless sequences with records that hold
+/// their code in a key and in a JSON value (`next_coded`): the numbers are exactly `1..=n`
+/// per prefix, each record holds its own code, and where the store numbers commits, no
+/// commit was refused because the counter moved.
+pub fn coded_gapless_handles_commit_one_to_n_without_counter_conflicts<B: Backend>(backend: &B)
+where
+    B::Store: Clone,
+{
+    let (store, handles) = open_handles(backend, Mode::Gapless, |seqs, p| {
+        seqs.gapless(p).expect("a gapless handle")
+    });
+    let in_store = numbers_in_store(&store);
+    let size = Hammer::sized(backend.cost(), GAPLESS_DRAWS, GAPLESS_DRAWS_REMOTE);
+    let results = size.run(&handles, |h, p| {
+        h[p].next_coded(move |code, record| {
+            let key = key!["invoices", PREFIXES[p], code];
+            record
+                .check(&key, None)
+                .set(&key, format!("{{\"code\":\"{code}\"}}").into_bytes());
+        })
+        .expect("a gapless number")
+        .number()
+    });
+    let total = size.total();
+    for (p, per_thread) in results.iter().enumerate() {
+        let all = assert_distinct_and_increasing_per_thread(per_thread);
+        let expected: HashSet<u64> = (1..=total as u64).collect();
+        assert_eq!(all, expected, "{}: not 1..={total}", PREFIXES[p]);
+        let records = read_in_batches(&store, &Selector::prefix(&key!["invoices", PREFIXES[p]]));
+        assert_eq!(records.len(), total);
+        // Codes widen past 999, so key order is not number order: look each one up.
+        let by_key: std::collections::HashMap<_, _> = records
+            .iter()
+            .map(|e| (e.decoded_key().expect("a tuple"), &e.value))
+            .collect();
+        for n in 1..=total {
+            let code = format!("{}{n:03}", PREFIXES[p]);
+            let value = by_key
+                .get(&key!["invoices", PREFIXES[p], code.as_str()])
+                .unwrap_or_else(|| panic!("no record for {code}"));
+            assert_eq!(
+                **value,
+                Value::from(format!("{{\"code\":\"{code}\"}}").into_bytes())
+            );
+        }
+    }
+    let stats: Vec<_> = handles
+        .iter()
+        .flatten()
+        .map(GaplessSequence::stats)
+        .collect();
+    let counter_conflicts: u64 = stats.iter().map(|s| s.counter_conflicts).sum();
+    let store_numbered: u64 = stats.iter().map(|s| s.store_numbered).sum();
+    if in_store {
+        assert_eq!(
+            counter_conflicts, 0,
+            "no commit refused by the counter: {stats:?}"
+        );
+        assert_eq!(store_numbered, stats.iter().map(|s| s.commits).sum::<u64>());
+    } else {
+        assert_eq!(
+            store_numbered, 0,
+            "a store without numbering numbers nothing"
+        );
+    }
+}
+
 /// Every entry under `selector`, [`DUMP_MAX`] at a time, each batch read by a list of its
 /// own (one read each, so a store without snapshots serves it too).
 fn read_in_batches<S: Store>(store: &S, selector: &Selector) -> Vec<Entry> {
@@ -455,6 +554,7 @@ macro_rules! sequence_contract_tests {
             sequences_agree_with_a_locked_counter_per_prefix,
             fast_handles_never_hand_out_a_number_twice,
             gapless_handles_commit_exactly_one_to_n_with_their_records,
+            coded_gapless_handles_commit_one_to_n_without_counter_conflicts,
         );
     };
 }
