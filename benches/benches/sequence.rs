@@ -1,6 +1,7 @@
 //! Code sequences. Fast mode's `next()` beside the limit (a bare `AtomicU64::fetch_add`) and a
 //! `Mutex<u64>`, with 1 and 2 threads; gapless mode with 1, 4 and 16 concurrent requesters on
-//! the in-memory and the durable (`Sync`) engine, beside Redis `INCR` over loopback (one
+//! the in-memory and the durable (`Sync`) engine (one handle shared; and in memory a handle
+//! per requester, numbered by the store and, the old mode, by checking the counter), beside Redis `INCR` over loopback (one
 //! connection per requester, unpipelined; `cargo xtask bench` starts the server) and the
 //! guide's read-check-set counter on `denokv_sqlite` in memory.
 
@@ -15,7 +16,7 @@ use tuplekv_benches::redis::Redis;
 use tuplekv_benches::skip;
 use tuplekv_codec::{encode_key, key};
 use tuplekv_engine::{Database, Options};
-use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
+use tuplekv_sequence::{Mode, Numbering, SequenceOptions, Sequences};
 
 /// Runs `op(thread)` `iters` times split over `threads` threads; returns the wall time per
 /// `iters` operations.
@@ -130,6 +131,28 @@ fn gapless(c: &mut Criterion) {
                 b.iter_custom(|n| {
                     split(threads, n, |_| {
                         assert!(err.next().is_ok());
+                    })
+                })
+            });
+        }
+        // A handle per requester (app servers sharing one store), numbered by the store and,
+        // for comparison, by the handles checking the counter (the old mode), in memory.
+        for (name, numbering) in [
+            ("tuplekv_handle_each", Numbering::Store),
+            ("tuplekv_handle_each_checked", Numbering::Checked),
+        ] {
+            let seqs = Sequences::new(memory.clone());
+            let handles: Vec<_> = (0..threads)
+                .filter_map(|_| seqs.gapless("ERR").ok())
+                .map(|h| h.with_numbering(numbering))
+                .collect();
+            if handles.len() as u64 != threads {
+                continue;
+            }
+            g.bench_function(BenchmarkId::new(name, &param), |b| {
+                b.iter_custom(|n| {
+                    split(threads, n, |t| {
+                        assert!(handles[t].next().is_ok());
                     })
                 })
             });

@@ -43,15 +43,29 @@ const THREADS_BUSY: usize = 64;
 const GOAL_FAST: f64 = 10.0;
 /// Goal: gapless mode's codes/s over Redis `INCR`'s.
 const GOAL_GAPLESS: f64 = 1.0;
-/// The sequence prefixes of the two modes (one sequence per mode for the whole run).
+/// The prefix of the fast sequence.
 const PREFIX_FAST: &str = "FAST";
-const PREFIX_GAPLESS: &str = "GAPLESS";
 /// Prefix of the busy gapless row (a sequence of its own, so its numbers start at 1).
 const PREFIX_GAPLESS_BUSY: &str = "BUSY";
-/// The Redis row the 4-thread rows compare with.
-const REDIS: &str = "Redis `INCR`, unpipelined";
+/// Prefix of the row of the old mode (the handle checks the counter's versionstamp).
+const PREFIX_GAPLESS_CHECKED: &str = "CHECKED";
+/// The process counts of the scaling rows (each with [`THREADS`] threads), and the prefix
+/// of each one's gapless sequence.
+const SCALING: [(usize, &str); 3] = [(1, "GAPLESS1"), (4, "GAPLESS4"), (16, "GAPLESS16")];
+/// The labels of the gapless scaling rows, as [`SCALING`].
+const GAPLESS_LABELS: [&str; 3] = [
+    "tuplekv gapless, numbered in the store, 1 process",
+    "tuplekv gapless, numbered in the store, 4 processes",
+    "tuplekv gapless, numbered in the store, 16 processes",
+];
+/// The Redis rows the scaling rows compare with, as [`SCALING`].
+const REDIS_LABELS: [&str; 3] = [
+    "Redis `INCR`, unpipelined, 1 process",
+    "Redis `INCR`, unpipelined, 4 processes",
+    "Redis `INCR`, unpipelined, 16 processes",
+];
 /// The Redis row the busy rows compare with.
-const REDIS_BUSY: &str = "Redis `INCR`, unpipelined, 64 connections per process";
+const REDIS_BUSY: &str = "Redis `INCR`, unpipelined, 4 processes x 64 connections";
 /// The rows of the latency table: label, the remote series, the in-process series.
 const LATENCY_ROWS: [(&str, &str, &str); 3] = [
     ("get", "get", "get"),
@@ -185,6 +199,10 @@ fn run_at_once(commands: Vec<Command>, token: &str) -> Result<Vec<String>> {
 }
 
 /// [`PROCESSES`] `remote_codes WORKLOAD` processes against `url`, summed.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call per row, each argument named there"
+)]
 fn codes(
     load: &Path,
     workload: &str,
@@ -192,9 +210,10 @@ fn codes(
     extra: &[&str],
     token: &str,
     d: Durations,
+    processes: usize,
     threads: usize,
 ) -> Result<Measured> {
-    let commands = (0..PROCESSES)
+    let commands = (0..processes)
         .map(|_| {
             let mut c = Command::new(load);
             c.args([workload, "--url", url])
@@ -402,15 +421,33 @@ fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Result
         &["--prefix", PREFIX_FAST],
         &token,
         d,
+        PROCESSES,
         THREADS,
     );
-    let gapless = codes(
+    // Gapless rows at each process count, each on a sequence of its own.
+    let gapless: Vec<Result<Measured>> = SCALING
+        .iter()
+        .map(|&(processes, prefix)| {
+            codes(
+                load,
+                "gapless",
+                &url,
+                &["--prefix", prefix],
+                &token,
+                d,
+                processes,
+                THREADS,
+            )
+        })
+        .collect();
+    let gapless_checked = codes(
         load,
-        "gapless",
+        "gapless-checked",
         &url,
-        &["--prefix", PREFIX_GAPLESS],
+        &["--prefix", PREFIX_GAPLESS_CHECKED],
         &token,
         d,
+        PROCESSES,
         THREADS,
     );
     let gapless_busy = codes(
@@ -420,6 +457,7 @@ fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Result
         &["--prefix", PREFIX_GAPLESS_BUSY],
         &token,
         d,
+        PROCESSES,
         THREADS_BUSY,
     );
     let latency = run_client(
@@ -443,13 +481,26 @@ fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Result
     let (redis, redis_busy) = match Redis::start() {
         Ok(redis) => {
             eprintln!("\n[bench remote] redis-server at {}", redis.url());
-            let at = |threads| {
-                codes(load, "redis-incr", redis.url(), &[], &token, d, threads)
-                    .map_err(|e| format!("{e:#}"))
+            let at = |processes, threads| {
+                codes(
+                    load,
+                    "redis-incr",
+                    redis.url(),
+                    &[],
+                    &token,
+                    d,
+                    processes,
+                    threads,
+                )
+                .map_err(|e| format!("{e:#}"))
             };
-            (at(THREADS), at(THREADS_BUSY))
+            let scaling: Vec<_> = SCALING.iter().map(|&(p, _)| at(p, THREADS)).collect();
+            (scaling, at(PROCESSES, THREADS_BUSY))
         }
-        Err(reason) => (Err(reason.clone()), Err(reason)),
+        Err(reason) => (
+            SCALING.iter().map(|_| Err(reason.clone())).collect(),
+            Err(reason),
+        ),
     };
     let pg_dir = dir.join("postgres");
     std::fs::create_dir_all(&pg_dir)?;
@@ -461,47 +512,54 @@ fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Result
         Err(reason) => Err(reason),
     };
     let err = |r: Result<Measured>| r.map_err(|e| format!("{e:#}"));
-    Ok(Results {
-        rows: vec![
-            RateRow {
-                label: "tuplekv fast mode, RemoteStore",
-                versus: REDIS,
-                result: err(fast),
-                goal: Some(GOAL_FAST),
-            },
-            RateRow {
-                label: "tuplekv gapless mode, RemoteStore",
-                versus: REDIS,
-                result: err(gapless),
-                goal: Some(GOAL_GAPLESS),
-            },
-            RateRow {
-                label: REDIS,
-                versus: REDIS,
-                result: redis,
-                goal: None,
-            },
-            RateRow {
-                label: "PostgreSQL `nextval`",
-                versus: REDIS,
-                result: postgres,
-                goal: None,
-            },
-            RateRow {
-                label: "tuplekv gapless mode, 64 threads per process",
-                versus: REDIS_BUSY,
-                result: err(gapless_busy),
-                goal: Some(GOAL_GAPLESS),
-            },
-            RateRow {
-                label: REDIS_BUSY,
-                versus: REDIS_BUSY,
-                result: redis_busy,
-                goal: None,
-            },
-        ],
-        latency,
-    })
+    let mut rows = vec![RateRow {
+        label: "tuplekv fast mode, RemoteStore, 4 processes",
+        versus: REDIS_LABELS[1],
+        result: err(fast),
+        goal: Some(GOAL_FAST),
+    }];
+    let mut redis = redis.into_iter();
+    for (i, g) in gapless.into_iter().enumerate() {
+        rows.push(RateRow {
+            label: GAPLESS_LABELS[i],
+            versus: REDIS_LABELS[i],
+            result: err(g),
+            goal: Some(GOAL_GAPLESS),
+        });
+        rows.push(RateRow {
+            label: REDIS_LABELS[i],
+            versus: REDIS_LABELS[i],
+            result: redis.next().unwrap_or_else(|| Err("not run".into())),
+            goal: None,
+        });
+    }
+    rows.extend([
+        RateRow {
+            label: "tuplekv gapless, checked counter (the old mode), 4 processes",
+            versus: REDIS_LABELS[1],
+            result: err(gapless_checked),
+            goal: None,
+        },
+        RateRow {
+            label: "PostgreSQL `nextval`, 4 processes",
+            versus: REDIS_LABELS[1],
+            result: postgres,
+            goal: None,
+        },
+        RateRow {
+            label: "tuplekv gapless, 4 processes x 64 threads",
+            versus: REDIS_BUSY,
+            result: err(gapless_busy),
+            goal: Some(GOAL_GAPLESS),
+        },
+        RateRow {
+            label: REDIS_BUSY,
+            versus: REDIS_BUSY,
+            result: redis_busy,
+            goal: None,
+        },
+    ]);
+    Ok(Results { rows, latency })
 }
 
 /// The markdown report.
@@ -509,11 +567,13 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
     let mut out = String::from("# Code sequences over KV Connect\n\n");
     let _ = writeln!(
         out,
-        "`{command}`, {}, {}. {PROCESSES} client processes at once, {THREADS} threads (or \
-         connections) each ({THREADS_BUSY} in the last two rows, a busy app server's requests \
-         in flight, each compared with Redis at the same concurrency), against one `tuplekv serve --durability sync` (fsync before \
+        "`{command}`, {}, {}. Client processes at once as each row says (1, 4 or 16), \
+         {THREADS} threads (or connections) each ({THREADS_BUSY} in the last two rows, a busy \
+         app server's requests in flight), each row compared with Redis at its own \
+         concurrency, against one `tuplekv serve --durability sync` (fsync before \
          acknowledging), one `redis-server` (no persistence) and one PostgreSQL cluster, all \
-         on loopback. One run; codes/s summed over the processes.\n",
+         on loopback. One run; codes/s summed over the processes; store commits and refused \
+         commits summed over the processes' handles (warm-up included).\n",
         report::utc_date(started),
         report::machine(),
     );
@@ -526,7 +586,10 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
             .map(|m| m.per_sec)
             .filter(|r| *r > 0.0)
     };
-    out.push_str("| workload | codes/s | vs Redis `INCR` | goal |\n|---|---|---|---|\n");
+    out.push_str(
+        "| workload | codes/s | vs Redis `INCR` | store commits (refused) | goal |\n\
+         |---|---|---|---|---|\n",
+    );
     for row in &results.rows {
         let redis = rate_of(row.versus);
         let (cell, ratio) = match &row.result {
@@ -549,7 +612,19 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
             (Some(g), Some(_)) => format!("≥ {g}x Redis: not met"),
         };
         let ratio = ratio.map_or_else(|| "—".to_owned(), |r| format!("{r:.2}x"));
-        let _ = writeln!(out, "| {} | {cell} | {ratio} | {goal} |", row.label);
+        let commits = match &row.result {
+            Ok(Measured {
+                commits: Some(c),
+                conflicts,
+                ..
+            }) => format!("{c} ({})", conflicts.unwrap_or(0)),
+            _ => "—".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {cell} | {ratio} | {commits} | {goal} |",
+            row.label
+        );
     }
     out.push_str(
         "\n## What the network costs\n\nSequential, one thread: a point read \
@@ -700,25 +775,25 @@ mod tests {
             rows: vec![
                 RateRow {
                     label: "tuplekv fast mode, RemoteStore",
-                    versus: REDIS,
+                    versus: REDIS_LABELS[1],
                     result: ok(200_000.0),
                     goal: Some(GOAL_FAST),
                 },
                 RateRow {
                     label: "tuplekv gapless mode, RemoteStore",
-                    versus: REDIS,
+                    versus: REDIS_LABELS[1],
                     result: ok(5_000.0),
                     goal: Some(GOAL_GAPLESS),
                 },
                 RateRow {
-                    label: REDIS,
-                    versus: REDIS,
+                    label: REDIS_LABELS[1],
+                    versus: REDIS_LABELS[1],
                     result: ok(10_000.0),
                     goal: None,
                 },
                 RateRow {
                     label: "PostgreSQL `nextval`",
-                    versus: REDIS,
+                    versus: REDIS_LABELS[1],
                     result: Err("not installed".into()),
                     goal: None,
                 },
@@ -744,20 +819,23 @@ mod tests {
         let report = render(&results, "cargo xtask bench remote", SystemTime::now(), &[]);
         assert!(
             report.contains(
-                "| tuplekv fast mode, RemoteStore | 200.00 k | 20.00x | ≥ 10x Redis: **met** |"
+                "| tuplekv fast mode, RemoteStore | 200.00 k | 20.00x | 7 (2) | ≥ 10x Redis: **met** |"
             ),
             "{report}"
         );
-        assert!(report.contains("0.50x | ≥ 1x Redis: not met |"), "{report}");
+        assert!(
+            report.contains("0.50x | 7 (2) | ≥ 1x Redis: not met |"),
+            "{report}"
+        );
         // The busy row is compared with Redis at its own concurrency.
         assert!(
             report.contains(
-                "| tuplekv gapless mode, 64 threads per process | 30.00 k | 1.50x | ≥ 1x Redis: **met** |"
+                "| tuplekv gapless mode, 64 threads per process | 30.00 k | 1.50x | 7 (2) | ≥ 1x Redis: **met** |"
             ),
             "{report}"
         );
         assert!(
-            report.contains("| PostgreSQL `nextval` | — (not installed) |"),
+            report.contains("| PostgreSQL `nextval` | — (not installed) | — | — |"),
             "{report}"
         );
         assert!(

@@ -4,7 +4,7 @@
 //! commit through a `RemoteStore` and against an in-process durable `Database`.
 //!
 //! ```text
-//! remote_codes fast|gapless --url http://HOST:PORT [--threads 4] [--seconds 5] [--warmup 0.5]
+//! remote_codes fast|gapless|gapless-checked --url http://HOST:PORT [--threads 4] [--seconds 5] [--warmup 0.5]
 //!                           [--prefix BENCH]
 //! remote_codes redis-incr --url redis://HOST:PORT [--threads 4] [--seconds 5] [--warmup 0.5]
 //! remote_codes latency --url http://HOST:PORT --data-dir DIR [--ops 2000]
@@ -21,7 +21,7 @@ use tuplekv_benches::redis::Redis;
 use tuplekv_benches::{flag_pairs, quantile};
 use tuplekv_engine::{Database, Options, Store, key};
 use tuplekv_remote::RemoteStore;
-use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
+use tuplekv_sequence::{Mode, Numbering, SequenceOptions, Sequences};
 
 /// Threads per process unless `--threads` says otherwise.
 const THREADS_DEFAULT: usize = 4;
@@ -47,7 +47,7 @@ const ERRORS_MAX: u64 = 100;
 const VALUE_SIZE: usize = 100;
 
 const USAGE: &str = "\
-usage: remote_codes fast|gapless --url http://HOST:PORT [--threads N] [--seconds S] [--warmup S] [--prefix P]
+usage: remote_codes fast|gapless|gapless-checked --url http://HOST:PORT [--threads N] [--seconds S] [--warmup S] [--prefix P]
        remote_codes redis-incr --url redis://HOST:PORT [--threads N] [--seconds S] [--warmup S]
        remote_codes latency --url http://HOST:PORT --data-dir DIR [--ops N]
 The KV Connect token is $DENO_KV_ACCESS_TOKEN. Prints JSON lines on stdout.";
@@ -57,6 +57,8 @@ The KV Connect token is $DENO_KV_ACCESS_TOKEN. Prints JSON lines on stdout.";
 enum Workload {
     Fast,
     Gapless,
+    /// Gapless with the handle checking the counter's versionstamp (the old mode).
+    GaplessChecked,
     RedisIncr,
     Latency,
 }
@@ -66,6 +68,7 @@ impl Workload {
         match self {
             Workload::Fast => "fast",
             Workload::Gapless => "gapless",
+            Workload::GaplessChecked => "gapless-checked",
             Workload::RedisIncr => "redis-incr",
             Workload::Latency => "latency",
         }
@@ -103,6 +106,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             match w.as_str() {
                 "fast" => Workload::Fast,
                 "gapless" => Workload::Gapless,
+                "gapless-checked" => Workload::GaplessChecked,
                 "redis-incr" => Workload::RedisIncr,
                 "latency" => Workload::Latency,
                 other => return Err(format!("unknown workload `{other}`\n{USAGE}")),
@@ -232,7 +236,7 @@ fn connect(args: &Args) -> Result<RemoteStore, String> {
 fn codes(args: &Args) -> Result<(Tally, f64), String> {
     let store = connect(args)?;
     let mode = match args.workload {
-        Workload::Gapless => Mode::Gapless,
+        Workload::Gapless | Workload::GaplessChecked => Mode::Gapless,
         _ => Mode::Fast,
     };
     let seqs = Sequences::new(store);
@@ -250,7 +254,15 @@ fn codes(args: &Args) -> Result<(Tally, f64), String> {
         tally.commits = Some(seq.reservations());
         Ok((tally, seconds))
     } else {
-        let seq = seqs.gapless(&args.prefix).map_err(|e| e.to_string())?;
+        let numbering = if args.workload == Workload::GaplessChecked {
+            Numbering::Checked
+        } else {
+            Numbering::Store
+        };
+        let seq = seqs
+            .gapless(&args.prefix)
+            .map_err(|e| e.to_string())?
+            .with_numbering(numbering);
         let (mut tally, seconds) = run_rate(args, || Ok(()), |_: &mut ()| seq.next().map(drop))?;
         let stats = seq.stats();
         (tally.commits, tally.conflicts) = (Some(stats.commits), Some(stats.conflicts));
@@ -408,7 +420,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match args.workload {
-        Workload::Fast | Workload::Gapless => codes(&args),
+        Workload::Fast | Workload::Gapless | Workload::GaplessChecked => codes(&args),
         Workload::RedisIncr => redis_incr(&args),
         Workload::Latency => {
             return match latencies(&args) {

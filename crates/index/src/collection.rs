@@ -1022,6 +1022,12 @@ where
             // The transaction reports it, after the record's existence, as it always does.
             return Unopposed::Declined;
         }
+        self.commit_unopposed(self.insert_commit(record_key, plan, bytes))
+    }
+
+    /// The commit that inserts a record with nothing in its way: the record and every unique
+    /// entry it claims checked absent, then written with the other entries.
+    fn insert_commit(&self, record_key: &[u8], plan: Vec<Planned>, bytes: Vec<u8>) -> AtomicWrite {
         let mut write = AtomicWrite::default();
         write.checks.push(Check {
             key: KeyBytes::from(record_key),
@@ -1042,7 +1048,54 @@ where
         write
             .mutations
             .push(set_mutation(KeyBytes::from(record_key), Value::from(bytes)));
-        self.commit_unopposed(write)
+        write
+    }
+
+    /// The one commit that inserts `record` under a new primary key, without committing it:
+    /// the record and its unique entries checked absent, every entry written, and the check
+    /// that the collection's schema is the one this handle encodes with. For a caller that
+    /// commits it with more, above all with a gapless code the store numbers
+    /// (`tuplekv_sequence::GaplessSequence::next_coded`, whose record closure appends this
+    /// write): a record whose primary key or fields hold its code verbatim then gets the
+    /// number the store assigns, in its key, its value and its index entries alike.
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use tuplekv_engine::{Database, Store, key};
+    /// use tuplekv_index::Collection;
+    ///
+    /// #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    /// struct Invoice { code: String, total: u64 }
+    ///
+    /// let db = Database::in_memory();
+    /// let invoices = Collection::<Invoice, _>::builder("invoices", |i| key![i.code.as_str()])
+    ///     .open(db.clone())?;
+    /// let write = invoices.insert_write(&Invoice { code: "INV001".into(), total: 100 })?;
+    /// assert!(db.commit(write)?.is_committed());
+    /// assert_eq!(invoices.get(&key!["INV001"])?.map(|i| i.total), Some(100));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// A commit of it is refused by its checks (`CommitResult::Conflict`, or
+    /// `tuplekv_sequence::Error::Rejected`) if the primary key exists, a unique value is
+    /// taken, or the schema changed meanwhile (open the collection again); nothing is
+    /// written then. [`Collection::insert`] tells these apart.
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLargeForWrite`] for a primary key or an index entry over the engine's
+    /// key limit, [`Error::Codec`] for a record that does not serialise, and
+    /// [`Error::Schema`] if this handle may not write.
+    pub fn insert_write(&self, record: &T) -> Result<AtomicWrite, Error> {
+        let pk = (self.def.primary_key)(record);
+        let record_key = self.write_record_key(&pk)?;
+        let bytes = self.encode(&pk, record)?;
+        let plan = self.plan_encoded(self.pk_bytes(&record_key), record, &bytes, None);
+        if let Some(e) = self.oversized_entry(&plan) {
+            return Err(e);
+        }
+        let mut write = self.insert_commit(&record_key, plan, bytes);
+        write.checks.push(self.schema_check()?);
+        Ok(write)
     }
 
     /// The record at `record_key` as the latest state has it, with its versionstamp, decoded

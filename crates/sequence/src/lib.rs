@@ -21,7 +21,7 @@
 //! # Two modes
 //! | | [`Mode::Fast`] ([`FastSequence`]) | [`Mode::Gapless`] ([`GaplessSequence`]) |
 //! |---|---|---|
-//! | cost per number | one atomic `fetch_add`; one commit per block | a share of one commit per batch |
+//! | cost per number | one atomic `fetch_add`; one commit per block | a share of one commit per batch; the store numbers it, so handles never refuse each other |
 //! | unique | yes, across threads, handles, servers, restarts | yes |
 //! | gaps | yes: a dropped handle or a crash skips the rest of its block (at most [`limits::BLOCK_SIZE_MAX`]) | none: a number exists iff its record committed |
 //! | order | increasing per handle; handles interleave by blocks | the commit order |
@@ -35,8 +35,19 @@
 //! - **Never repeated.** The store holds each sequence's counter. Fast handles raise it by a
 //!   block with one atomic commit that checks its versionstamp, so two handles never get
 //!   overlapping blocks, and a block's numbers are handed out once each (see
-//!   [`BlockAllocator`]). Gapless commits check the counter's versionstamp too. A new handle
-//!   (after a restart, on another server) starts above everything reserved before.
+//!   [`BlockAllocator`]). A new handle (after a restart, on another server) starts above
+//!   everything reserved before.
+//! - **Gapless commits never wait on each other.** A gapless batch is one commit that takes
+//!   its numbers from the counter inside the store, at commit time
+//!   ([`tuplekv_engine::numbering`], as a versionstamp is assigned), and the store writes
+//!   them into the records: commits of one sequence from any number of handles, threads and
+//!   servers are ordered by the store's commit pipeline and none is refused because another
+//!   moved the counter ([`GaplessStats::counter_conflicts`] stays 0). A record says where its
+//!   code goes by putting it in verbatim ([`GaplessSequence::next_coded`]); a record that
+//!   needs its number itself ([`GaplessSequence::next_with`]), and every request on a store
+//!   that cannot number commits (a plain KV Connect server), use the checked path: the
+//!   handle reads the counter, numbers the batch and checks the counter's versionstamp in
+//!   the commit ([`Numbering::Checked`]), retrying when another handle was first.
 //! - **Gapless means gapless.** In gapless mode the counter moves in the same commit as the
 //!   records that use its numbers; a rejected request frees its number for the next one.
 //! - **A backstop for the impossible.** Every recorded number also writes a uniqueness key
@@ -103,5 +114,5 @@ pub use fast::FastSequence;
 pub use format::{DEFAULT_FORMAT, Format, Issued, validate_prefix};
 pub use gapless::{GaplessSequence, GaplessStats, Numbering};
 pub use options::{AtMax, Mode, SequenceOptions};
-pub use record::Record;
+pub use record::{Record, RecordError};
 pub use sequences::{DEFAULT_ROOT, Sequences};

@@ -97,6 +97,26 @@ impl Record {
         self
     }
 
+    /// Appends the checks and mutations of `write`, a commit built elsewhere (such as
+    /// `tuplekv_index::Collection::insert_write`'s), so the code's commit carries it.
+    ///
+    /// # Errors
+    /// [`RecordError`] if `write` has range checks or a numbering of its own, which a
+    /// record cannot carry; nothing is appended then.
+    pub fn append(&mut self, write: AtomicWrite) -> Result<&mut Self, RecordError> {
+        if !write.range_checks.is_empty() || !write.numbering.is_empty() {
+            return Err(RecordError);
+        }
+        let AtomicWrite {
+            mut checks,
+            mut mutations,
+            ..
+        } = write;
+        self.write.checks.append(&mut checks);
+        self.write.mutations.append(&mut mutations);
+        Ok(self)
+    }
+
     /// The checks and mutations so far.
     pub fn as_write(&self) -> &AtomicWrite {
         &self.write
@@ -106,6 +126,12 @@ impl Record {
         self.write
     }
 }
+
+/// A write [`Record::append`] cannot carry: one with range checks (a transaction's reads)
+/// or a numbering of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a record carries checks and mutations only, not range checks or a numbering")]
+pub struct RecordError;
 
 /// How much of the engine's per-commit limits a batch has used, counted as the engine counts.
 #[derive(Debug, Clone, Copy, Default)]

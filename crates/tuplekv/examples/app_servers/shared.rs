@@ -28,7 +28,7 @@ pub(crate) const LOG_ROOT: &str = "logs";
 /// The key root of a gapless request's idempotency key: `[REQUEST_ROOT, app, thread, i]`
 /// holds the number the request got.
 pub(crate) const REQUEST_ROOT: &str = "inv_req";
-/// The key root of the invoices: `[INVOICE_ROOT, number]`, one per gapless number.
+/// The key root of the invoices: `[INVOICE_ROOT, code]`, one per gapless number.
 pub(crate) const INVOICE_ROOT: &str = "invoices";
 /// The pause before an app retries an operation that met a fault.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
@@ -200,7 +200,7 @@ pub(crate) struct App<S: Store> {
     store: S,
     /// The fast sequences, in the order the threads take turns with them.
     pub(crate) fast: Vec<FastSequence<S>>,
-    gapless: GaplessSequence<S>,
+    pub(crate) gapless: GaplessSequence<S>,
     users: Collection<User, S>,
     pub(crate) faults: Faults,
     /// How long one operation may keep meeting faults before the app gives up.
@@ -313,11 +313,13 @@ impl<S: Store + Clone + 'static> App<S> {
         let tag = format!("A{}:T{thread}:I{i}", self.app);
         loop {
             let (req, tag) = (request.clone(), tag.clone());
-            let outcome = self.gapless.next_with(move |issued, record| {
+            // The store writes the number into the code in both keys and the request's
+            // value, inside the commit: no app's commit waits on another's.
+            let outcome = self.gapless.next_coded(move |code, record| {
                 record
                     .check(&req, None)
-                    .set(&req, issued.number())
-                    .set(&key![INVOICE_ROOT, issued.number()], tag.as_bytes());
+                    .set(&req, code)
+                    .set(&key![INVOICE_ROOT, code], tag.as_bytes());
             });
             let err = match outcome {
                 Ok(issued) => return Ok(issued.number()),
@@ -331,9 +333,9 @@ impl<S: Store + Clone + 'static> App<S> {
             match self.settle(&request, "re-reading a request key")? {
                 Some(v) => {
                     self.faults.landed();
-                    return v
-                        .as_u64()
-                        .ok_or_else(|| "an idempotency key that is not a number".into());
+                    return code_of(&v)
+                        .and_then(|c| self.gapless.parse(c).ok())
+                        .ok_or_else(|| "an idempotency key that is not a code".into());
                 }
                 None if matches!(err, sequence::Error::Rejected(_)) => {
                     return Err(
@@ -415,6 +417,20 @@ pub(crate) fn gapless_line(prefix: &str, n: u64) -> String {
     format!("gapless {prefix} {n}")
 }
 
+/// The report line of a gapless handle's counts: commits refused because the counter moved,
+/// and commits the store numbered.
+pub(crate) fn gapless_stats_line(stats: &sequence::GaplessStats) -> String {
+    format!(
+        "gapless_stats {} {}",
+        stats.counter_conflicts, stats.store_numbered
+    )
+}
+
+/// The code a request key holds.
+fn code_of(value: &Value) -> Option<&str> {
+    std::str::from_utf8(value.as_bytes()?).ok()
+}
+
 /// The report line of a user insert (`false`: refused, another user holds the email).
 pub(crate) fn user_line(user: &User, inserted: bool) -> String {
     let verdict = if inserted { "inserted" } else { "refused" };
@@ -432,6 +448,14 @@ pub(crate) struct Reported {
     transient: u64,
     landed: u64,
     stall_ms: u64,
+    /// Gapless commits refused because the counter moved, and commits the store numbered,
+    /// over every app.
+    pub(crate) counter_conflicts: u64,
+    #[allow(
+        dead_code,
+        reason = "only the scenario's parent reads it; the failover test does not"
+    )]
+    pub(crate) store_numbered: u64,
     /// Every acknowledgement time of every app (Unix ms), sorted; from `acks` lines, which
     /// only the failover test's apps write.
     #[allow(
@@ -446,8 +470,9 @@ impl Reported {
     pub(crate) fn summary(&self) -> String {
         format!(
             "apps: {} writes with an unknown outcome, {} other retried errors; {} writes found \
-             committed after their answer was lost; longest wait for one round: {} ms",
-            self.unknown, self.transient, self.landed, self.stall_ms
+             committed after their answer was lost; longest wait for one round: {} ms; gapless \
+             commits refused by the counter: {}",
+            self.unknown, self.transient, self.landed, self.stall_ms, self.counter_conflicts
         )
     }
 }
@@ -465,6 +490,10 @@ pub(crate) fn parse_reports(reports: &[String]) -> Result<Reported, Error> {
                     .entry((*prefix).to_owned())
                     .or_default()
                     .push((n.parse()?, app)),
+                ["gapless_stats", conflicts, numbered] => {
+                    r.counter_conflicts += conflicts.parse::<u64>()?;
+                    r.store_numbered += numbered.parse::<u64>()?;
+                }
                 ["user", id, verdict, email] => {
                     let inserted = *verdict == "inserted";
                     if r.users
@@ -629,7 +658,7 @@ fn check_gapless<S: Store + Clone>(
         .and_then(|e| e.value.as_u64());
     let mut by_request: Vec<u64> = list(store, &key![REQUEST_ROOT])?
         .iter()
-        .filter_map(|e| e.value.as_u64())
+        .filter_map(|e| code_of(&e.value).and_then(|c| seq.parse(c).ok()))
         .collect();
     by_request.sort_unstable();
     let invoices = list(store, &key![INVOICE_ROOT])?.len();
