@@ -334,9 +334,10 @@ impl<S: Store> GaplessSequence<S> {
     /// postcard, JSON or V8 record). The store replaces the placeholder's digits with the
     /// number's. A record that uses the code any other way (parses the number back, hashes
     /// it, branches on it) is found out by comparing the two calls, and the request is then
-    /// committed the checked way, `build` called with its real code. So is a request while
-    /// the codes widen past their width (a code inside a value cannot change length) and
-    /// every request on a store that cannot number commits. `build` may run on another
+    /// committed the checked way, `build` called with its real code. So is every request on
+    /// a store that cannot number commits. A commit stays below the next width change (a
+    /// code inside a value cannot change length), so codes that widen past their width stay
+    /// numbered by the store. `build` may run on another
     /// caller's thread and more than once; it must not panic ([`Error::RecordPanicked`]).
     ///
     /// ```
