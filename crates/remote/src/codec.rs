@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use denokv_proto::datapath as pb;
 use prost::Message;
+use tuplekv_engine::numbering::{NumberForm, Numbering, SlotTarget};
 use tuplekv_engine::{
     AtomicWrite, CommitResult, Conflict, Entry, Error, Expiry, FailedCheck, KeyBytes, MutationKind,
     Value, Versionstamp,
@@ -79,8 +80,9 @@ fn encode_mutation(m: &tuplekv_engine::Mutation) -> pb::Mutation {
     out
 }
 
-/// An `AtomicWrite` body, with the extension field (carrying the range checks) when
-/// `extension` is on. The write was validated by the caller.
+/// An `AtomicWrite` body, with the extension field (carrying the range checks and the
+/// numbering) when `extension` is on. The write was validated by the caller, which sends a
+/// numbering only to a server that applies it.
 pub(crate) fn encode_write(write: &AtomicWrite, extension: bool) -> Bytes {
     let checks = write
         .checks
@@ -113,11 +115,54 @@ pub(crate) fn encode_write(write: &AtomicWrite, extension: bool) -> Bytes {
                         expires_at_ms: rc.expires_at.unwrap_or(0),
                     })
                     .collect(),
+                numbering: (!write.numbering.is_empty())
+                    .then(|| encode_numbering(&write.numbering)),
             }),
         };
         ext.encode_raw(&mut bytes);
     }
     Bytes::from(bytes)
+}
+
+/// A numbering as the extension's message.
+fn encode_numbering(n: &Numbering) -> tuplekv_wire::Numbering {
+    use tuplekv_wire::{NumberFormKind, SlotTargetKind};
+    let counters = n
+        .counters
+        .iter()
+        .map(|c| tuplekv_wire::CounterClaim {
+            key: c.key.to_vec(),
+            start: c.start,
+            count: u64::from(c.count),
+            max: c.max,
+        })
+        .collect();
+    let slots = n
+        .slots
+        .iter()
+        .map(|s| {
+            let (target, index) = match s.target {
+                SlotTarget::CheckKey(i) => (SlotTargetKind::CheckKey, i),
+                SlotTarget::MutationKey(i) => (SlotTargetKind::MutationKey, i),
+                SlotTarget::MutationValue(i) => (SlotTargetKind::MutationValue, i),
+            };
+            let (form, width, widen) = match s.form {
+                NumberForm::Digits { width, widen } => (NumberFormKind::Digits, width, widen),
+                NumberForm::KeyPart => (NumberFormKind::KeyPart, 0, false),
+            };
+            tuplekv_wire::NumberSlot {
+                counter: u64::from(s.counter),
+                ordinal: u64::from(s.ordinal),
+                target: target.into(),
+                index: u64::from(index),
+                offset: u64::from(s.offset),
+                form: form.into(),
+                width: u64::from(width),
+                widen,
+            }
+        })
+        .collect();
+    tuplekv_wire::Numbering { counters, slots }
 }
 
 fn malformed(what: impl std::fmt::Display) -> Error {
@@ -131,10 +176,28 @@ fn malformed(what: impl std::fmt::Display) -> Error {
 pub(crate) fn decode_write_output(write: &AtomicWrite, body: &[u8]) -> Result<CommitResult, Error> {
     let out = pb::AtomicWriteOutput::decode(body).map_err(malformed)?;
     match pb::AtomicWriteStatus::try_from(out.status) {
-        Ok(pb::AtomicWriteStatus::AwSuccess) => Ok(CommitResult::Committed {
-            versionstamp: versionstamp(&out.versionstamp)?,
-            numbers: Vec::new(),
-        }),
+        Ok(pb::AtomicWriteStatus::AwSuccess) => {
+            let versionstamp = versionstamp(&out.versionstamp)?;
+            let claims = write.numbering.counters.len();
+            let numbers = match claims {
+                0 => Vec::new(),
+                _ => tuplekv_wire::AtomicWriteOutputExtension::decode(body)
+                    .map_err(malformed)?
+                    .tuplekv
+                    .map(|e| e.numbers)
+                    .unwrap_or_default(),
+            };
+            if numbers.len() != claims {
+                return Err(malformed(format!(
+                    "a commit that claimed {claims} counters reports {} numbers",
+                    numbers.len()
+                )));
+            }
+            Ok(CommitResult::Committed {
+                versionstamp,
+                numbers,
+            })
+        }
         Ok(pb::AtomicWriteStatus::AwCheckFailure) => {
             let ext = tuplekv_wire::AtomicWriteOutputExtension::decode(body)
                 .map_err(malformed)?
@@ -270,5 +333,121 @@ mod tests {
         let without = encode_write(&write, false);
         let ext = tuplekv_wire::AtomicWriteExtension::decode(&without[..]).expect("decode");
         assert!(ext.tuplekv.is_none());
+    }
+
+    fn numbered() -> AtomicWrite {
+        use tuplekv_engine::numbering::{CounterClaim, NumberSlot};
+        let claim = |name: &[u8]| CounterClaim {
+            key: KeyBytes::from([&[2], name, &[0]].concat()),
+            start: 7,
+            count: 4,
+            max: u64::MAX,
+        };
+        let slot = |counter, target, offset, form| NumberSlot {
+            counter,
+            ordinal: counter * 3,
+            target,
+            offset,
+            form,
+        };
+        AtomicWrite {
+            checks: vec![Check {
+                key: KeyBytes::from(vec![2, b'u', 0]),
+                versionstamp: None,
+            }],
+            range_checks: Vec::new(),
+            mutations: vec![Mutation {
+                key: KeyBytes::from(b"\x02k00\x00".to_vec()),
+                kind: MutationKind::Set {
+                    value: Value::Bytes(b"000".to_vec().into()),
+                    expiry: None,
+                },
+            }],
+            numbering: Numbering {
+                counters: vec![claim(b"a"), claim(b"b")],
+                slots: vec![
+                    slot(0, SlotTarget::CheckKey(0), 3, NumberForm::KeyPart),
+                    slot(
+                        1,
+                        SlotTarget::MutationKey(0),
+                        2,
+                        NumberForm::Digits {
+                            width: 2,
+                            widen: true,
+                        },
+                    ),
+                    slot(
+                        1,
+                        SlotTarget::MutationValue(0),
+                        0,
+                        NumberForm::Digits {
+                            width: 3,
+                            widen: false,
+                        },
+                    ),
+                ],
+            },
+        }
+    }
+
+    #[test]
+    fn a_numbered_write_reaches_the_servers_decoder_as_it_was() {
+        let write = numbered();
+        let body = encode_write(&write, true);
+        let (decoded, extended) =
+            tuplekv_server::protocol::decode_write(&body, true).expect("the server decodes it");
+        assert!(extended);
+        assert_eq!(decoded, write);
+        // A plain write carries no numbering field at all.
+        let mut plain = write.clone();
+        plain.numbering = Numbering::default();
+        let ext = tuplekv_wire::AtomicWriteExtension::decode(&encode_write(&plain, true)[..])
+            .expect("decode")
+            .tuplekv
+            .expect("the extension");
+        assert!(ext.numbering.is_none());
+    }
+
+    #[test]
+    fn a_numbered_commits_output_gives_its_numbers_and_one_without_them_is_malformed() {
+        let write = numbered();
+        let committed = pb::AtomicWriteOutput {
+            status: pb::AtomicWriteStatus::AwSuccess.into(),
+            versionstamp: Versionstamp::from_version(3).as_bytes().to_vec(),
+            failed_checks: Vec::new(),
+        };
+        let with = |numbers: Vec<u64>| {
+            let mut body = committed.encode_to_vec();
+            tuplekv_wire::AtomicWriteOutputExtension {
+                tuplekv: Some(tuplekv_wire::WriteOutcome {
+                    numbers,
+                    ..Default::default()
+                }),
+            }
+            .encode_raw(&mut body);
+            body
+        };
+        assert_eq!(
+            decode_write_output(&write, &with(vec![7, 9])).expect("decodes"),
+            CommitResult::Committed {
+                versionstamp: Versionstamp::from_version(3),
+                numbers: vec![7, 9],
+            }
+        );
+        for bad in [with(vec![7]), committed.encode_to_vec()] {
+            let e = decode_write_output(&write, &bad).expect_err("malformed");
+            assert!(matches!(e, Error::Remote { status: 200, .. }), "{e:?}");
+        }
+        let plain = AtomicWrite {
+            numbering: Numbering::default(),
+            ..write
+        };
+        assert_eq!(
+            decode_write_output(&plain, &committed.encode_to_vec()).expect("decodes"),
+            CommitResult::Committed {
+                versionstamp: Versionstamp::from_version(3),
+                numbers: Vec::new(),
+            }
+        );
     }
 }

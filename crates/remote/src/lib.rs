@@ -24,6 +24,7 @@
 //! | transactions that read keys (the index write path, both sequence modes) | yes | yes |
 //! | several reads of one `snapshot()` (lists past one batch, `verify`) | yes | [`Error::Unsupported`] |
 //! | transactions that list (range checks) | yes | [`Error::Unsupported`] at commit |
+//! | numbers assigned at commit (`AtomicWrite::numbering`) | yes | [`Error::Unsupported`] at commit |
 //! | watch | yes | yes |
 //!
 //! Without snapshots, a transaction reads the latest state on each read; its commit checks
@@ -75,6 +76,11 @@ use crate::transport::{Kind, Transport};
 /// What an operation that needs tuplekv's extension names as missing.
 pub const EXTENSION_NEEDED: &str =
     "tuplekv's KV Connect extension (tuplekv.snapshots.v1), which this server does not speak";
+
+/// What a numbered commit names as missing from a server that speaks tuplekv's extension but
+/// not its numberings (an older tuplekv server).
+pub const NUMBERING_NEEDED: &str = "tuplekv's KV Connect extension for numbered commits \
+    (tuplekv.numbering.v1), which this server does not speak";
 
 /// How a [`RemoteStore`] connects and retries.
 #[derive(Debug, Clone)]
@@ -307,11 +313,15 @@ impl RemoteStore {
                     needs: EXTENSION_NEEDED,
                 });
             }
-            if !write.numbering.is_empty() {
-                // Until the extension carries numberings, a numbered write is not sent.
+            if !write.numbering.is_empty() && !session.numbering {
+                // Never sent to a server that would commit the placeholders unfilled.
                 return Err(Error::Unsupported {
                     operation: "numbers assigned at commit",
-                    needs: EXTENSION_NEEDED,
+                    needs: if session.extension {
+                        NUMBERING_NEEDED
+                    } else {
+                        EXTENSION_NEEDED
+                    },
                 });
             }
             let body: Bytes = encode_write(&write, session.extension);

@@ -37,6 +37,8 @@ pub(crate) struct Session {
     version: u64,
     /// Whether the server speaks tuplekv's extension.
     pub(crate) extension: bool,
+    /// Whether the server also applies numberings (`tuplekv_wire::NUMBERING_EXTENSION`).
+    pub(crate) numbering: bool,
     renew_at: Instant,
 }
 
@@ -60,9 +62,17 @@ enum Failure {
     NotSent(String),
     /// The request may have been sent, and no answer came.
     Unknown(String),
-    /// The server answered with a non-success status (and, for a 400 about a mutation, the
-    /// mutation's index).
-    Status(StatusCode, String, Option<usize>),
+    /// The server answered with a non-success status, with what its headers add.
+    Status(StatusCode, String, Detail),
+}
+
+/// What a refusal's headers add to its status and text.
+#[derive(Default)]
+struct Detail {
+    /// For a 400 about a mutation, the mutation's index.
+    mutation_index: Option<usize>,
+    /// For a 400 refusing a numbering, the engine's error.
+    numbering: Option<Box<Error>>,
 }
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -83,7 +93,7 @@ pub(crate) struct Transport {
 #[serde(rename_all = "camelCase")]
 struct MetadataRequest<'a> {
     supported_versions: [u64; 2],
-    tuplekv_extensions: [&'a str; 1],
+    tuplekv_extensions: [&'a str; 2],
 }
 
 #[derive(Deserialize)]
@@ -213,7 +223,7 @@ impl Transport {
     async fn exchange(&self) -> Result<Session, Failure> {
         let body = serde_json::to_vec(&MetadataRequest {
             supported_versions: SUPPORTED_VERSIONS,
-            tuplekv_extensions: [tuplekv_wire::EXTENSION],
+            tuplekv_extensions: [tuplekv_wire::EXTENSION, tuplekv_wire::NUMBERING_EXTENSION],
         })
         .map_err(|e| Failure::NotSent(e.to_string()))?;
         let req = Request::builder()
@@ -266,15 +276,16 @@ impl Transport {
             .unwrap_or(Duration::ZERO);
         // Renew a minute early, or half way through a short lifetime.
         let early = RENEW_BEFORE.min(lifetime / 2);
+        let listed = |name: &str| meta.tuplekv_extensions.iter().any(|e| e == name);
+        let extension = listed(tuplekv_wire::EXTENSION);
         Ok(Session {
             base,
             token: meta.token,
             database_id: meta.database_id,
             version: meta.version,
-            extension: meta
-                .tuplekv_extensions
-                .iter()
-                .any(|e| e == tuplekv_wire::EXTENSION),
+            extension,
+            // Numberings travel in the extension's field: no use without it.
+            numbering: extension && listed(tuplekv_wire::NUMBERING_EXTENSION),
             renew_at: Instant::now() + lifetime.saturating_sub(early),
         })
     }
@@ -306,10 +317,14 @@ impl Transport {
         let attempt = async {
             let resp = self.client().request(req).await.map_err(classify)?;
             let status = resp.status();
-            let mutation_index = resp
-                .headers()
-                .get(tuplekv_wire::MUTATION_INDEX_HEADER)
-                .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+            let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok());
+            let detail = Detail {
+                mutation_index: header(tuplekv_wire::MUTATION_INDEX_HEADER)
+                    .and_then(|v| v.parse::<usize>().ok()),
+                numbering: header(tuplekv_wire::NUMBERING_ERROR_HEADER)
+                    .and_then(tuplekv_wire::numbering_error_from_header)
+                    .map(Box::new),
+            };
             let body = resp
                 .into_body()
                 .collect()
@@ -322,7 +337,7 @@ impl Transport {
                 Err(Failure::Status(
                     status,
                     String::from_utf8_lossy(&body).trim().to_owned(),
-                    mutation_index,
+                    detail,
                 ))
             }
         };
@@ -387,7 +402,7 @@ impl Transport {
         Err(status_error(
             status,
             String::from_utf8_lossy(&body).trim().to_owned(),
-            None,
+            Detail::default(),
         ))
     }
 
@@ -436,8 +451,8 @@ impl Transport {
                     message,
                     _,
                 )) => format!("{status}: {message}"),
-                Err(Failure::Status(status, message, index)) => {
-                    return Err(status_error(status, message, index));
+                Err(Failure::Status(status, message, detail)) => {
+                    return Err(status_error(status, message, detail));
                 }
                 Err(Failure::NotSent(reason)) => reason,
                 Err(Failure::Unknown(reason)) if kind == Kind::Write => {
@@ -462,7 +477,7 @@ impl Transport {
 
 /// A metadata answer this client cannot use: definite, not retried.
 fn refused(message: String) -> Failure {
-    Failure::Status(StatusCode::BAD_GATEWAY, message, None)
+    Failure::Status(StatusCode::BAD_GATEWAY, message, Detail::default())
 }
 
 /// A client that speaks HTTP/2 only (h2c), with this store's timeouts.
@@ -481,9 +496,15 @@ fn build_client(options: &RemoteOptions) -> HttpClient {
 
 /// The error for a non-success status. A 400 about a mutation that failed on a non-U64 value
 /// (with its index, from a tuplekv server) is `Error::NotU64` with an empty key, which the
-/// caller fills in from its write.
-fn status_error(status: StatusCode, message: String, mutation_index: Option<usize>) -> Error {
-    if let Some(index) = mutation_index
+/// caller fills in from its write; a 400 refusing a numbering is the engine's error its
+/// header names.
+fn status_error(status: StatusCode, message: String, detail: Detail) -> Error {
+    if status == StatusCode::BAD_REQUEST
+        && let Some(e) = detail.numbering
+    {
+        return *e;
+    }
+    if let Some(index) = detail.mutation_index
         && status == StatusCode::BAD_REQUEST
         && let Some(op) = ["sum", "min", "max"].into_iter().find(|op| {
             message.starts_with(&format!("Failed to perform '{op}' mutation on a non-U64"))

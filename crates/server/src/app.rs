@@ -27,8 +27,7 @@ use crate::limits::{
     METADATA_BODY_MAX, REQUEST_BODY_MAX, SMALL_BODY_MAX, UNAUTHENTICATED_BODIES_IN_FLIGHT_MAX,
 };
 use crate::protocol::{
-    ExtensionRead, ReadRange, decode_atomic_write, decode_range_checks, decode_read_mode,
-    decode_snapshot_read, encode_entry,
+    ExtensionRead, ReadRange, decode_read_mode, decode_snapshot_read, decode_write, encode_entry,
 };
 use crate::snapshots::Held;
 use crate::stats::{Endpoint, ServerStats};
@@ -353,7 +352,7 @@ async fn metadata<S: Store + 'static>(
     drop(body);
     let asked = state.config.extension() && !req.tuplekv_extensions.is_empty();
     let extensions = asked.then(|| {
-        [tuplekv_wire::EXTENSION]
+        [tuplekv_wire::EXTENSION, tuplekv_wire::NUMBERING_EXTENSION]
             .into_iter()
             .filter(|e| req.tuplekv_extensions.iter().any(|r| r == e))
             .collect::<Vec<_>>()
@@ -544,20 +543,15 @@ fn snapshot_gone(at: Versionstamp) -> ApiError {
 /// concurrent commits share through the engine's group commit), or awaited on the request's
 /// task through [`Store::commit_async`]. With tuplekv's extension the write may carry range
 /// checks, each against a snapshot the server holds (kept while the commit runs, so the
-/// versions the check compares with stay), and a failure is reported in full.
+/// versions the check compares with stay), and a numbering; a failure is reported in full, and
+/// a numbered commit reports the first number of each claim.
 async fn atomic_write<S: Store + 'static>(
     State(state): State<Shared<S>>,
     body: Body,
 ) -> Result<Response, ApiError> {
     state.stats().request(Endpoint::AtomicWrite);
     let body = state.read_body(body, REQUEST_BODY_MAX).await?;
-    let mut write = decode_atomic_write(&body)?;
-    let range_checks = match state.config.extension() {
-        true => decode_range_checks(&body)?,
-        false => None,
-    };
-    let extended = range_checks.is_some();
-    write.range_checks = range_checks.unwrap_or_default();
+    let (write, extended) = decode_write(&body, state.config.extension())?;
     drop(body);
     let mut pinned = Vec::new();
     for rc in &write.range_checks {
@@ -593,19 +587,25 @@ async fn atomic_write<S: Store + 'static>(
     Ok(protobuf_bytes(bytes))
 }
 
-/// A commit's result as the protocol's output, and (for a failure) the extension's full
-/// report of it.
+/// A commit's result as the protocol's output, and the extension's full report of it (for a
+/// failure, or a commit that took numbers).
 fn write_output(
     result: CommitResult,
 ) -> (pb::AtomicWriteOutput, Option<tuplekv_wire::WriteOutcome>) {
     match result {
-        CommitResult::Committed { versionstamp, .. } => (
+        CommitResult::Committed {
+            versionstamp,
+            numbers,
+        } => (
             pb::AtomicWriteOutput {
                 status: pb::AtomicWriteStatus::AwSuccess.into(),
                 versionstamp: versionstamp.as_bytes().to_vec(),
                 failed_checks: Vec::new(),
             },
-            None,
+            (!numbers.is_empty()).then(|| tuplekv_wire::WriteOutcome {
+                numbers,
+                ..tuplekv_wire::WriteOutcome::default()
+            }),
         ),
         CommitResult::Conflict(c) => {
             let failed: Vec<_> = c
@@ -619,6 +619,7 @@ fn write_output(
                     .map(|(_, a)| a.map(|v| v.as_bytes().to_vec()).unwrap_or_default())
                     .collect(),
                 range_changed: c.range_changed,
+                numbers: Vec::new(),
             };
             (
                 pb::AtomicWriteOutput {

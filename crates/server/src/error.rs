@@ -25,13 +25,17 @@ pub struct ApiError {
     /// For a mutation that failed on the stored value, its index: sent as
     /// `tuplekv_wire::MUTATION_INDEX_HEADER`, so tuplekv's client can name the mutation as the engine does.
     mutation_index: Option<usize>,
+    /// For a numbered write refused on a counter's value or a number's width: the engine's
+    /// error, sent as `tuplekv_wire::NUMBERING_ERROR_HEADER`, so tuplekv's client gets the
+    /// same error a local store gives.
+    numbering_error: Option<String>,
     /// For a request refused because the server is at a limit it will leave soon: the
     /// seconds to wait, sent as `Retry-After`. Such refusals are logged at `debug` (they are
     /// counted), not as server errors.
     retry_after_secs: Option<u32>,
 }
 
-use tuplekv_wire::MUTATION_INDEX_HEADER;
+use tuplekv_wire::{MUTATION_INDEX_HEADER, NUMBERING_ERROR_HEADER, numbering_error_header};
 
 /// denokv's texts, for the errors both servers have.
 pub(crate) mod text {
@@ -69,6 +73,12 @@ pub(crate) mod text {
     pub(crate) const NO_MATCHING_PROTOCOL_VERSION: &str = "The server could not negotiate a protocol version. The server requires protocol version 2 or 3.";
     pub(crate) const TOO_MANY_WATCH_STREAMS: &str =
         "Too many watch streams are open on this server; try again later.";
+    /// Ours: a write carrying range checks or a numbering in tuplekv's extension field, sent
+    /// to a server that does not offer the extension (which would otherwise commit it
+    /// without them).
+    pub(crate) const EXTENSION_NOT_OFFERED: &str = "This server does not offer tuplekv's \
+        extension, so it cannot apply the write's range checks or numbering. Nothing was \
+        written; connect again to agree on what the server offers.";
     /// Ours: KV Connect clients never send enqueues, so denokv has no text for refusing them.
     pub(crate) const ENQUEUE_UNSUPPORTED: &str =
         "Enqueues are not supported by this server (KV Connect clients do not send them).";
@@ -81,6 +91,7 @@ impl ApiError {
             status,
             message: message.into(),
             mutation_index: None,
+            numbering_error: None,
             retry_after_secs: None,
         }
     }
@@ -149,6 +160,35 @@ impl ApiError {
             },
             // The engine's texts for these are denokv's (`SumError`'s `Display`).
             Error::Sum(sum) => Self::bad_request(sum.to_string()),
+            Error::InvalidNumbering { reason } => {
+                Self::bad_request(format!("Invalid numbering: {reason}."))
+            }
+            Error::CounterNotU64 { key } => ApiError {
+                numbering_error: numbering_error_header(e),
+                ..Self::bad_request(format!(
+                    "The counter {key:?} the write takes numbers from does not hold a U64. \
+                     Nothing was written."
+                ))
+            },
+            Error::CounterExhausted {
+                key,
+                next,
+                count,
+                max,
+            } => ApiError {
+                numbering_error: numbering_error_header(e),
+                ..Self::bad_request(format!(
+                    "The counter {key:?} is exhausted: {count} numbers from {next} pass its max \
+                     {max}. Nothing was written."
+                ))
+            },
+            Error::NumberTooWide { number, width } => ApiError {
+                numbering_error: numbering_error_header(e),
+                ..Self::bad_request(format!(
+                    "The number {number} has more than the {width} digits its placeholder \
+                     holds, and the placeholder may not widen. Nothing was written."
+                ))
+            },
             Error::TooManyWatchedKeys { .. } => Self::bad_request(text::TOO_MANY_WATCHED_KEYS),
             Error::EmptyKey => Self::bad_request("key cannot be empty"),
             Error::ExpireInTooLarge { .. } => Self::bad_request(text::INVALID_MUTATION_EXPIRE_AT),
@@ -209,6 +249,12 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(MUTATION_INDEX_HEADER, header::HeaderValue::from(index));
         }
+        if let Some(value) = self
+            .numbering_error
+            .and_then(|v| header::HeaderValue::from_str(&v).ok())
+        {
+            response.headers_mut().insert(NUMBERING_ERROR_HEADER, value);
+        }
         response
     }
 }
@@ -245,6 +291,41 @@ mod tests {
         assert_eq!(
             mapped(Error::TotalKeySizeTooLarge { size: 90_000 }),
             (400, text::ATOMIC_WRITE_TOO_LARGE.to_owned())
+        );
+    }
+
+    #[test]
+    fn numbering_refusals_are_400s_that_carry_the_engines_error() {
+        let key = KeyBytes::from(&b"\x02next\x00"[..]);
+        for e in [
+            Error::CounterNotU64 { key: key.clone() },
+            Error::CounterExhausted {
+                key: key.clone(),
+                next: 10,
+                count: 2,
+                max: 10,
+            },
+            Error::NumberTooWide {
+                number: 100,
+                width: 2,
+            },
+        ] {
+            let api = ApiError::from_engine(&e);
+            assert_eq!(api.status().as_u16(), 400);
+            assert!(api.message().ends_with("Nothing was written."), "{api}");
+            let response = api.into_response();
+            let header = response.headers()[NUMBERING_ERROR_HEADER].to_str().unwrap();
+            assert_eq!(tuplekv_wire::numbering_error_from_header(header), Some(e));
+        }
+        let invalid = Error::InvalidNumbering {
+            reason: "counter 0 takes no number (count 0)".into(),
+        };
+        assert_eq!(
+            mapped(invalid),
+            (
+                400,
+                "Invalid numbering: counter 0 takes no number (count 0).".to_owned()
+            )
         );
     }
 

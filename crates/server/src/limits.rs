@@ -23,6 +23,10 @@ pub const VALUE_SIZE_MAX: usize = engine::VALUE_SIZE_MAX;
 /// Most bytes one `atomic_write` may carry, counted as the engine counts them: each check and
 /// delete its key, each value-carrying mutation twice its key plus its value.
 pub const TOTAL_MUTATION_SIZE_MAX: usize = engine::TOTAL_MUTATION_SIZE_MAX;
+/// Most counters one `atomic_write` of tuplekv's extension takes numbers from.
+pub const COUNTERS_PER_COMMIT_MAX: usize = engine::COUNTERS_PER_COMMIT_MAX;
+/// Most number slots (placeholders) in one `atomic_write` of tuplekv's extension.
+pub const NUMBER_SLOTS_MAX: usize = engine::NUMBER_SLOTS_MAX;
 /// Most keys one `watch` request may watch.
 pub const WATCHED_KEYS_MAX: usize = engine::WATCH_KEYS_MAX;
 

@@ -66,7 +66,10 @@ fn set(k: &[u8], n: u64) -> pb::AtomicWrite {
 fn extended_write(write: pb::AtomicWrite, range_checks: Vec<RangeCheck>) -> Vec<u8> {
     let mut body = write.encode_to_vec();
     AtomicWriteExtension {
-        tuplekv: Some(WriteExtension { range_checks }),
+        tuplekv: Some(WriteExtension {
+            range_checks,
+            numbering: None,
+        }),
     }
     .encode_raw(&mut body);
     body

@@ -4,6 +4,7 @@
 //! are tested at their limits in `stalls.rs`.
 
 mod common;
+mod numbered;
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use bytes::Bytes;
 use common::*;
 use denokv_proto::datapath as pb;
 use http_body_util::Full;
+use numbered::{claim, digits, numbered_body, outcome};
 use prost::Message;
 use tuplekv_engine::Database;
 use tuplekv_server::ServerConfig;
@@ -182,6 +184,127 @@ async fn mutations_at_the_limit_pass_and_one_more_is_refused() {
             400,
             "Too many mutations / enqueues included in atomic write.",
         );
+    server.stop().await;
+}
+
+/// A key `[0x02, tag, i (4 bytes), "0000", 0x00]`: four one-digit placeholders at bytes 6 to 9.
+fn placeholder_key(tag: u8, i: usize) -> Vec<u8> {
+    let mut k = vec![0x02, tag];
+    k.extend((i as u32).to_be_bytes());
+    k.extend(b"0000\x00");
+    k
+}
+
+#[tokio::test]
+async fn counters_per_commit_at_the_limit_pass_and_one_more_is_refused() {
+    let server = TestServer::start().await;
+    let mut c = server.h2().await;
+    let numbering = |n: usize| tuplekv_wire::Numbering {
+        counters: (0..n).map(|i| claim(&raw_key(i, 4), 10, 2)).collect(),
+        slots: Vec::new(),
+    };
+    let write = || write_of(vec![], vec![set(&key("c"), bytes_value(b"v"))]);
+    let reply = c
+        .data(
+            "atomic_write",
+            numbered_body(write(), numbering(COUNTERS_PER_COMMIT_MAX)),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        outcome(&reply).expect("a report").numbers,
+        vec![10; COUNTERS_PER_COMMIT_MAX]
+    );
+    for i in 0..COUNTERS_PER_COMMIT_MAX {
+        let counter = c.get(&raw_key(i, 4)).await.expect("a counter");
+        assert_eq!(counter.value, 12u64.to_le_bytes());
+    }
+    c.data(
+        "atomic_write",
+        numbered_body(write(), numbering(COUNTERS_PER_COMMIT_MAX + 1)),
+    )
+    .await
+    .assert_error(
+        400,
+        &format!(
+            "Invalid numbering: {} counters in one write (max {COUNTERS_PER_COMMIT_MAX}).",
+            COUNTERS_PER_COMMIT_MAX + 1
+        ),
+    );
+    let counter = c.get(&raw_key(0, 4)).await.expect("a counter");
+    assert_eq!(
+        counter.value,
+        12u64.to_le_bytes(),
+        "a refused write took numbers"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn number_slots_at_the_limit_pass_and_one_more_is_refused() {
+    use tuplekv_wire::SlotTargetKind::{CheckKey, MutationKey, MutationValue};
+    let server = TestServer::start().await;
+    let mut c = server.h2().await;
+    // Every check key, mutation key and value holds four one-digit placeholders, all taking
+    // the one number the write claims: NUMBER_SLOTS_MAX is exactly that many.
+    assert_eq!(NUMBER_SLOTS_MAX, 4 * (CHECKS_MAX + 2 * MUTATIONS_MAX));
+    let write = write_of(
+        (0..CHECKS_MAX)
+            .map(|i| check(&placeholder_key(b'c', i), None))
+            .collect(),
+        (0..MUTATIONS_MAX)
+            .map(|i| set(&placeholder_key(b'm', i), bytes_value(b"0000")))
+            .collect(),
+    );
+    let four = |target, index: usize, from: u64| {
+        (0..4).map(move |k| digits(0, 0, target, index as u64, from + k, 1, false))
+    };
+    let mut slots: Vec<_> = (0..CHECKS_MAX).flat_map(|i| four(CheckKey, i, 6)).collect();
+    for i in 0..MUTATIONS_MAX {
+        slots.extend(four(MutationKey, i, 6));
+        slots.extend(four(MutationValue, i, 0));
+    }
+    assert_eq!(slots.len(), NUMBER_SLOTS_MAX);
+    let counter = key("counter");
+    let numbering = |slots: Vec<tuplekv_wire::NumberSlot>| tuplekv_wire::Numbering {
+        counters: vec![claim(&counter, 7, 1)],
+        slots,
+    };
+    let mut past = slots.clone();
+    past.push(slots[0].clone());
+    let reply = c
+        .data(
+            "atomic_write",
+            numbered_body(write.clone(), numbering(slots)),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(outcome(&reply).expect("a report").numbers, vec![7]);
+    let last = c
+        .get(
+            &placeholder_key(b'm', MUTATIONS_MAX - 1)
+                .iter()
+                .map(|&b| if b == b'0' { b'7' } else { b })
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .expect("the last mutation, numbered");
+    assert_eq!(last.value, b"7777");
+    c.data("atomic_write", numbered_body(write, numbering(past)))
+        .await
+        .assert_error(
+            400,
+            &format!(
+                "Invalid numbering: {} number slots in one write (max {NUMBER_SLOTS_MAX}).",
+                NUMBER_SLOTS_MAX + 1
+            ),
+        );
+    let counter = c.get(&counter).await.expect("the counter");
+    assert_eq!(
+        counter.value,
+        8u64.to_le_bytes(),
+        "a refused write took a number"
+    );
     server.stop().await;
 }
 

@@ -69,8 +69,7 @@ pub fn server_request_target(data: &[u8]) {
     use tuplekv_server::ApiError;
     use tuplekv_server::limits::*;
     use tuplekv_server::protocol::{
-        decode_atomic_write, decode_range_checks, decode_read_mode, decode_snapshot_read,
-        decode_watch,
+        decode_read_mode, decode_snapshot_read, decode_watch, decode_write, decode_write_extension,
     };
 
     let Some((&kind, body)) = data.split_first() else {
@@ -88,9 +87,17 @@ pub fn server_request_target(data: &[u8]) {
         Ok(_) => {} // typed: an `at` is a versionstamp, a flag a bool
         Err(e) => refused(&e),
     }
-    match decode_range_checks(body) {
-        Ok(checks) => assert!(checks.is_none_or(|c| c.len() <= RANGE_CHECKS_MAX)),
+    match decode_write_extension(body) {
+        Ok(ext) => assert!(ext.is_none_or(|e| {
+            e.range_checks.len() <= RANGE_CHECKS_MAX
+                && e.numbering.counters.len() <= COUNTERS_PER_COMMIT_MAX
+                && e.numbering.slots.len() <= NUMBER_SLOTS_MAX
+        })),
         Err(e) => refused(&e),
+    }
+    // A server without the extension reads the plain write, or refuses extension conditions.
+    if let Err(e) = decode_write(body, false) {
+        refused(&e);
     }
     match kind % 3 {
         0 => match decode_snapshot_read(body) {
@@ -109,8 +116,11 @@ pub fn server_request_target(data: &[u8]) {
             }
             Err(e) => refused(&e),
         },
-        1 => match decode_atomic_write(body) {
-            Ok(write) => {
+        // As the server decodes it, the numbering included; the range checks need snapshots
+        // the server holds, which this store has none of.
+        1 => match decode_write(body, true) {
+            Ok((mut write, _)) => {
+                write.range_checks.clear();
                 assert!(write.checks.len() <= CHECKS_MAX);
                 assert!(write.mutations.len() <= MUTATIONS_MAX);
                 let before = db.current_versionstamp();

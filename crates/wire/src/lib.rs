@@ -13,8 +13,9 @@
 //!   with the same field. A client that does not ask is never sent the field, and a server that
 //!   does not know it (denokv) ignores it and answers without it, so the client knows.
 //! - **Carried in protobuf fields of their own** ([`EXTENSION_FIELD`] of `SnapshotRead`,
-//!   `SnapshotReadOutput` and `AtomicWrite`). A message with the field appended is still a
-//!   valid message of the plain protocol: decoders that do not know the field skip it.
+//!   `SnapshotReadOutput`, `AtomicWrite` and `AtomicWriteOutput`). A message with the field
+//!   appended is still a valid message of the plain protocol: decoders that do not know the
+//!   field skip it.
 //! - **Snapshots.** A read with [`ReadExtension::hold`] reads the latest state, and the server
 //!   holds that state for later reads that name its versionstamp in [`ReadExtension::at`], as
 //!   long as they keep coming (an idle snapshot is dropped after a while, and all of them when
@@ -24,12 +25,23 @@
 //!   ([`ReadOutputExtension`]).
 //! - **Range checks.** An `AtomicWrite` may carry [`RangeCheck`]s: "no key of `[start, end)`
 //!   changed after `since`", where `since` is a snapshot the server still holds.
+//! - **Numbered commits.** An `AtomicWrite` may carry a [`Numbering`] (the engine's
+//!   [`tuplekv_engine::numbering`]): counters the server takes numbers from under its commit
+//!   lock, and placeholders it fills with them. The output reports the first number of each
+//!   claim ([`WriteOutcome::numbers`]), and a refusal by a counter's value comes with
+//!   [`NUMBERING_ERROR_HEADER`], which carries the engine's error whole. A server lists
+//!   [`NUMBERING_EXTENSION`] as well when it applies numberings: a client sends one only to
+//!   such a server, so an older server of the extension never commits unfilled placeholders.
 
 use denokv_proto::datapath as pb;
-use tuplekv_engine::{Entry, Value};
+use tuplekv_engine::{Entry, Error, KeyBytes, Value};
 
 /// The extension's name, as the metadata exchange lists it.
 pub const EXTENSION: &str = "tuplekv.snapshots.v1";
+
+/// The name a server lists, with [`EXTENSION`], when it applies the numberings of
+/// [`WriteExtension::numbering`]; a client sends a numbering only to a server that listed it.
+pub const NUMBERING_EXTENSION: &str = "tuplekv.numbering.v1";
 
 /// The JSON field of the metadata request and response that lists extensions.
 pub const EXTENSIONS_JSON_FIELD: &str = "tuplekvExtensions";
@@ -42,6 +54,12 @@ pub const EXTENSION_FIELD: u32 = 1000;
 /// value (`sum` on a string, say), that mutation's index: the text alone (denokv's) does not
 /// say which mutation it was.
 pub const MUTATION_INDEX_HEADER: &str = "x-tuplekv-mutation-index";
+
+/// The response header that carries, with a 400 refusing a numbered write on a counter's value
+/// or a number's width, the engine's error whole ([`numbering_error_header`] writes it,
+/// [`numbering_error_from_header`] reads it), so a client gets the same
+/// [`Error`] a local store gives.
+pub const NUMBERING_ERROR_HEADER: &str = "x-tuplekv-numbering-error";
 
 /// Most snapshot releases one read carries ([`ReadExtension::release`]).
 pub const RELEASES_PER_READ_MAX: usize = 1024;
@@ -123,6 +141,105 @@ pub struct WriteExtension {
     /// Range conditions, all of which must hold for the write to commit.
     #[prost(message, repeated, tag = "1")]
     pub range_checks: Vec<RangeCheck>,
+    /// The numbers the write takes from counters, and where they go (absent: none). Sent
+    /// only to a server that listed [`NUMBERING_EXTENSION`].
+    #[prost(message, optional, tag = "2")]
+    pub numbering: Option<Numbering>,
+}
+
+/// The field number of [`WriteExtension::range_checks`].
+pub const RANGE_CHECKS_FIELD: u32 = 1;
+/// The field number of [`WriteExtension::numbering`].
+pub const NUMBERING_FIELD: u32 = 2;
+/// The field number of [`Numbering::counters`].
+pub const NUMBERING_COUNTERS_FIELD: u32 = 1;
+/// The field number of [`Numbering::slots`].
+pub const NUMBERING_SLOTS_FIELD: u32 = 2;
+
+/// A write's numbering (see [`tuplekv_engine::numbering::Numbering`]). Every number that is a
+/// `u32` or `u8` in the engine is a `uint64` here, so that a value out of range is refused,
+/// never cut to fit.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Numbering {
+    /// The counters the write takes numbers from, in claim order.
+    #[prost(message, repeated, tag = "1")]
+    pub counters: Vec<CounterClaim>,
+    /// Where the numbers go.
+    #[prost(message, repeated, tag = "2")]
+    pub slots: Vec<NumberSlot>,
+}
+
+/// Numbers taken from one counter (see [`tuplekv_engine::numbering::CounterClaim`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CounterClaim {
+    /// The counter's encoded key.
+    #[prost(bytes = "vec", tag = "1")]
+    pub key: Vec<u8>,
+    /// The first number of a counter whose key is absent.
+    #[prost(uint64, tag = "2")]
+    pub start: u64,
+    /// How many numbers the write takes (a `u32`).
+    #[prost(uint64, tag = "3")]
+    pub count: u64,
+    /// The largest number the counter may hand out.
+    #[prost(uint64, tag = "4")]
+    pub max: u64,
+}
+
+/// One number written into one place of the write (see
+/// [`tuplekv_engine::numbering::NumberSlot`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NumberSlot {
+    /// The index of its counter in [`Numbering::counters`] (a `u32`).
+    #[prost(uint64, tag = "1")]
+    pub counter: u64,
+    /// Which of that counter's numbers (a `u32`).
+    #[prost(uint64, tag = "2")]
+    pub ordinal: u64,
+    /// What kind of bytes it goes into.
+    #[prost(enumeration = "SlotTargetKind", tag = "3")]
+    pub target: i32,
+    /// The index of the check or mutation it goes into (a `u32`).
+    #[prost(uint64, tag = "4")]
+    pub index: u64,
+    /// The byte offset of the placeholder (a `u32`).
+    #[prost(uint64, tag = "5")]
+    pub offset: u64,
+    /// How the number is written.
+    #[prost(enumeration = "NumberFormKind", tag = "6")]
+    pub form: i32,
+    /// For [`NumberFormKind::Digits`]: the placeholder's width (a `u8`); 0 for a key part.
+    #[prost(uint64, tag = "7")]
+    pub width: u64,
+    /// For [`NumberFormKind::Digits`]: whether a wider number may lengthen the bytes.
+    #[prost(bool, tag = "8")]
+    pub widen: bool,
+}
+
+/// Which bytes a [`NumberSlot`] writes into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum SlotTargetKind {
+    /// Not set: refused.
+    Unspecified = 0,
+    /// The key of check [`NumberSlot::index`].
+    CheckKey = 1,
+    /// The key of mutation [`NumberSlot::index`].
+    MutationKey = 2,
+    /// The value of mutation [`NumberSlot::index`].
+    MutationValue = 3,
+}
+
+/// How a [`NumberSlot`] writes its number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum NumberFormKind {
+    /// Not set: refused.
+    Unspecified = 0,
+    /// Decimal digits over a placeholder of [`NumberSlot::width`] ASCII digits.
+    Digits = 1,
+    /// An integer key part inserted at the offset.
+    KeyPart = 2,
 }
 
 /// "No key of `[start, end)` changed after `since`" (see
@@ -144,15 +261,17 @@ pub struct RangeCheck {
     pub expires_at_ms: u64,
 }
 
-/// `AtomicWriteOutput`'s extension field: what the plain output leaves out of a failure.
+/// `AtomicWriteOutput`'s extension field: what the plain output leaves out of a failure, and
+/// the numbers a numbered commit took.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct AtomicWriteOutputExtension {
-    /// The outcome's details, when the write carried the extension.
+    /// The outcome's details, when the write carried the extension (absent for a commit that
+    /// took no numbers).
     #[prost(message, optional, tag = "1000")]
     pub tuplekv: Option<WriteOutcome>,
 }
 
-/// Why a write did not commit, in full.
+/// A write's outcome in full: why it did not commit, or the numbers a numbered commit took.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct WriteOutcome {
     /// For each failed key check (in the order of the plain output's `failed_checks`), the
@@ -162,6 +281,85 @@ pub struct WriteOutcome {
     /// Whether a range check failed.
     #[prost(bool, tag = "2")]
     pub range_changed: bool,
+    /// For a numbered commit, the first number of each counter claim, in claim order.
+    #[prost(uint64, repeated, tag = "3")]
+    pub numbers: Vec<u64>,
+}
+
+/// The value of [`NUMBERING_ERROR_HEADER`] for `e`, if it is a refusal of a numbering by the
+/// store: [`Error::CounterNotU64`], [`Error::CounterExhausted`] or
+/// [`Error::NumberTooWide`]. Keys travel in hex.
+pub fn numbering_error_header(e: &Error) -> Option<String> {
+    match e {
+        Error::CounterNotU64 { key } => Some(format!("counter-not-u64 key={}", hex(key))),
+        Error::CounterExhausted {
+            key,
+            next,
+            count,
+            max,
+        } => Some(format!(
+            "counter-exhausted key={} next={next} count={count} max={max}",
+            hex(key)
+        )),
+        Error::NumberTooWide { number, width } => {
+            Some(format!("number-too-wide number={number} width={width}"))
+        }
+        _ => None,
+    }
+}
+
+/// The engine error a [`NUMBERING_ERROR_HEADER`] value names; `None` if it is not one
+/// [`numbering_error_header`] writes.
+pub fn numbering_error_from_header(value: &str) -> Option<Error> {
+    let mut words = value.split(' ');
+    let kind = words.next()?;
+    let fields: Vec<(&str, &str)> = words.map(|w| w.split_once('=')).collect::<Option<_>>()?;
+    let field = |name: &str| match fields.iter().filter(|(n, _)| *n == name).count() {
+        1 => fields.iter().find(|(n, _)| *n == name).map(|(_, v)| *v),
+        _ => None,
+    };
+    let names = |expected: &[&str]| {
+        fields.len() == expected.len() && expected.iter().all(|n| field(n).is_some())
+    };
+    let key = || unhex(field("key")?).map(KeyBytes::from);
+    match kind {
+        "counter-not-u64" if names(&["key"]) => Some(Error::CounterNotU64 { key: key()? }),
+        "counter-exhausted" if names(&["key", "next", "count", "max"]) => {
+            Some(Error::CounterExhausted {
+                key: key()?,
+                next: decimal(field("next")?)?,
+                count: decimal(field("count")?)?,
+                max: decimal(field("max")?)?,
+            })
+        }
+        "number-too-wide" if names(&["number", "width"]) => Some(Error::NumberTooWide {
+            number: decimal(field("number")?)?,
+            width: decimal(field("width")?)?,
+        }),
+        _ => None,
+    }
+}
+
+/// A number in plain decimal digits (no sign), in range for `T`.
+fn decimal<T: std::str::FromStr>(s: &str) -> Option<T> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    s.as_bytes()
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+        .collect()
 }
 
 /// A value as the protocol's (encoding, payload).
@@ -274,6 +472,95 @@ mod tests {
         // And a plain read decodes with no extension.
         let none = SnapshotReadExtension::decode(&plain.encode_to_vec()[..]).ok();
         assert_eq!(none, Some(SnapshotReadExtension { tuplekv: None }));
+    }
+
+    #[test]
+    fn a_numbered_write_is_still_a_plain_write_and_keeps_its_numbering() {
+        let plain = pb::AtomicWrite {
+            mutations: vec![pb::Mutation {
+                key: vec![2, b'0', 0],
+                value: Some(kv_value(&Value::Bytes(vec![b'0'].into()))),
+                mutation_type: pb::MutationType::MSet.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let ext = AtomicWriteExtension {
+            tuplekv: Some(WriteExtension {
+                range_checks: Vec::new(),
+                numbering: Some(Numbering {
+                    counters: vec![CounterClaim {
+                        key: vec![2, b'n', 0],
+                        start: 1,
+                        count: u64::from(u32::MAX) + 1,
+                        max: u64::MAX,
+                    }],
+                    slots: vec![NumberSlot {
+                        counter: 0,
+                        ordinal: 0,
+                        target: SlotTargetKind::MutationKey.into(),
+                        index: 0,
+                        offset: 1,
+                        form: NumberFormKind::Digits.into(),
+                        width: 300,
+                        widen: true,
+                    }],
+                }),
+            }),
+        };
+        let mut body = plain.encode_to_vec();
+        ext.encode_raw(&mut body);
+        assert_eq!(pb::AtomicWrite::decode(&body[..]).ok(), Some(plain));
+        // Out-of-range numbers arrive as sent, for the server to refuse.
+        assert_eq!(AtomicWriteExtension::decode(&body[..]).ok(), Some(ext));
+    }
+
+    #[test]
+    fn numbering_errors_round_trip_through_their_header() {
+        let key = KeyBytes::from(vec![2, b'n', 0, 0xff]);
+        for e in [
+            Error::CounterNotU64 { key: key.clone() },
+            Error::CounterExhausted {
+                key: key.clone(),
+                next: u64::MAX,
+                count: u32::MAX,
+                max: 7,
+            },
+            Error::CounterExhausted {
+                key: KeyBytes::default(),
+                next: 0,
+                count: 1,
+                max: 0,
+            },
+            Error::NumberTooWide {
+                number: 100_000,
+                width: u8::MAX,
+            },
+        ] {
+            let header = numbering_error_header(&e).expect("a numbering error");
+            assert!(header.bytes().all(|b| b.is_ascii_graphic() || b == b' '));
+            assert_eq!(numbering_error_from_header(&header), Some(e));
+        }
+        assert_eq!(numbering_error_header(&Error::Closed), None);
+    }
+
+    #[test]
+    fn a_numbering_error_header_that_is_not_exactly_one_is_none() {
+        for bad in [
+            "",
+            "counter-not-u64",
+            "counter-not-u64 key=0",
+            "counter-not-u64 key=zz",
+            "counter-not-u64 key=02 key=02",
+            "counter-not-u64 key=02 extra=1",
+            "number-too-wide number=1 width=256",
+            "number-too-wide number=+1 width=2",
+            "number-too-wide number=1",
+            "counter-exhausted key=02 next=1 count=4294967296 max=1",
+            "something-else key=02",
+        ] {
+            assert_eq!(numbering_error_from_header(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
