@@ -50,8 +50,8 @@ const PREFIX_GAPLESS_BUSY: &str = "BUSY";
 /// Prefix of the row of the old mode (the handle checks the counter's versionstamp).
 const PREFIX_GAPLESS_CHECKED: &str = "CHECKED";
 /// The process counts of the scaling rows (each with [`THREADS`] threads), and the prefix
-/// of each one's gapless sequence.
-const SCALING: [(usize, &str); 3] = [(1, "GAPLESS1"), (4, "GAPLESS4"), (16, "GAPLESS16")];
+/// of each one's gapless sequence (a prefix may not end with a digit).
+const SCALING: [(usize, &str); 3] = [(1, "ONE"), (4, "FOUR"), (16, "SIXTEEN")];
 /// The labels of the gapless scaling rows, as [`SCALING`].
 const GAPLESS_LABELS: [&str; 3] = [
     "tuplekv gapless, numbered in the store, 1 process",
