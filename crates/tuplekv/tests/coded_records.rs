@@ -69,10 +69,18 @@ fn records_keyed_and_indexed_by_their_code_get_the_number_the_store_assigns() {
     let mut by_customer = 0;
     for c in 0..7 {
         let page = coll
-            .list_by("by_customer", &key![format!("c{c}").as_str()], Default::default())
+            .list_by(
+                "by_customer",
+                &key![format!("c{c}").as_str()],
+                Default::default(),
+            )
             .unwrap();
         for (pk, invoice) in &page.items {
-            assert_eq!(pk, &key![invoice.code.as_str()], "the entry points at its record");
+            assert_eq!(
+                pk,
+                &key![invoice.code.as_str()],
+                "the entry points at its record"
+            );
         }
         by_customer += page.items.len();
     }
@@ -85,7 +93,10 @@ fn records_keyed_and_indexed_by_their_code_get_the_number_the_store_assigns() {
     assert!(report.is_clean(), "{report:?}");
     let stats: Vec<_> = handles.iter().map(|h| h.stats()).collect();
     assert!(stats.iter().all(|s| s.counter_conflicts == 0), "{stats:?}");
-    assert!(stats.iter().all(|s| s.store_numbered == s.commits), "{stats:?}");
+    assert!(
+        stats.iter().all(|s| s.store_numbered == s.commits),
+        "{stats:?}"
+    );
 }
 
 #[test]
@@ -124,5 +135,9 @@ fn a_code_taken_by_another_record_is_refused_and_takes_no_number() {
     assert_eq!(coll.get(&key!["INV001"]).unwrap(), Some(squatter));
     coll.delete(&key!["INV001"]).unwrap();
     let issued = seq.next_coded(build(Arc::clone(&coll))).unwrap();
-    assert_eq!(issued.code(), "INV001", "the refused request took no number");
+    assert_eq!(
+        issued.code(),
+        "INV001",
+        "the refused request took no number"
+    );
 }
