@@ -249,7 +249,7 @@ impl Collector {
             .when([Compare::mod_revision(fence.clone(), CompareOp::Equal, seen)])
             .and_then([TxnOp::put(
                 fence,
-                envelope::encode(&Value::U64(bound), None, None),
+                envelope::encode(&Value::U64(bound), None, envelope::Stamp::Revision),
                 None,
             )]);
         let response = kv.txn(txn).await.map_err(write_error)?;

@@ -10,7 +10,12 @@
 //!
 //! A value written by a commit with a versionstamped key carries that commit's versionstamp
 //! (see `commit`), which is not its etcd revision: the tag then has [`STAMPED`] set and the 10
-//! stamp bytes come between the tag and the payload. Any other value's versionstamp is its
+//! stamp bytes come between the tag and the payload. A value written by a numbered commit
+//! that shared its etcd transaction with others (see `commit`) carries the last two bytes of
+//! its stamp, its revision being the `mod_revision`: the tag then has [`RELATIVE`] set and the
+//! 2 bytes follow the payload, so that the envelope of a counter's number begins with the
+//! same bytes whatever commit wrote it ([`number_floor`]: a transaction can compare a
+//! counter's number whatever the suffix). Any other value's versionstamp is its
 //! `mod_revision`.
 
 use bytes::Bytes;
@@ -28,6 +33,20 @@ const TAG_U64: u8 = 2;
 const TAG_V8: u8 = 3;
 /// Set in the tag of a value that carries its versionstamp.
 const STAMPED: u8 = 0x80;
+/// Set in the tag of a value that carries the last two bytes of its versionstamp, after the
+/// payload.
+const RELATIVE: u8 = 0x40;
+
+/// Where a value's versionstamp comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stamp {
+    /// The value's `mod_revision`, followed by two zero bytes.
+    Revision,
+    /// The stamp in the envelope (a claimed one).
+    Claimed(Versionstamp),
+    /// The value's `mod_revision`, followed by these two bytes.
+    Relative(u16),
+}
 
 /// What one etcd value holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,8 +55,8 @@ pub(crate) struct Stored {
     pub(crate) value: Option<Value>,
     /// The deadline (Unix ms); [`NO_DEADLINE`] when it does not expire, 0 for a tombstone.
     pub(crate) deadline: u64,
-    /// The versionstamp the value was written with, when it is not its `mod_revision`.
-    pub(crate) stamp: Option<Versionstamp>,
+    /// Where the value's versionstamp comes from.
+    pub(crate) stamp: Stamp,
 }
 
 impl Stored {
@@ -48,8 +67,21 @@ impl Stored {
 
     /// The versionstamp of the value whose etcd `mod_revision` is `mod_revision`.
     pub(crate) fn versionstamp(&self, mod_revision: i64) -> Versionstamp {
-        self.stamp
-            .unwrap_or_else(|| Versionstamp::from_version(u64::try_from(mod_revision).unwrap_or(0)))
+        let revision = Versionstamp::from_version(u64::try_from(mod_revision).unwrap_or(0));
+        match self.stamp {
+            Stamp::Revision => revision,
+            Stamp::Claimed(stamp) => stamp,
+            Stamp::Relative(suffix) => with_suffix(revision, suffix),
+        }
+    }
+
+    /// The number a numbered commit left in a counter: a `U64` in the relative form without
+    /// a deadline (what [`number_floor`] and [`number_ceiling`] bracket).
+    pub(crate) fn number(&self) -> Option<u64> {
+        match (&self.value, self.stamp) {
+            (Some(Value::U64(n)), Stamp::Relative(_)) if self.deadline == NO_DEADLINE => Some(*n),
+            _ => None,
+        }
     }
 
     /// The deadline as an entry shows it.
@@ -58,9 +90,16 @@ impl Stored {
     }
 }
 
-/// The envelope of `value`, expiring at `deadline` if any, carrying `stamp` if given. A
-/// deadline of `u64::MAX` is the same as none.
-pub(crate) fn encode(value: &Value, deadline: Option<u64>, stamp: Option<Versionstamp>) -> Vec<u8> {
+/// `revision` (a revision's stamp) with `suffix` as its last two bytes.
+pub(crate) fn with_suffix(revision: Versionstamp, suffix: u16) -> Versionstamp {
+    let mut bytes = *revision.as_bytes();
+    bytes[8..].copy_from_slice(&suffix.to_be_bytes());
+    Versionstamp::from_bytes(bytes)
+}
+
+/// The envelope of `value`, expiring at `deadline` if any, with its versionstamp as `stamp`
+/// says. A deadline of `u64::MAX` is the same as none.
+pub(crate) fn encode(value: &Value, deadline: Option<u64>, stamp: Stamp) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + 10 + value.size());
     out.extend_from_slice(&deadline.unwrap_or(NO_DEADLINE).to_be_bytes());
     let (tag, payload): (u8, &[u8]) = match value {
@@ -68,14 +107,39 @@ pub(crate) fn encode(value: &Value, deadline: Option<u64>, stamp: Option<Version
         Value::U64(_) => (TAG_U64, &[]),
         Value::V8(b) => (TAG_V8, b),
     };
-    out.push(if stamp.is_some() { tag | STAMPED } else { tag });
-    if let Some(stamp) = stamp {
+    out.push(match stamp {
+        Stamp::Revision => tag,
+        Stamp::Claimed(_) => tag | STAMPED,
+        Stamp::Relative(_) => tag | RELATIVE,
+    });
+    if let Stamp::Claimed(stamp) = stamp {
         out.extend_from_slice(stamp.as_bytes());
     }
     match value {
         Value::U64(n) => out.extend_from_slice(&n.to_be_bytes()),
         _ => out.extend_from_slice(payload),
     }
+    if let Stamp::Relative(suffix) = stamp {
+        out.extend_from_slice(&suffix.to_be_bytes());
+    }
+    out
+}
+
+/// The first bytes of the envelope a numbered commit writes into a counter holding `n` (a
+/// `U64` without deadline, in the relative form): every such envelope, whatever its suffix,
+/// is greater than this and less than [`number_ceiling`], and no other envelope is.
+pub(crate) fn number_floor(n: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + 8);
+    out.extend_from_slice(&NO_DEADLINE.to_be_bytes());
+    out.push(TAG_U64 | RELATIVE);
+    out.extend_from_slice(&n.to_be_bytes());
+    out
+}
+
+/// Above every envelope of the number `n` in the relative form: see [`number_floor`].
+pub(crate) fn number_ceiling(n: u64) -> Vec<u8> {
+    let mut out = number_floor(n);
+    out.extend_from_slice(&[0xff; 3]);
     out
 }
 
@@ -114,17 +178,30 @@ pub(crate) fn decode(key: &[u8], bytes: &[u8]) -> Result<Stored, Error> {
     let (&tag, payload) = rest
         .split_first()
         .ok_or_else(|| corrupt("the envelope has no tag".into()))?;
-    let (tag, stamp, payload) = if tag & STAMPED != 0 && tag != TAG_TOMBSTONE {
+    let (tag, stamp, payload) = if tag & STAMPED != 0 && tag & RELATIVE != 0 {
+        return Err(corrupt(format!(
+            "value tag {tag} is both stamped and relative"
+        )));
+    } else if tag & STAMPED != 0 {
         let (stamp, payload) = payload
             .split_first_chunk::<10>()
             .ok_or_else(|| corrupt("a stamped value without its versionstamp".into()))?;
         (
             tag & !STAMPED,
-            Some(Versionstamp::from_bytes(*stamp)),
+            Stamp::Claimed(Versionstamp::from_bytes(*stamp)),
+            payload,
+        )
+    } else if tag & RELATIVE != 0 {
+        let (payload, suffix) = payload
+            .split_last_chunk::<2>()
+            .ok_or_else(|| corrupt("a relative value without its suffix".into()))?;
+        (
+            tag & !RELATIVE,
+            Stamp::Relative(u16::from_be_bytes(*suffix)),
             payload,
         )
     } else {
-        (tag, None, payload)
+        (tag, Stamp::Revision, payload)
     };
     let value = match tag {
         TAG_TOMBSTONE => None,
@@ -149,6 +226,16 @@ pub(crate) fn decode(key: &[u8], bytes: &[u8]) -> Result<Stored, Error> {
 mod tests {
     use super::*;
 
+    /// The stamps a value can be written with.
+    fn stamps() -> [Stamp; 4] {
+        [
+            Stamp::Revision,
+            Stamp::Claimed(Versionstamp::from_bytes([1, 2, 3, 4, 5, 6, 7, 8, 0, 1])),
+            Stamp::Relative(0),
+            Stamp::Relative(0x0102),
+        ]
+    }
+
     #[test]
     fn values_round_trip_with_and_without_deadline() {
         for value in [
@@ -158,16 +245,21 @@ mod tests {
             Value::from(&b""[..]),
         ] {
             for deadline in [None, Some(0), Some(1234)] {
-                for stamp in [
-                    None,
-                    Some(Versionstamp::from_bytes([1, 2, 3, 4, 5, 6, 7, 8, 0, 1])),
-                ] {
+                for stamp in stamps() {
                     let stored =
                         decode(b"k", &encode(&value, deadline, stamp)).expect("an envelope");
                     assert_eq!(stored.value.as_ref(), Some(&value));
                     assert_eq!(stored.expires_at(), deadline);
                     assert_eq!(stored.stamp, stamp);
-                    let expected = stamp.unwrap_or(Versionstamp::from_version(9));
+                    let expected = match stamp {
+                        Stamp::Revision => Versionstamp::from_version(9),
+                        Stamp::Claimed(s) => s,
+                        Stamp::Relative(x) => {
+                            let mut b = *Versionstamp::from_version(9).as_bytes();
+                            b[8..].copy_from_slice(&x.to_be_bytes());
+                            Versionstamp::from_bytes(b)
+                        }
+                    };
                     assert_eq!(stored.versionstamp(9), expected);
                 }
             }
@@ -178,12 +270,50 @@ mod tests {
     }
 
     #[test]
+    fn a_counters_number_lies_between_its_floor_and_ceiling_whatever_its_suffix() {
+        for n in [0u64, 1, 255, 256, u64::MAX - 1, u64::MAX] {
+            let (floor, ceiling) = (number_floor(n), number_ceiling(n));
+            for suffix in [0u16, 1, 0xff, 0xfffe, 0xffff] {
+                let bytes = encode(&Value::U64(n), None, Stamp::Relative(suffix));
+                assert!(floor.as_slice() < bytes.as_slice(), "{n} {suffix}");
+                assert!(bytes.as_slice() < ceiling.as_slice(), "{n} {suffix}");
+                let stored = decode(b"k", &bytes).expect("an envelope");
+                assert_eq!(stored.number(), Some(n));
+            }
+            // Any other envelope falls outside: another number, a deadline, another stamp or
+            // type, a tombstone.
+            let others = [
+                encode(&Value::U64(n.wrapping_add(1)), None, Stamp::Relative(0)),
+                encode(
+                    &Value::U64(n.wrapping_sub(1)),
+                    None,
+                    Stamp::Relative(0xffff),
+                ),
+                encode(&Value::U64(n), Some(5), Stamp::Relative(0)),
+                encode(&Value::U64(n), None, Stamp::Revision),
+                encode(
+                    &Value::U64(n),
+                    None,
+                    Stamp::Claimed(Versionstamp::from_version(3)),
+                ),
+                encode(&Value::from(&n.to_be_bytes()[..]), None, Stamp::Relative(0)),
+                tombstone(),
+            ];
+            for other in others {
+                let inside =
+                    floor.as_slice() < other.as_slice() && other.as_slice() < ceiling.as_slice();
+                assert!(!inside, "{n}: {other:?}");
+                assert_ne!(decode(b"k", &other).expect("an envelope").number(), Some(n));
+            }
+        }
+    }
+
+    #[test]
     fn the_byte_comparison_says_whether_a_value_is_live() {
         let value = Value::U64(1);
-        let stamp = Some(Versionstamp::from_bytes([9; 10]));
         for (deadline, stamp) in [0u64, 1, 99, 100, 101, 5000]
             .into_iter()
-            .flat_map(|d| [(d, None), (d, stamp)])
+            .flat_map(|d| stamps().map(|s| (d, s)))
         {
             let bytes = encode(&value, Some(deadline), stamp);
             let stored = decode(b"k", &bytes).expect("an envelope");
@@ -193,7 +323,9 @@ mod tests {
             }
         }
         assert!(tombstone().as_slice() < live_after(0).as_slice());
-        assert!(encode(&value, None, None).as_slice() > live_after(u64::MAX - 1).as_slice());
+        assert!(
+            encode(&value, None, Stamp::Revision).as_slice() > live_after(u64::MAX - 1).as_slice()
+        );
     }
 
     #[test]
@@ -206,6 +338,9 @@ mod tests {
             b"\0\0\0\0\0\0\0\x01\x02abc",
             b"\0\0\0\0\0\0\0\x01\x81short",
             b"\0\0\0\0\0\0\0\x01\x82\0\0\0\0\0\0\0\0\0\x01abc",
+            b"\0\0\0\0\0\0\0\x01\x41\x01",
+            b"\0\0\0\0\0\0\0\x01\x42\0\0\0\0\0\0\0\x01\0",
+            b"\0\0\0\0\0\0\0\x01\xc1\0\0\0\0\0\0\0\0\0\x01ab",
         ] {
             assert!(
                 matches!(decode(b"k", bad), Err(Error::Corrupt { .. })),

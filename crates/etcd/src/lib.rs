@@ -30,18 +30,27 @@
 //!   comparisons, mutations are puts folded per key, sum/min/max are computed here and
 //!   guarded by a comparison with a bounded retry, and a failed transaction's `else` branch
 //!   reads what it takes to say which checks failed.
+//! - A numbered commit ([`AtomicWrite::numbering`]) takes its numbers from the counter's last
+//!   state seen and guards the counter in the same transaction; a counter another writer
+//!   moved is guessed past (nested branches, one per guess) or read again and the commit
+//!   resent, never surfaced as a conflict, at most [`NUMBERED_COMMIT_ATTEMPTS_MAX`]
+//!   transactions. Numbered commits of one store on one counter queue in that counter's lane
+//!   and share transactions (the `i`-th at revision `R` has the stamp `R` followed by `i` as
+//!   two bytes); [`EtcdStore::numbering_stats`] counts the transactions and the retries.
 //! - A snapshot reads at one revision, fixed by its first read. A revision that etcd has
 //!   compacted gives [`Error::SnapshotExpired`].
 //! - A commit with versionstamped keys ([`MutationKind::SetSuffixVersionstampedKey`]) must
 //!   name its versionstamp before etcd assigns a revision, so it claims one: the current
-//!   revision followed by `00 01`, guarded by a comparison of the marker that fails if any
-//!   other commit of the store landed meanwhile (then it is tried again, at most
+//!   revision followed by `00 01` (or, after numbered commits that shared a transaction, the
+//!   two bytes above the highest of theirs), guarded by a comparison of the marker that
+//!   fails if any other commit of the store landed meanwhile (then it is tried again, at most
 //!   [`STAMPED_COMMIT_ATTEMPTS_MAX`] times). Its values carry the claimed stamp in their
 //!   envelopes. Stamps still grow with every commit and are never shared, but such commits
 //!   serialize with all others: under a heavy write load they may give
 //!   [`Error::TransactionConflict`]. What a claimed stamp does not promise:
 //!   - every process writing a store must run a version that writes the marker with every
-//!     commit (this one does; none before it was released);
+//!     commit (this one does; none before it was released), and, once numbered commits
+//!     share transactions, one that reads the stamp suffixes of their values and the marker;
 //!   - a snapshot's (or a watch update's) stamp is its revision. When other writers (another
 //!     store on the cluster, the collector) move etcd's revision while a claimed commit is in
 //!     flight, a snapshot taken in between can have a stamp above the claimed one without
@@ -70,6 +79,7 @@
 //! any thread (never from inside a runtime's task).
 //!
 //! [`MutationKind::SetSuffixVersionstampedKey`]: tuplekv_engine::MutationKind::SetSuffixVersionstampedKey
+//! [`AtomicWrite::numbering`]: tuplekv_engine::AtomicWrite::numbering
 
 mod collect;
 mod commit;
@@ -89,7 +99,11 @@ use tuplekv_engine::{AtomicWrite, CommitResult, Entry, Error, KeyBytes, Store, V
 pub use collect::{
     COLLECT_BUSY_PAUSE, COLLECT_INTERVAL_DEFAULT, COLLECT_SCAN_MAX, CollectOptions, Collected,
 };
-pub use commit::{COMMIT_ATTEMPTS_MAX, STAMPED_COMMIT_ATTEMPTS_MAX};
+pub use commit::{
+    COMBINED_BYTES_MAX, COMBINED_COMMITS_MAX, COMMIT_ATTEMPTS_MAX, COUNTER_GUESSES_MAX,
+    COUNTERS_REMEMBERED_MAX, GUESSES_BYTES_MAX, NUMBERED_COMMIT_ATTEMPTS_MAX, NumberingStats,
+    STAMPED_COMMIT_ATTEMPTS_MAX,
+};
 pub use errors::{READ_RETRY_BUDGET, READ_RETRY_PAUSE, READ_RETRY_PAUSE_MAX};
 pub use snapshot::EtcdSnapshot;
 pub use watch::{
@@ -220,6 +234,8 @@ struct Inner {
     /// stream's flow control can then never hold up reads and commits.
     watch: tokio::sync::OnceCell<WatchClient>,
     space: Space,
+    /// Numbered commits' lanes, the counters' last states seen, and their counts.
+    counters: Arc<commit::Counters>,
 }
 
 impl Drop for Inner {
@@ -323,6 +339,7 @@ impl EtcdStore {
                 endpoints: watch_endpoints,
                 watch: tokio::sync::OnceCell::new(),
                 space,
+                counters: Arc::default(),
             }),
         };
         store.get_latest_raw(b"\x01")?;
@@ -351,12 +368,26 @@ impl EtcdStore {
             .unwrap_or_default()
     }
 
+    /// Counts of this store's numbered commits (over all its clones, since it connected):
+    /// how many committed, the etcd transactions they took, how many of those a counter
+    /// moved by another writer refused (each retried without a conflict reaching the
+    /// caller), how many landed on a later guess of the counter and how many guesses they
+    /// carried, and how many commits shared a transaction. See module `commit` for the
+    /// transactions.
+    pub fn numbering_stats(&self) -> NumberingStats {
+        self.inner.counters.stats()
+    }
+
     pub(crate) fn kv(&self) -> KvClient {
         self.inner.kv.clone()
     }
 
     pub(crate) fn space(&self) -> Space {
         self.inner.space.clone()
+    }
+
+    fn counters(&self) -> Arc<commit::Counters> {
+        Arc::clone(&self.inner.counters)
     }
 
     /// The watches' client, connecting it at the first call. Its connection requires a
@@ -444,7 +475,7 @@ impl Store for EtcdStore {
     }
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
-        let task = commit::commit(self.kv(), self.space(), write);
+        let task = commit::commit(self.kv(), self.space(), self.counters(), write);
         self.block_on_or(task, || Error::OutcomeUnknown {
             reason: "the client's runtime stopped during the commit".into(),
         })
@@ -454,10 +485,12 @@ impl Store for EtcdStore {
         &self,
         write: AtomicWrite,
     ) -> impl Future<Output = Result<CommitResult, Error>> + Send + 'static {
-        let task = self
-            .inner
-            .handle
-            .spawn(commit::commit(self.kv(), self.space(), write));
+        let task = self.inner.handle.spawn(commit::commit(
+            self.kv(),
+            self.space(),
+            self.counters(),
+            write,
+        ));
         // Keeps the runtime alive until the commit is done.
         let inner = Arc::clone(&self.inner);
         async move {

@@ -47,6 +47,10 @@ use tuplekv_etcd::EtcdStore;
 use tuplekv_testkit::etcd::Cluster;
 
 #[path = "../../tuplekv/examples/app_servers/shared.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's helpers this scenario has no use for (its report lines of counts)"
+)]
 mod shared;
 
 use shared::{App, Reported, User};
