@@ -4,8 +4,11 @@
 mod backup;
 mod data;
 mod data_dir;
+mod databases;
+mod db;
 mod dump;
 mod entry;
+mod http;
 mod import_deno;
 mod keys;
 mod progress;
@@ -34,6 +37,8 @@ struct Cli {
 enum Command {
     /// Serve a store over KV Connect (`Deno.openKv("http://…")`, Node's `@deno/kv`).
     Serve(serve::ServeArgs),
+    /// Create, list or drop the named databases a server serves at `/NAME`.
+    Db(db::DbArgs),
     /// Print the entry at a key, e.g. `tuplekv get --path DIR '["users", 1n]'`.
     Get(data::KeyArgs),
     /// Set a key to a value (`--bytes`, `--u64`, `--string` or `--v8-hex`).
@@ -72,6 +77,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Db(args) => db::run(args),
         Command::Get(args) => data::get(args),
         Command::Set(args) => data::set(args),
         Command::Delete(args) => data::delete(args),

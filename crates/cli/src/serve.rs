@@ -13,9 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use tuplekv_engine::{Database, Durability, Options, Store};
+use tuplekv_engine::{Database, Durability, Options};
 use tuplekv_etcd::EtcdStore;
-use tuplekv_server::{CommitMode, ReadMode, ServerConfig, router, serve_with};
+use tuplekv_server::{
+    AccessTokens, CommitMode, DatabaseHost, DatabaseName, Databases, ReadMode, ServerConfig,
+    read_tokens_file, router, router_with_databases, serve_with,
+};
+
+use crate::databases::{DirHost, MemoryHost};
 
 /// Where `serve` listens by default: loopback only.
 const ADDR_DEFAULT: &str = "127.0.0.1:4512";
@@ -45,12 +50,31 @@ pub(crate) struct ServeArgs {
     /// `buffered` before (synced in the background every 100 ms).
     #[arg(long, value_enum, default_value_t = DurabilityArg::Sync, requires = "path")]
     durability: DurabilityArg,
-    /// Address to listen on (`127.0.0.1:0` picks a free port; the bound address is printed).
-    #[arg(long, default_value = ADDR_DEFAULT)]
-    addr: SocketAddr,
-    /// The token clients must present (at least 12 characters).
+    /// Address to listen on, `HOST:PORT` (`127.0.0.1:0` picks a free port; the bound address
+    /// is printed). A host name (`localhost:4512`) is resolved, and the first of its
+    /// addresses that can be bound is used.
+    #[arg(long, default_value = ADDR_DEFAULT, value_name = "HOST:PORT")]
+    addr: String,
+    /// A token clients may present (at least 12 printable ASCII characters). Repeat it to
+    /// accept several at once (a rotation's old and new token).
     #[arg(long, env = "TUPLEKV_ACCESS_TOKEN", hide_env_values = true)]
-    access_token: Option<String>,
+    access_token: Vec<String>,
+    /// A file of tokens clients may present, one per line (`#` starts a comment line), in
+    /// addition to any `--access-token`. Read again on SIGHUP: edit it and send SIGHUP to
+    /// rotate tokens without a restart; a file that does not parse keeps the old tokens.
+    #[arg(long, value_name = "FILE")]
+    tokens_file: Option<PathBuf>,
+    /// Also serve the databases under this data root, each at `http://HOST:PORT/NAME`
+    /// (`Deno.openKv("http://HOST:PORT/NAME")`, or `DENO_KV_PATH_PREFIX`). Each is a
+    /// directory `ROOT/NAME`, made by `tuplekv db create NAME --databases ROOT` (also while
+    /// the server runs) or on first use with `--create-databases`.
+    #[arg(long, value_name = "ROOT", conflicts_with = "etcd")]
+    databases: Option<PathBuf>,
+    /// Create a named database on its first request (one that carries a valid token):
+    /// under `--databases ROOT` when given, else in memory (gone with the process), which
+    /// suits test suites that want a fresh database per test.
+    #[arg(long, conflicts_with = "etcd")]
+    create_databases: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -62,20 +86,80 @@ enum DurabilityArg {
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
     init_logging();
-    let token = args
-        .access_token
-        .as_deref()
-        .ok_or("an access token is required: pass --access-token or set TUPLEKV_ACCESS_TOKEN")?;
-    let config = ServerConfig::new(token).map_err(|e| e.to_string())?;
+    let tokens = Arc::new(AccessTokens::new(initial_tokens(&args)?).map_err(|e| format!("{e}"))?);
+    let config = ServerConfig::with_access_tokens(Arc::clone(&tokens));
+    // Bound before any store is opened or created: a taken port leaves nothing behind.
+    let listener = bind(&args.addr)?;
     if args.etcd.is_empty() {
-        run_local(&args, config)
+        run_local(&args, config, listener)
     } else {
-        run_etcd(&args, config)
+        run_etcd(&args, config, listener)
     }
 }
 
+/// The tokens of `--access-token` and `--tokens-file`, together.
+fn initial_tokens(args: &ServeArgs) -> Result<Vec<String>, String> {
+    let mut tokens = args.access_token.clone();
+    if let Some(file) = &args.tokens_file {
+        tokens.extend(read_tokens_file(file).map_err(|e| e.to_string())?);
+    }
+    if tokens.is_empty() {
+        return Err("an access token is required: pass --access-token, set \
+                    TUPLEKV_ACCESS_TOKEN, or give --tokens-file"
+            .into());
+    }
+    Ok(tokens)
+}
+
+/// Binds `addr` (`HOST:PORT`; a name is resolved and its first bindable address used).
+fn bind(addr: &str) -> Result<std::net::TcpListener, String> {
+    use std::net::ToSocketAddrs;
+    let resolved: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("--addr {addr}: not a HOST:PORT address that resolves: {e}"))?
+        .collect();
+    let mut last = None;
+    for candidate in &resolved {
+        match std::net::TcpListener::bind(candidate) {
+            Ok(listener) => {
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|e| format!("cannot listen on {candidate}: {e}"))?;
+                return Ok(listener);
+            }
+            Err(e) => last = Some(format!("cannot listen on {candidate}: {e}")),
+        }
+    }
+    Err(last.unwrap_or_else(|| format!("--addr {addr} resolves to no address")))
+}
+
+/// The durability options of `--durability`.
+fn store_options(args: &ServeArgs) -> Options {
+    let durability = match args.durability {
+        DurabilityArg::Sync => Durability::Sync,
+        DurabilityArg::Buffered => Durability::Buffered {
+            interval: BUFFERED_SYNC_INTERVAL,
+        },
+    };
+    Options {
+        durability,
+        ..Options::default()
+    }
+}
+
+/// The named databases `--databases` and `--create-databases` ask for, if any.
+enum NamedHost {
+    None,
+    Dirs(Arc<DirHost>),
+    Memory,
+}
+
 /// Serves an in-memory store, or the durable one at `--path`.
-fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
+fn run_local(
+    args: &ServeArgs,
+    config: ServerConfig,
+    listener: std::net::TcpListener,
+) -> Result<(), String> {
     // A `Database`'s asynchronous commit never blocks the caller (a durable one waits for its
     // sync without holding a thread): await it on the request's task rather than hop to the
     // blocking pool and back for every write.
@@ -86,20 +170,8 @@ fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let store = match &args.path {
         None => Database::in_memory(),
-        Some(dir) => {
-            let durability = match args.durability {
-                DurabilityArg::Sync => Durability::Sync,
-                DurabilityArg::Buffered => Durability::Buffered {
-                    interval: BUFFERED_SYNC_INTERVAL,
-                },
-            };
-            let options = Options {
-                durability,
-                ..Options::default()
-            };
-            Database::open(dir, options)
-                .map_err(|e| format!("cannot open the store at {}: {e}", dir.display()))?
-        }
+        Some(dir) => Database::open(dir, store_options(args))
+            .map_err(|e| format!("cannot open the store at {}: {e}", dir.display()))?,
     };
     let kind = match &args.path {
         None => "in memory: data dies with the process".to_owned(),
@@ -109,9 +181,53 @@ fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
             args.durability
         ),
     };
+    let named = match (&args.databases, args.create_databases) {
+        (Some(root), _) => {
+            std::fs::create_dir_all(root)
+                .map_err(|e| format!("cannot create the data root {}: {e}", root.display()))?;
+            NamedHost::Dirs(Arc::new(DirHost::new(
+                root.clone(),
+                store_options(args),
+                config.clone(),
+            )))
+        }
+        (None, true) => NamedHost::Memory,
+        (None, false) => NamedHost::None,
+    };
     let store = Arc::new(store);
-    runtime.block_on(serve_until_signal(Arc::clone(&store), args, &kind, config))?;
+    let root_router = router(Arc::clone(&store), config.clone());
+    let app = match &named {
+        NamedHost::None => root_router,
+        NamedHost::Dirs(host) => {
+            let databases = Databases::new(
+                SharedHost(Arc::clone(host)),
+                Arc::clone(config.access_tokens()),
+            )
+            .with_create_on_first_use(args.create_databases);
+            router_with_databases(root_router, Arc::new(databases))
+        }
+        NamedHost::Memory => {
+            let databases = Databases::new(
+                MemoryHost::new(config.clone()),
+                Arc::clone(config.access_tokens()),
+            )
+            .with_create_on_first_use(true);
+            router_with_databases(root_router, Arc::new(databases))
+        }
+    };
+    let kind = match (&named, &args.databases) {
+        (NamedHost::Dirs(_), Some(root)) => {
+            format!("{kind}; named databases under {}", root.display())
+        }
+        (NamedHost::Memory, _) => format!("{kind}; named databases in memory, made on first use"),
+        _ => kind,
+    };
+    let served = runtime.block_on(serve_until_signal(app, args, &kind, &config, listener));
     drop(runtime);
+    if let NamedHost::Dirs(host) = &named {
+        host.close_all()?;
+    }
+    served?;
     let store = Arc::into_inner(store).ok_or("the store is still in use after shutdown")?;
     if args.path.is_some() {
         store
@@ -127,8 +243,27 @@ fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
     Ok(())
 }
 
+/// A [`DirHost`] the server shares with the shutdown path (which closes its databases).
+struct SharedHost(Arc<DirHost>);
+
+impl DatabaseHost for SharedHost {
+    fn open(&self, name: &DatabaseName, create: bool) -> Result<Option<axum::Router>, String> {
+        self.0.open(name, create)
+    }
+    fn list(&self) -> Result<Vec<DatabaseName>, String> {
+        self.0.list()
+    }
+    fn drop_database(&self, name: &DatabaseName) -> Result<bool, String> {
+        self.0.drop_database(name)
+    }
+}
+
 /// Serves the store under `--etcd-prefix` on the etcd cluster at `--etcd`.
-fn run_etcd(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
+fn run_etcd(
+    args: &ServeArgs,
+    config: ServerConfig,
+    listener: std::net::TcpListener,
+) -> Result<(), String> {
     let endpoints = etcd_endpoints(&args.etcd)?;
     // `EtcdStore`'s commits and reads wait for the cluster on the calling thread: run them
     // on the blocking pool, never on a runtime worker.
@@ -153,7 +288,8 @@ fn run_etcd(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
         args.etcd_prefix
     );
     let store = Arc::new(store);
-    runtime.block_on(serve_until_signal(Arc::clone(&store), args, &kind, config))?;
+    let app = router(Arc::clone(&store), config.clone());
+    runtime.block_on(serve_until_signal(app, args, &kind, &config, listener))?;
     drop(runtime);
     // Nothing to sync: every acknowledged commit is already on the cluster.
     drop(store);
@@ -188,22 +324,32 @@ fn etcd_endpoints(given: &[String]) -> Result<Vec<String>, String> {
         .collect()
 }
 
-async fn serve_until_signal<S: Store + 'static>(
-    store: Arc<S>,
+async fn serve_until_signal(
+    app: axum::Router,
     args: &ServeArgs,
     kind: &str,
-    config: ServerConfig,
+    config: &ServerConfig,
+    listener: std::net::TcpListener,
 ) -> Result<(), String> {
     // Before the listening line: a signal sent as soon as a script reads it must be handled
     // (a graceful stop), not kill the process with the default disposition.
     let shutdown = shutdown_signal()?;
-    let listener = tokio::net::TcpListener::bind(args.addr)
-        .await
+    let reload = reload_on_sighup(
+        args.tokens_file.clone(),
+        args.access_token.clone(),
+        Arc::clone(config.access_tokens()),
+    )?;
+    let listener = tokio::net::TcpListener::from_std(listener)
         .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    tracing::info!(%addr, store = %kind, "tuplekv serve: KV Connect server started");
+    if args.path.is_none() && args.etcd.is_empty() {
+        tracing::warn!(
+            "the root database is in memory: its data dies with the process (pass --path DIR to keep it)"
+        );
+    }
+    tracing::info!(%addr, store = %kind, tokens = config.access_tokens().len(), "tuplekv serve: KV Connect server started");
     // The one line tests and scripts read to find the port.
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "listening on {addr}")
@@ -211,10 +357,41 @@ async fn serve_until_signal<S: Store + 'static>(
         .map_err(|e| format!("cannot write to stdout: {e}"))?;
     drop(stdout);
     let options = config.serve_options();
-    let app = router(store, config);
-    serve_with(listener, app, options, shutdown)
+    let served = serve_with(listener, app, options, shutdown)
         .await
-        .map_err(|e| format!("server failed: {e}"))
+        .map_err(|e| format!("server failed: {e}"));
+    reload.abort();
+    served
+}
+
+/// Handles SIGHUP for the server's life: reads the tokens file again and swaps the token
+/// set (connections stay open; a file that fails to parse keeps the old set), and logs what
+/// it did. SIGHUP no longer ends the process.
+fn reload_on_sighup(
+    tokens_file: Option<PathBuf>,
+    fixed: Vec<String>,
+    tokens: Arc<AccessTokens>,
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
+    Ok(tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            let Some(file) = &tokens_file else {
+                tracing::info!("SIGHUP: nothing to reload (no --tokens-file)");
+                continue;
+            };
+            let reloaded = read_tokens_file(file)
+                .and_then(|from_file| tokens.replace(fixed.iter().cloned().chain(from_file)));
+            match reloaded {
+                Ok(n) => {
+                    tracing::info!(tokens = n, file = %file.display(), "SIGHUP: access tokens reloaded")
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: tokens file refused; the previous tokens stay valid")
+                }
+            }
+        }
+    }))
 }
 
 /// A future that resolves on the first SIGINT or SIGTERM; the handlers are installed when

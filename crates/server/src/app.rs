@@ -17,21 +17,21 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Body as _;
 use prost::Message;
 use serde::{Deserialize, Serialize};
-use subtle::ConstantTimeEq;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tuplekv_engine::{CommitResult, ReadView, Store, Versionstamp};
 
-use crate::conn::ConnHandle;
+use crate::conn::{ConnHandle, PeerAddr};
 use crate::error::{ApiError, text};
 use crate::limits::{
-    METADATA_BODY_MAX, REQUEST_BODY_MAX, SMALL_BODY_MAX, UNAUTHENTICATED_BODIES_IN_FLIGHT_MAX,
+    METADATA_BODY_MAX, REFUSED_TOKEN_LOG_INTERVAL, REQUEST_BODY_MAX, SMALL_BODY_MAX,
+    UNAUTHENTICATED_BODIES_IN_FLIGHT_MAX,
 };
 use crate::protocol::{
     ExtensionRead, ReadRange, decode_read_mode, decode_snapshot_read, decode_write, encode_entry,
 };
 use crate::snapshots::Held;
 use crate::stats::{Endpoint, ServerStats};
-use crate::{CommitMode, ReadMode, ServerConfig};
+use crate::{AccessTokens, CommitMode, ReadMode, ServerConfig};
 
 /// What every handler shares.
 pub(crate) struct AppState<S: Store> {
@@ -45,6 +45,8 @@ pub(crate) struct AppState<S: Store> {
     unauthenticated_body_permits: Arc<Semaphore>,
     /// Snapshots held for clients of tuplekv's extension.
     pub(crate) held: Held<S::Snapshot>,
+    /// Requests refused for their token, for the rate-limited log line.
+    token_refusals: TokenRefusalLog,
 }
 
 impl<S: Store> AppState<S> {
@@ -57,8 +59,6 @@ pub(crate) type Shared<S> = Arc<AppState<S>>;
 
 /// The path of the one data path endpoint the metadata exchange hands out.
 const ENDPOINT_PATH: &str = "/v2";
-/// The database id: denokv's, the nil UUID (one server, one database).
-const DATABASE_ID: &str = "00000000-0000-0000-0000-000000000000";
 const PROTOBUF: &str = "application/x-protobuf";
 
 pub(crate) fn build<S: Store + 'static>(store: Arc<S>, config: ServerConfig) -> Router
@@ -75,6 +75,7 @@ where
         unauthenticated_body_permits: Arc::new(Semaphore::new(
             UNAUTHENTICATED_BODIES_IN_FLIGHT_MAX,
         )),
+        token_refusals: TokenRefusalLog::default(),
     });
     let data_path = Router::new()
         .route("/snapshot_read", post(snapshot_read::<S>))
@@ -282,9 +283,12 @@ fn mark_authenticated(extensions: &axum::http::Extensions) {
     }
 }
 
-/// Whether `authorization` is `<scheme> <token>` with scheme `bearer` (any case) and the
-/// token equal to `expected`, compared in constant time.
-fn authorize(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
+/// The token of `authorization` when it is `<scheme> <token>` with scheme `bearer` (any
+/// case) and the token one of `tokens` (compared in constant time).
+pub(crate) fn authorize<'h>(
+    headers: &'h HeaderMap,
+    tokens: &AccessTokens,
+) -> Result<&'h str, ApiError> {
     let Some(value) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -294,11 +298,67 @@ fn authorize(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
     let Some((scheme, token)) = value.split_once(' ') else {
         return Err(ApiError::unauthorized(text::MALFORMED_AUTHORIZATION));
     };
-    let token_ok: bool = token.as_bytes().ct_eq(expected.as_bytes()).into();
+    let token_ok = tokens.accepts(token);
     if !scheme.eq_ignore_ascii_case("bearer") || !token_ok {
         return Err(ApiError::unauthorized(text::INVALID_ACCESS_TOKEN));
     }
-    Ok(())
+    Ok(token)
+}
+
+/// [`authorize`], with a refusal logged (rate-limited, see [`TokenRefusalLog`]).
+fn authorize_logged<'h, S: Store>(
+    state: &AppState<S>,
+    headers: &'h HeaderMap,
+    extensions: &axum::http::Extensions,
+) -> Result<&'h str, ApiError> {
+    authorize(headers, state.config.access_tokens()).inspect_err(|_| {
+        let peer = extensions.get::<PeerAddr>().map(|p| p.0);
+        let why = if headers.contains_key(header::AUTHORIZATION) {
+            "wrong access token"
+        } else {
+            "no access token"
+        };
+        state.token_refusals.refused(peer, why);
+    })
+}
+
+/// Logs requests refused for their token at most once per [`REFUSED_TOKEN_LOG_INTERVAL`]
+/// (at info, with the peer of the one logged and how many were refused since the last
+/// line), so a client retrying a wrong token in a loop writes one line per interval.
+#[derive(Debug, Default)]
+pub(crate) struct TokenRefusalLog {
+    inner: std::sync::Mutex<RefusalCount>,
+}
+
+#[derive(Debug, Default)]
+struct RefusalCount {
+    last: Option<std::time::Instant>,
+    unlogged: u64,
+}
+
+impl TokenRefusalLog {
+    /// Counts a refusal; whether it was logged.
+    pub(crate) fn refused(&self, peer: Option<std::net::SocketAddr>, why: &str) -> bool {
+        let mut count = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        count.unlogged += 1;
+        let now = std::time::Instant::now();
+        if count
+            .last
+            .is_some_and(|last| now.duration_since(last) < REFUSED_TOKEN_LOG_INTERVAL)
+        {
+            return false;
+        }
+        let peer = peer.map_or_else(|| "unknown".to_owned(), |p| p.to_string());
+        tracing::info!(
+            %peer,
+            refused = count.unlogged,
+            since_last_line = ?count.last.map(|l| now.duration_since(l)),
+            "refused a request: {why} (401)"
+        );
+        count.last = Some(now);
+        count.unlogged = 0;
+        true
+    }
 }
 
 #[derive(Deserialize)]
@@ -314,7 +374,7 @@ struct MetadataRequest {
 #[serde(rename_all = "camelCase")]
 struct MetadataResponse {
     version: u64,
-    database_id: &'static str,
+    database_id: String,
     endpoints: [EndpointInfo; 1],
     token: String,
     expires_at: String,
@@ -339,13 +399,13 @@ async fn metadata<S: Store + 'static>(
     state.stats().request(Endpoint::Metadata);
     // The token is judged now only to choose whose slots read the body; a wrong one is
     // reported after the version, as denokv does.
-    let authenticated = authorize(&headers, state.config.access_token()).is_ok();
+    let authenticated = authorize(&headers, state.config.access_tokens()).is_ok();
     if authenticated {
         mark_authenticated(req.extensions());
     }
-    let body = state
-        .read_metadata_body(req.into_body(), authenticated)
-        .await?;
+    let (parts, body) = req.into_parts();
+    let request_extensions = parts.extensions;
+    let body = state.read_metadata_body(body, authenticated).await?;
     let Ok(req) = serde_json::from_slice::<MetadataRequest>(&body) else {
         return Err(ApiError::bad_request(text::MINIMUM_PROTOCOL_VERSION));
     };
@@ -362,7 +422,7 @@ async fn metadata<S: Store + 'static>(
         .into_iter()
         .find(|&v| offered(v))
         .ok_or_else(|| ApiError::bad_request(text::NO_MATCHING_PROTOCOL_VERSION))?;
-    authorize(&headers, state.config.access_token())?;
+    let token = authorize_logged(&state, &headers, &request_extensions)?.to_owned();
     let url = if version == 1 {
         // Version 1 clients need an absolute endpoint URL.
         let host = uri
@@ -379,9 +439,9 @@ async fn metadata<S: Store + 'static>(
                     "Protocol version 1 needs a Host header to build the endpoint URL.",
                 )
             })?;
-        format!("http://{host}{ENDPOINT_PATH}")
+        format!("http://{host}{}{ENDPOINT_PATH}", state.config.base_path())
     } else {
-        ENDPOINT_PATH.to_owned()
+        format!("{}{ENDPOINT_PATH}", state.config.base_path())
     };
     let lifetime = chrono::Duration::from_std(state.config.token_lifetime())
         .map_err(|_| ApiError::internal())?;
@@ -389,12 +449,13 @@ async fn metadata<S: Store + 'static>(
         (chrono::Utc::now() + lifetime).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let reply = MetadataResponse {
         version,
-        database_id: DATABASE_ID,
+        database_id: state.config.database_id().hyphenated().to_string(),
         endpoints: [EndpointInfo {
             url,
             consistency: "strong",
         }],
-        token: state.config.access_token().to_owned(),
+        // The token the client showed: with several valid, each client keeps its own.
+        token,
         expires_at,
         tuplekv_extensions: extensions,
     };
@@ -416,13 +477,13 @@ async fn data_path_guard<S: Store + 'static>(
         None if headers.contains_key("x-transaction-domain-id") => "x-transaction-domain-id",
         _ => return Err(ApiError::bad_request(text::INVALID_PROTOCOL_VERSION)),
     };
-    authorize(headers, state.config.access_token())?;
+    authorize_logged(&state, headers, req.extensions())?;
     mark_authenticated(req.extensions());
     let id_ok = headers
         .get(id_header)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| uuid::Uuid::parse_str(v).ok())
-        .is_some_and(|id| id.is_nil());
+        .is_some_and(|id| id == state.config.database_id());
     if !id_ok {
         return Err(ApiError::bad_request(text::INVALID_DATABASE_ID));
     }

@@ -55,6 +55,11 @@ impl ConnState {
 #[derive(Debug, Clone)]
 pub(crate) struct ConnHandle(pub(crate) Arc<ConnState>);
 
+/// The address of a request's peer, as `serve` puts it in each request's extensions (for
+/// log lines about the request).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddr(pub(crate) std::net::SocketAddr);
+
 /// Every open connection, by id.
 #[derive(Debug, Default)]
 pub(crate) struct Connections {

@@ -45,6 +45,7 @@
 
 mod app;
 mod conn;
+mod databases;
 mod error;
 pub mod limits;
 // Public only so the fuzz target (`tuplekv_testkit::fuzz`) can decode bodies as the server
@@ -54,6 +55,7 @@ pub mod protocol;
 mod serve;
 mod snapshots;
 mod stats;
+mod tokens;
 mod watch;
 
 use std::sync::Arc;
@@ -62,9 +64,16 @@ use std::time::Duration;
 use axum::Router;
 use tuplekv_engine::Store;
 
+pub use databases::{
+    ADMIN_PATH, DatabaseHost, DatabaseName, DatabaseNameError, Databases, RESERVED_NAMES,
+    router_with_databases,
+};
 pub use error::ApiError;
 pub use serve::{ServeOptions, serve, serve_with};
 pub use stats::ServerStats;
+pub use tokens::{AccessTokens, check_tokens, parse_tokens_file, read_tokens_file};
+/// Database ids ([`ServerConfig::with_database`]) are UUIDs, as KV Connect's are.
+pub use uuid::Uuid;
 
 /// Where the server runs a store's commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -97,14 +106,34 @@ pub enum ReadMode {
     BlockingPool,
 }
 
-/// Why a [`ServerConfig`] could not be built.
+/// Why a [`ServerConfig`] or an [`AccessTokens`] set could not be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The access token has fewer than [`limits::ACCESS_TOKEN_LEN_MIN`] characters.
+    /// An access token has fewer than [`limits::ACCESS_TOKEN_LEN_MIN`] characters.
     AccessTokenTooShort {
         /// The token's length, in characters.
         len: usize,
+    },
+    /// An access token has more than [`limits::ACCESS_TOKEN_LEN_MAX`] bytes.
+    AccessTokenTooLong {
+        /// The token's length, in bytes.
+        len: usize,
+    },
+    /// An access token holds a space, a control character or a non-ASCII character: it
+    /// could not travel as `Authorization: Bearer <token>`.
+    AccessTokenNotPrintable,
+    /// No access token was given.
+    NoAccessToken,
+    /// More than [`limits::ACCESS_TOKENS_MAX`] distinct tokens were given.
+    TooManyAccessTokens {
+        /// The limit.
+        max: usize,
+    },
+    /// A tokens file could not be read or holds a bad token.
+    TokensFile {
+        /// What is wrong, with the file and line.
+        reason: String,
     },
 }
 
@@ -116,6 +145,20 @@ impl std::fmt::Display for ConfigError {
                 "the access token is {len} characters; it must have at least {}",
                 limits::ACCESS_TOKEN_LEN_MIN
             ),
+            ConfigError::AccessTokenTooLong { len } => write!(
+                f,
+                "the access token is {len} bytes; it may have at most {}",
+                limits::ACCESS_TOKEN_LEN_MAX
+            ),
+            ConfigError::AccessTokenNotPrintable => f.write_str(
+                "the access token holds a space, a control or a non-ASCII character; \
+                 use printable ASCII only",
+            ),
+            ConfigError::NoAccessToken => f.write_str("no access token was given"),
+            ConfigError::TooManyAccessTokens { max } => {
+                write!(f, "more than {max} access tokens were given")
+            }
+            ConfigError::TokensFile { reason } => write!(f, "tokens file: {reason}"),
         }
     }
 }
@@ -124,10 +167,10 @@ impl std::error::Error for ConfigError {}
 
 /// What a server needs besides its store.
 ///
-/// Its `Debug` output leaves the access token out.
+/// Its `Debug` output leaves the access tokens out (it shows how many there are).
 #[derive(Clone)]
 pub struct ServerConfig {
-    access_token: String,
+    tokens: Arc<AccessTokens>,
     watch_ping_interval: Duration,
     watch_streams_max: usize,
     request_bodies_in_flight_max: usize,
@@ -141,6 +184,8 @@ pub struct ServerConfig {
     token_lifetime: Duration,
     extension: bool,
     stats: Arc<ServerStats>,
+    base_path: String,
+    database_id: Uuid,
 }
 
 impl ServerConfig {
@@ -160,15 +205,21 @@ impl ServerConfig {
     /// # Errors
     /// [`ConfigError::AccessTokenTooShort`] when the token has fewer than
     /// [`limits::ACCESS_TOKEN_LEN_MIN`] characters (an empty token would otherwise match
-    /// `Authorization: Bearer `).
+    /// `Authorization: Bearer `); [`ConfigError::AccessTokenTooLong`] past
+    /// [`limits::ACCESS_TOKEN_LEN_MAX`] bytes; [`ConfigError::AccessTokenNotPrintable`] for a
+    /// space, control or non-ASCII character.
     pub fn new(access_token: impl Into<String>) -> Result<Self, ConfigError> {
-        let access_token = access_token.into();
-        let len = access_token.chars().count();
-        if len < limits::ACCESS_TOKEN_LEN_MIN {
-            return Err(ConfigError::AccessTokenTooShort { len });
-        }
-        Ok(ServerConfig {
-            access_token,
+        Ok(Self::with_access_tokens(Arc::new(AccessTokens::new([
+            access_token.into(),
+        ])?)))
+    }
+
+    /// A configuration that accepts every token of `tokens`, now and after each
+    /// [`AccessTokens::replace`] (keep a clone of the `Arc` to rotate tokens while the
+    /// server runs), with the default limits.
+    pub fn with_access_tokens(tokens: Arc<AccessTokens>) -> Self {
+        ServerConfig {
+            tokens,
             watch_ping_interval: limits::WATCH_PING_INTERVAL,
             watch_streams_max: limits::WATCH_STREAMS_MAX,
             request_bodies_in_flight_max: limits::REQUEST_BODIES_IN_FLIGHT_MAX,
@@ -182,7 +233,34 @@ impl ServerConfig {
             token_lifetime: limits::METADATA_TOKEN_LIFETIME,
             extension: true,
             stats: Arc::default(),
-        })
+            base_path: String::new(),
+            database_id: Uuid::nil(),
+        }
+    }
+
+    /// This configuration for the named database `name` with id `id`, served at
+    /// `/NAME` by [`router_with_databases`]: the same tokens and limits, its own counters
+    /// (a fresh [`ServerStats`]). The metadata exchange then hands out the endpoint
+    /// `/NAME/v2` and the data path accepts only `id` as the database id. (The root
+    /// database's id is the nil UUID, as denokv's is.)
+    #[must_use]
+    pub fn with_database(&self, name: &DatabaseName, id: Uuid) -> Self {
+        ServerConfig {
+            base_path: name.base_path(),
+            database_id: id,
+            stats: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// The URL path this configuration's database is served at (`""` for the root).
+    pub fn base_path(&self) -> &str {
+        &self.base_path
+    }
+
+    /// The database id the metadata exchange hands out.
+    pub fn database_id(&self) -> Uuid {
+        self.database_id
     }
 
     /// Sets how often idle watch streams get a keep-alive frame (default
@@ -320,9 +398,9 @@ impl ServerConfig {
         self.read_mode
     }
 
-    /// The token clients must present.
-    pub fn access_token(&self) -> &str {
-        &self.access_token
+    /// The tokens clients may present (shared by every clone of this configuration).
+    pub fn access_tokens(&self) -> &Arc<AccessTokens> {
+        &self.tokens
     }
 
     /// The counters the router updates (shared by every clone of this configuration).
@@ -370,7 +448,7 @@ impl ServerConfig {
 impl std::fmt::Debug for ServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerConfig")
-            .field("access_token", &"<redacted>")
+            .field("access_tokens", &self.tokens.len())
             .field("watch_ping_interval", &self.watch_ping_interval)
             .field("watch_streams_max", &self.watch_streams_max)
             .field(
@@ -386,6 +464,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("snapshot_idle_timeout", &self.snapshot_idle_timeout)
             .field("token_lifetime", &self.token_lifetime)
             .field("extension", &self.extension)
+            .field("base_path", &self.base_path)
+            .field("database_id", &self.database_id)
             .finish_non_exhaustive()
     }
 }

@@ -91,6 +91,22 @@ pub const REFUSED_CONNECTION_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// The access token's least length, in characters (denokv's rule): a short token can be
 /// guessed, and an empty one would match `Authorization: Bearer `.
 pub const ACCESS_TOKEN_LEN_MIN: usize = 12;
+/// The access token's greatest length, in bytes: it travels in every request's
+/// `Authorization` header, which must fit [`HEADER_BLOCK_SIZE_MAX`] with the rest.
+pub const ACCESS_TOKEN_LEN_MAX: usize = 1024;
+/// Longest database name (`http://host:port/NAME`), in characters.
+pub const DATABASE_NAME_LEN_MAX: usize = 63;
+/// Most named databases open at once in one server (each holds its store's memory and, when
+/// durable, its log's file handles); a request that would open one more gets 503.
+pub const DATABASES_OPEN_MAX: usize = 256;
+/// Most access tokens valid at once (an old and a new one during a rotation, one per
+/// application, a few spare).
+pub const ACCESS_TOKENS_MAX: usize = 64;
+/// Largest tokens file (`tuplekv serve --tokens-file`), in bytes.
+pub const TOKENS_FILE_SIZE_MAX: u64 = 256 * 1024;
+/// The least time between two log lines about requests refused for a missing or wrong
+/// access token: refusals in between are counted and reported in the next line.
+pub const REFUSED_TOKEN_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// Most watch streams open at once across the server; one past it gets 429.
 pub const WATCH_STREAMS_MAX: usize = 1024;
 

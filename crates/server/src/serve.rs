@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_service::Service;
 
-use crate::conn::{ConnHandle, Connections, QuickAck};
+use crate::conn::{ConnHandle, Connections, PeerAddr, QuickAck};
 use crate::limits::{
     CONNECTION_SLOT_WAIT_MAX, CONNECTIONS_MAX, H1_HEADER_READ_TIMEOUT, H2_KEEP_ALIVE_INTERVAL,
     H2_KEEP_ALIVE_TIMEOUT, H2_STREAM_WINDOW, H2_STREAMS_PER_CONNECTION_MAX, HEADER_BLOCK_SIZE_MAX,
@@ -288,6 +288,7 @@ pub async fn serve_with(
         let service = service_fn(move |mut req: hyper::Request<Incoming>| {
             req.extensions_mut().insert(signal.clone());
             req.extensions_mut().insert(conn.clone());
+            req.extensions_mut().insert(PeerAddr(peer));
             let mut router = router.clone();
             async move { router.call(req).await }
         });

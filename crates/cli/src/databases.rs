@@ -1,0 +1,361 @@
+//! The named databases of `tuplekv serve` (`http://host:port/NAME`): where they live and how
+//! they are made, shared by the server's hosts and by `tuplekv db`.
+//!
+//! Under a data root (`--databases ROOT`) each database is a directory:
+//!
+//! ```text
+//! ROOT/NAME/database.json   {"id": "<uuid>", "created_at": "<RFC 3339>"}, written last on create
+//! ROOT/NAME/store/          the durable store (checkpoints, log segments, LOCK)
+//! ```
+//!
+//! A directory without `database.json` is not a database (a create that died half-way);
+//! creating the name again completes it. Without a data root, `--create-databases` keeps
+//! named databases in memory: they die with the process.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use serde_json::json;
+use tuplekv_engine::{Database, Options};
+use tuplekv_server::{DatabaseHost, DatabaseName, ServerConfig, Uuid, router};
+
+/// The file that makes a directory under the data root a database.
+pub(crate) const META_FILE: &str = "database.json";
+/// The store's directory inside a database's directory.
+pub(crate) const STORE_DIR: &str = "store";
+/// How long dropping a database waits for the requests and watches still using it to end.
+pub(crate) const DROP_WAIT_MAX: Duration = Duration::from_secs(5);
+/// How often a drop looks again whether the database is free.
+const DROP_POLL: Duration = Duration::from_millis(10);
+
+/// A database's directory under `root`.
+pub(crate) fn database_dir(root: &Path, name: &DatabaseName) -> PathBuf {
+    root.join(name.as_str())
+}
+
+/// The id of database `name` under `root`, `None` when it does not exist.
+///
+/// # Errors
+/// When its `database.json` cannot be read or holds no valid id.
+pub(crate) fn read_id(root: &Path, name: &DatabaseName) -> Result<Option<Uuid>, String> {
+    let path = database_dir(root, name).join(META_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+    json.get("id")
+        .and_then(|id| id.as_str())
+        .and_then(|id| Uuid::parse_str(id).ok())
+        .map(Some)
+        .ok_or_else(|| format!("{} holds no database id", path.display()))
+}
+
+/// Creates database `name` under `root` (the root too, if missing) and returns its id; an
+/// existing one is left as it is and its id returned, with `false`.
+///
+/// # Errors
+/// When a directory or file cannot be written.
+pub(crate) fn create(root: &Path, name: &DatabaseName) -> Result<(Uuid, bool), String> {
+    if let Some(id) = read_id(root, name)? {
+        return Ok((id, false));
+    }
+    let dir = database_dir(root, name);
+    fs::create_dir_all(dir.join(STORE_DIR))
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let id = Uuid::new_v4();
+    let meta = json!({
+        "id": id.hyphenated().to_string(),
+        "created_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    });
+    // Written under a temporary name, synced, then renamed: the name exists whole or not.
+    let tmp = dir.join(format!("{META_FILE}.tmp"));
+    let write = || -> io::Result<()> {
+        let mut file = fs::File::create(&tmp)?;
+        io::Write::write_all(&mut file, meta.to_string().as_bytes())?;
+        file.sync_all()?;
+        fs::rename(&tmp, dir.join(META_FILE))?;
+        fs::File::open(&dir)?.sync_all()
+    };
+    write().map_err(|e| format!("cannot write {}: {e}", dir.join(META_FILE).display()))?;
+    Ok((id, true))
+}
+
+/// The databases under `root`, in name order (directories with a `database.json` whose
+/// name is a valid database name; anything else there is ignored).
+///
+/// # Errors
+/// When `root` cannot be read (a missing root holds no database).
+pub(crate) fn list(root: &Path) -> Result<Vec<DatabaseName>, String> {
+    let entries = match fs::read_dir(root) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("cannot read {}: {e}", root.display())),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read {}: {e}", root.display()))?;
+        let Some(name) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| DatabaseName::new(n).ok())
+        else {
+            continue;
+        };
+        if entry.path().join(META_FILE).is_file() {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Deletes database `name` under `root`, which no process may have open: its store is
+/// opened first, so a running server's lock refuses the drop. `Ok(false)` when there is none.
+///
+/// # Errors
+/// When it is open elsewhere or cannot be deleted.
+pub(crate) fn drop_offline(root: &Path, name: &DatabaseName) -> Result<bool, String> {
+    if read_id(root, name)?.is_none() {
+        return Ok(false);
+    }
+    let dir = database_dir(root, name);
+    let store = Database::open(dir.join(STORE_DIR), Options::default()).map_err(|e| {
+        format!("cannot drop database {name}: its store cannot be opened (a running server may have it open; drop it through the server with --url): {e}")
+    })?;
+    store
+        .close()
+        .map_err(|e| format!("cannot close database {name}: {e}"))?;
+    remove(&dir)?;
+    Ok(true)
+}
+
+/// Removes a database directory: `database.json` first, so a drop that dies half-way
+/// leaves no database behind, only files a later create reuses.
+fn remove(dir: &Path) -> Result<(), String> {
+    match fs::remove_file(dir.join(META_FILE)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot delete {}: {e}", dir.display())),
+    }
+    fs::remove_dir_all(dir).map_err(|e| format!("cannot delete {}: {e}", dir.display()))
+}
+
+/// Takes the only handle of `store` back, waiting up to [`DROP_WAIT_MAX`] for requests
+/// and watches to let go; `Err` gives it back when they do not.
+fn take_back(mut store: Arc<Database>) -> Result<Database, Arc<Database>> {
+    let started = Instant::now();
+    loop {
+        match Arc::try_unwrap(store) {
+            Ok(db) => return Ok(db),
+            Err(shared) if started.elapsed() >= DROP_WAIT_MAX => return Err(shared),
+            Err(shared) => {
+                store = shared;
+                std::thread::sleep(DROP_POLL);
+            }
+        }
+    }
+}
+
+/// Named databases in directories under a data root, durable.
+pub(crate) struct DirHost {
+    root: PathBuf,
+    options: Options,
+    config: ServerConfig,
+    open: Mutex<HashMap<DatabaseName, Arc<Database>>>,
+}
+
+impl DirHost {
+    /// The databases under `root`, opened with `options`, served with `config`'s tokens
+    /// and limits.
+    pub(crate) fn new(root: PathBuf, options: Options, config: ServerConfig) -> Self {
+        DirHost {
+            root,
+            options,
+            config,
+            open: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<DatabaseName, Arc<Database>>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Syncs and closes every open database (at shutdown, once the server has stopped).
+    pub(crate) fn close_all(&self) -> Result<(), String> {
+        let open: Vec<_> = self.lock().drain().collect();
+        let mut failed = Vec::new();
+        for (name, store) in open {
+            let closed = match take_back(store) {
+                Ok(db) => db.close().map_err(|e| e.to_string()),
+                Err(_) => Err("still in use".to_owned()),
+            };
+            if let Err(e) = closed {
+                failed.push(format!("{name}: {e}"));
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("closing databases failed: {}", failed.join("; ")))
+        }
+    }
+}
+
+impl DatabaseHost for DirHost {
+    fn open(&self, name: &DatabaseName, create_it: bool) -> Result<Option<Router>, String> {
+        let id = match read_id(&self.root, name)? {
+            Some(id) => id,
+            None if create_it => create(&self.root, name)?.0,
+            None => return Ok(None),
+        };
+        let mut open = self.lock();
+        let store = match open.get(name) {
+            Some(store) => Arc::clone(store),
+            None => {
+                let dir = database_dir(&self.root, name).join(STORE_DIR);
+                let store = Arc::new(
+                    Database::open(&dir, self.options.clone())
+                        .map_err(|e| format!("cannot open {}: {e}", dir.display()))?,
+                );
+                open.insert(name.clone(), Arc::clone(&store));
+                store
+            }
+        };
+        Ok(Some(router(store, self.config.with_database(name, id))))
+    }
+
+    fn list(&self) -> Result<Vec<DatabaseName>, String> {
+        list(&self.root)
+    }
+
+    fn drop_database(&self, name: &DatabaseName) -> Result<bool, String> {
+        let Some(store) = self.lock().remove(name) else {
+            return drop_offline(&self.root, name);
+        };
+        let db = take_back(store).map_err(|store| {
+            let users = Arc::strong_count(&store) - 1;
+            self.lock().insert(name.clone(), store);
+            format!(
+                "database {name} is still in use by {users} request(s) or watch(es) after {DROP_WAIT_MAX:?}; try again once they end"
+            )
+        })?;
+        db.close()
+            .map_err(|e| format!("cannot close database {name}: {e}"))?;
+        remove(&database_dir(&self.root, name))?;
+        Ok(true)
+    }
+}
+
+/// Named databases in memory, made on demand: they die with the process.
+pub(crate) struct MemoryHost {
+    config: ServerConfig,
+    open: Mutex<HashMap<DatabaseName, (Uuid, Arc<Database>)>>,
+}
+
+impl MemoryHost {
+    /// In-memory databases served with `config`'s tokens and limits.
+    pub(crate) fn new(config: ServerConfig) -> Self {
+        MemoryHost {
+            config,
+            open: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<DatabaseName, (Uuid, Arc<Database>)>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl DatabaseHost for MemoryHost {
+    fn open(&self, name: &DatabaseName, create_it: bool) -> Result<Option<Router>, String> {
+        let mut open = self.lock();
+        let (id, store) = match open.get(name) {
+            Some((id, store)) => (*id, Arc::clone(store)),
+            None if create_it => {
+                let made = (Uuid::new_v4(), Arc::new(Database::in_memory()));
+                open.insert(name.clone(), (made.0, Arc::clone(&made.1)));
+                made
+            }
+            None => return Ok(None),
+        };
+        Ok(Some(router(store, self.config.with_database(name, id))))
+    }
+
+    fn list(&self) -> Result<Vec<DatabaseName>, String> {
+        let mut names: Vec<_> = self.lock().keys().cloned().collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn drop_database(&self, name: &DatabaseName) -> Result<bool, String> {
+        let Some((id, store)) = self.lock().remove(name) else {
+            return Ok(false);
+        };
+        // Dropped when the last request lets go; waited for so that a new database of the
+        // same name never shares a moment with the old one's requests.
+        match take_back(store) {
+            Ok(db) => {
+                drop(db);
+                Ok(true)
+            }
+            Err(store) => {
+                let users = Arc::strong_count(&store) - 1;
+                self.lock().insert(name.clone(), (id, store));
+                Err(format!(
+                    "database {name} is still in use by {users} request(s) or watch(es); try again once they end"
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(s: &str) -> DatabaseName {
+        DatabaseName::new(s).expect("a valid name")
+    }
+
+    #[test]
+    fn a_created_database_is_listed_keeps_its_id_and_is_dropped_whole() {
+        let root = tempfile::tempdir().expect("temp dir");
+        assert_eq!(list(root.path()), Ok(vec![]));
+        let (id, created) = create(root.path(), &name("db2")).expect("create");
+        assert!(created);
+        assert_eq!(create(root.path(), &name("db2")), Ok((id, false)));
+        create(root.path(), &name("a1")).expect("create");
+        // A directory that is not a database, and a name that is not valid: ignored.
+        fs::create_dir_all(root.path().join("half-made")).expect("mkdir");
+        fs::create_dir_all(root.path().join("Not_Valid")).expect("mkdir");
+        assert_eq!(list(root.path()), Ok(vec![name("a1"), name("db2")]));
+        assert_eq!(read_id(root.path(), &name("db2")), Ok(Some(id)));
+        assert_eq!(drop_offline(root.path(), &name("db2")), Ok(true));
+        assert_eq!(drop_offline(root.path(), &name("db2")), Ok(false));
+        assert!(!root.path().join("db2").exists());
+        assert_eq!(list(root.path()), Ok(vec![name("a1")]));
+    }
+
+    #[test]
+    fn an_offline_drop_is_refused_while_the_store_is_open() {
+        let root = tempfile::tempdir().expect("temp dir");
+        create(root.path(), &name("busy")).expect("create");
+        let held = Database::open(
+            database_dir(root.path(), &name("busy")).join(STORE_DIR),
+            Options::default(),
+        )
+        .expect("open");
+        let err = drop_offline(root.path(), &name("busy")).expect_err("locked");
+        assert!(err.contains("running server"), "{err}");
+        assert_eq!(list(root.path()), Ok(vec![name("busy")]), "nothing deleted");
+        held.close().expect("close");
+    }
+}
