@@ -154,6 +154,11 @@ const SCRIPTS: [(&str, Client, &str, bool); 5] = [
     ("cross-deno-read", Client::Deno, "cross-read", true),
     ("cross-deno-write", Client::Deno, "cross-write", true),
 ];
+/// The operator checks against `tuplekv serve` only: (output name, client, file).
+const OPERATOR_SCRIPTS: [(&str, Client, &str); 2] = [
+    ("operator-deno", Client::Deno, "operator.ts"),
+    ("operator-node", Client::Node, "operator_node.mjs"),
+];
 /// The last script: Node reading Deno's values, recorded but never strict.
 const NODE_READS_DENO: (&str, Client, &str, bool) =
     ("cross-node-read", Client::Node, "cross-read", false);
@@ -232,9 +237,10 @@ struct Run {
 /// Starts `server`, runs every script against it and stops it.
 fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> {
     let token = generate_token()?;
+    let second_token = generate_token()?;
     let scratch = scratch_dir(&format!("conformance-{}", server.name()))?;
     // Held until the server has stopped.
-    let (running, cluster) = match start_server(server, binary, &token, &scratch) {
+    let (running, cluster) = match start_server(server, binary, &token, &second_token, &scratch) {
         Ok(started) => started,
         Err(e) => {
             let _ = fs::remove_dir_all(&scratch);
@@ -263,6 +269,23 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
                 run.failures.push(format!("{name} script failed"));
             }
             run.outputs.insert(name, stdout);
+        }
+        if server == Server::Tuplekv {
+            // A database per path and two tokens at once (the server runs with
+            // `--create-databases` and a second token).
+            for (name, client, file) in OPERATOR_SCRIPTS {
+                let mut command = script_file_command(client, clients, file);
+                command
+                    .env("CONFORMANCE_URL", &url)
+                    .env("CONFORMANCE_TOKEN", &token)
+                    .env("CONFORMANCE_TOKEN2", &second_token)
+                    .env("CONFORMANCE_RUN", &cross_prefix);
+                let (ok, stdout) = run_script(&mut command, server, name)?;
+                if !ok {
+                    run.failures.push(format!("{name} script failed"));
+                }
+                run.outputs.insert(name, stdout);
+            }
         }
         if let Err(e) = run_readme_example(clients, &scratch, &running.addr().to_string(), &token) {
             eprintln!(
@@ -327,18 +350,26 @@ fn run_readme_example(clients: &Clients, scratch: &Path, addr: &str, token: &str
 
 /// The command that runs a client's script.
 fn script_command(client: Client, clients: &Clients) -> Command {
+    match client {
+        Client::Deno => script_file_command(client, clients, "deno.ts"),
+        Client::Node => script_file_command(client, clients, "node.mjs"),
+    }
+}
+
+/// The command that runs `file` of `conformance/` with `client`.
+fn script_file_command(client: Client, clients: &Clients, file: &str) -> Command {
     let dir = cmd::workspace_root().join("conformance");
     match client {
         Client::Deno => {
             let mut c = Command::new(&clients.deno);
-            c.args(["run", "-A", "--unstable-kv", "--no-lock", "deno.ts"])
+            c.args(["run", "-A", "--unstable-kv", "--no-lock", file])
                 .env("NO_COLOR", "1");
             c.current_dir(dir);
             c
         }
         Client::Node => {
             let mut c = Command::new("node");
-            c.arg("node.mjs")
+            c.arg(file)
                 .env("NODE_KV_DIR", &clients.node_kv_dir)
                 .current_dir(dir);
             c
@@ -382,10 +413,21 @@ fn start_server(
     server: Server,
     binary: &Path,
     token: &str,
+    second_token: &str,
     scratch: &Path,
 ) -> Result<(Running, Option<EtcdCluster>)> {
     match server {
-        Server::Tuplekv => Ok((Running::tuplekv(binary, &[], token, Stderr::Inherit)?, None)),
+        Server::Tuplekv => {
+            let args = [
+                "--create-databases".into(),
+                "--access-token".into(),
+                second_token.into(),
+            ];
+            Ok((
+                Running::tuplekv(binary, &args, token, Stderr::Inherit)?,
+                None,
+            ))
+        }
         Server::TuplekvEtcd => {
             let cluster = EtcdCluster::start(MEMBERS_DEFAULT)?;
             eprintln!("xtask: etcd cluster at {}", cluster.urls().join(","));
