@@ -343,6 +343,11 @@ async fn metadata<S: Store + 'static>(
     if authenticated {
         mark_authenticated(req.extensions());
     }
+    let scheme = if req.extensions().get::<crate::tls::OverTls>().is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let body = state
         .read_metadata_body(req.into_body(), authenticated)
         .await?;
@@ -379,7 +384,7 @@ async fn metadata<S: Store + 'static>(
                     "Protocol version 1 needs a Host header to build the endpoint URL.",
                 )
             })?;
-        format!("http://{host}{ENDPOINT_PATH}")
+        format!("{scheme}://{host}{ENDPOINT_PATH}")
     } else {
         ENDPOINT_PATH.to_owned()
     };

@@ -3,7 +3,9 @@
 //!
 //! [`router`] builds an axum [`Router`] that can be embedded in an existing application;
 //! [`serve`] runs it on a listener with HTTP/1.1 and h2c on the same port, bounded
-//! connections, and graceful shutdown.
+//! connections, and graceful shutdown. With [`ServeOptions::tls`] set to a [`Tls`] it serves
+//! `https://` instead (HTTP/2 and HTTP/1.1 chosen by ALPN, TLS 1.3 and 1.2), and the
+//! certificate can be reloaded while it runs ([`Tls::reload`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -33,7 +35,7 @@
 //! - An unknown value encoding is a 400 (denokv answers 500, which clients retry forever),
 //!   and an LE64 payload that is not 8 bytes is a 400 (denokv panics).
 //! - Protocol version 1 is served (with an absolute endpoint URL built from the request's
-//!   host, always `http://`); enqueues are refused with a 400 (KV Connect clients never send
+//!   host, `https://` over TLS, else `http://`); enqueues are refused with a 400 (KV Connect clients never send
 //!   them).
 //! - Reads never return an expired value (denokv shows it until its expiry pass, up to a
 //!   minute later); watches learn of an expiry from the engine's background reclaimer.
@@ -54,6 +56,7 @@ pub mod protocol;
 mod serve;
 mod snapshots;
 mod stats;
+mod tls;
 mod watch;
 
 use std::sync::Arc;
@@ -65,6 +68,7 @@ use tuplekv_engine::Store;
 pub use error::ApiError;
 pub use serve::{ServeOptions, serve, serve_with};
 pub use stats::ServerStats;
+pub use tls::{Tls, TlsError};
 
 /// Where the server runs a store's commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
