@@ -1,6 +1,7 @@
 //! `tuplekv serve`: a KV Connect server over an in-memory or durable store, or over an etcd
 //! cluster (`--etcd`), stopped gracefully by SIGINT or SIGTERM (then a local store is synced
-//! and closed).
+//! and closed). With `--tls-cert` and `--tls-key` it serves `https://`, and SIGHUP re-reads
+//! the certificate and key (new connections get them; open ones keep theirs).
 //!
 //! With `--etcd` the server keeps no state of its own: several `tuplekv serve --etcd` processes
 //! given the same cluster and `--etcd-prefix` serve one store, and any of them may stop or
@@ -15,7 +16,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tuplekv_engine::{Database, Durability, Options, Store};
 use tuplekv_etcd::EtcdStore;
-use tuplekv_server::{CommitMode, ReadMode, ServerConfig, router, serve_with};
+use tuplekv_server::{CommitMode, ReadMode, ServerConfig, Tls, router, serve_with};
 
 /// Where `serve` listens by default: loopback only.
 const ADDR_DEFAULT: &str = "127.0.0.1:4512";
@@ -51,6 +52,13 @@ pub(crate) struct ServeArgs {
     /// The token clients must present (at least 12 characters).
     #[arg(long, env = "TUPLEKV_ACCESS_TOKEN", hide_env_values = true)]
     access_token: Option<String>,
+    /// Serve over TLS (`https://`) with this PEM certificate chain: the server's certificate
+    /// first, then any intermediates. Needs `--tls-key`. SIGHUP re-reads both files.
+    #[arg(long, value_name = "CERT.pem", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key (PKCS#8, PKCS#1 or SEC1) of `--tls-cert`'s certificate.
+    #[arg(long, value_name = "KEY.pem", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -67,15 +75,22 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
         .as_deref()
         .ok_or("an access token is required: pass --access-token or set TUPLEKV_ACCESS_TOKEN")?;
     let config = ServerConfig::new(token).map_err(|e| e.to_string())?;
+    // Before anything is opened, created or bound: a bad file changes nothing.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(Tls::from_pem_files(cert, key).map_err(|e| e.to_string())?),
+        (None, None) => None,
+        // clap's `requires` refuses one without the other.
+        _ => return Err("--tls-cert and --tls-key go together: give both or neither".into()),
+    };
     if args.etcd.is_empty() {
-        run_local(&args, config)
+        run_local(&args, config, tls)
     } else {
-        run_etcd(&args, config)
+        run_etcd(&args, config, tls)
     }
 }
 
 /// Serves an in-memory store, or the durable one at `--path`.
-fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
+fn run_local(args: &ServeArgs, config: ServerConfig, tls: Option<Tls>) -> Result<(), String> {
     // A `Database`'s asynchronous commit never blocks the caller (a durable one waits for its
     // sync without holding a thread): await it on the request's task rather than hop to the
     // blocking pool and back for every write.
@@ -110,7 +125,13 @@ fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
         ),
     };
     let store = Arc::new(store);
-    runtime.block_on(serve_until_signal(Arc::clone(&store), args, &kind, config))?;
+    runtime.block_on(serve_until_signal(
+        Arc::clone(&store),
+        args,
+        &kind,
+        config,
+        tls,
+    ))?;
     drop(runtime);
     let store = Arc::into_inner(store).ok_or("the store is still in use after shutdown")?;
     if args.path.is_some() {
@@ -128,7 +149,7 @@ fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
 }
 
 /// Serves the store under `--etcd-prefix` on the etcd cluster at `--etcd`.
-fn run_etcd(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
+fn run_etcd(args: &ServeArgs, config: ServerConfig, tls: Option<Tls>) -> Result<(), String> {
     let endpoints = etcd_endpoints(&args.etcd)?;
     // `EtcdStore`'s commits and reads wait for the cluster on the calling thread: run them
     // on the blocking pool, never on a runtime worker.
@@ -153,7 +174,13 @@ fn run_etcd(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
         args.etcd_prefix
     );
     let store = Arc::new(store);
-    runtime.block_on(serve_until_signal(Arc::clone(&store), args, &kind, config))?;
+    runtime.block_on(serve_until_signal(
+        Arc::clone(&store),
+        args,
+        &kind,
+        config,
+        tls,
+    ))?;
     drop(runtime);
     // Nothing to sync: every acknowledged commit is already on the cluster.
     drop(store);
@@ -193,24 +220,37 @@ async fn serve_until_signal<S: Store + 'static>(
     args: &ServeArgs,
     kind: &str,
     config: ServerConfig,
+    tls: Option<Tls>,
 ) -> Result<(), String> {
     // Before the listening line: a signal sent as soon as a script reads it must be handled
-    // (a graceful stop), not kill the process with the default disposition.
+    // (a graceful stop, a reload), not kill the process with the default disposition.
     let shutdown = shutdown_signal()?;
+    let reload = reload_on_sighup(reloaders(tls.as_ref()))?;
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    tracing::info!(%addr, store = %kind, "tuplekv serve: KV Connect server started");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(
+        %addr,
+        url = %format!("{scheme}://{addr}"),
+        tls = tls.is_some(),
+        store = %kind,
+        "tuplekv serve: KV Connect server started"
+    );
+    tokio::spawn(reload);
     // The one line tests and scripts read to find the port.
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "listening on {addr}")
         .and_then(|()| stdout.flush())
         .map_err(|e| format!("cannot write to stdout: {e}"))?;
     drop(stdout);
-    let options = config.serve_options();
+    let options = tuplekv_server::ServeOptions {
+        tls,
+        ..config.serve_options()
+    };
     let app = router(store, config);
     serve_with(listener, app, options, shutdown)
         .await
@@ -231,6 +271,66 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()> + Send, Str
             _ = int.recv() => "SIGINT",
         };
         tracing::info!(signal = which, "shutdown requested");
+    })
+}
+
+/// One thing SIGHUP reloads: `Ok` with what it reloaded, or `Err` with why it could not
+/// (and that the old one stays). Called on a blocking-pool thread.
+type Reloader = Box<dyn Fn() -> Result<String, String> + Send + Sync>;
+
+/// What SIGHUP reloads: the TLS certificate and key when serving TLS.
+fn reloaders(tls: Option<&Tls>) -> Vec<Reloader> {
+    let mut reloaders: Vec<Reloader> = Vec::new();
+    if let Some(tls) = tls {
+        let tls = tls.clone();
+        reloaders.push(Box::new(move || {
+            let files = match tls.files() {
+                Some((cert, key)) => format!("{} and {}", cert.display(), key.display()),
+                None => "its parts".to_owned(),
+            };
+            tls.reload()
+                .map(|()| format!("reloaded the TLS certificate and key from {files}"))
+                .map_err(|e| {
+                    format!(
+                        "cannot reload the TLS certificate: {e}; the old certificate stays in use"
+                    )
+                })
+        }));
+    }
+    reloaders
+}
+
+/// A future that runs every reloader on each SIGHUP and logs what each did; the handler is
+/// installed when this returns, so SIGHUP no longer kills the process.
+fn reload_on_sighup(
+    reloaders: Vec<Reloader>,
+) -> Result<impl std::future::Future<Output = ()> + Send, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
+    let reloaders = Arc::new(reloaders);
+    Ok(async move {
+        while hup.recv().await.is_some() {
+            if reloaders.is_empty() {
+                tracing::info!("SIGHUP: nothing to reload (no --tls-cert given)");
+                continue;
+            }
+            // The reloaders read files: off the runtime's workers.
+            let all = Arc::clone(&reloaders);
+            let outcomes =
+                tokio::task::spawn_blocking(move || all.iter().map(|r| r()).collect::<Vec<_>>())
+                    .await;
+            match outcomes {
+                Ok(outcomes) => {
+                    for outcome in outcomes {
+                        match outcome {
+                            Ok(done) => tracing::info!("SIGHUP: {done}"),
+                            Err(e) => tracing::error!("SIGHUP: {e}"),
+                        }
+                    }
+                }
+                Err(e) => tracing::error!("SIGHUP: a reload failed: {e}"),
+            }
+        }
     })
 }
 
