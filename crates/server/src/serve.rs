@@ -362,7 +362,16 @@ pub async fn serve_with(
                         }
                     };
                     match shaken {
-                        Ok(Ok(tls)) => Stream::Tls(Box::new(tls)),
+                        Ok(Ok(tls)) => {
+                            let session = tls.get_ref().1;
+                            tracing::debug!(
+                                %peer,
+                                alpn = %session.alpn_protocol().map(String::from_utf8_lossy).unwrap_or_default(),
+                                version = ?session.protocol_version(),
+                                "TLS handshake done"
+                            );
+                            Stream::Tls(Box::new(tls))
+                        }
                         Ok(Err(e)) => {
                             tracing::debug!(%peer, error = %e, "TLS handshake failed");
                             return;
