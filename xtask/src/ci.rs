@@ -120,6 +120,11 @@ fn steps(args: &CiArgs) -> Vec<Step> {
     let mut conformance = cmd::cargo();
     conformance.args(["xtask", "conformance", "--against", "tuplekv"]);
     steps.push(Step::command("clients", conformance));
+    // The same scripts over TLS: `serve --tls-cert --tls-key` with a throwaway CA's
+    // certificate, Deno on HTTP/2 and Node on HTTP/1.1 at https://localhost.
+    let mut conformance_tls = cmd::cargo();
+    conformance_tls.args(["xtask", "conformance", "--against", "tuplekv", "--tls"]);
+    steps.push(Step::command("clients-tls", conformance_tls));
     // The same scripts against `tuplekv serve --etcd` on a fresh 3-member etcd cluster.
     let mut conformance_etcd = cmd::cargo();
     conformance_etcd.args(["xtask", "conformance", "--against", "tuplekv", "--etcd"]);
@@ -199,7 +204,7 @@ mod tests {
     }
 
     #[test]
-    fn runs_fmt_clippy_test_doc_ref_map_clients_asan_miri_in_order() {
+    fn runs_fmt_clippy_test_doc_ref_map_clients_tls_etcd_asan_miri_in_order() {
         assert_eq!(
             names(&CiArgs::default()),
             [
@@ -210,6 +215,7 @@ mod tests {
                 "doc",
                 "ref-map",
                 "clients",
+                "clients-tls",
                 "clients-etcd",
                 "asan",
                 "miri"
@@ -228,6 +234,7 @@ mod tests {
                 "doc",
                 "ref-map",
                 "clients",
+                "clients-tls",
                 "clients-etcd",
                 "asan"
             ]

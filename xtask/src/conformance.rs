@@ -10,6 +10,11 @@
 //!
 //! With `--etcd` the tuplekv server is `tuplekv serve --etcd` on a fresh local etcd cluster
 //! (module `etcd_cluster`); it must answer every case as `tuplekv serve` does.
+//!
+//! With `--tls` it is `tuplekv serve --tls-cert --tls-key` with a certificate for `localhost`
+//! signed by a throwaway CA (module `test_ca`), and the clients connect to
+//! `https://localhost:PORT` trusting that CA (`DENO_CERT`, `NODE_EXTRA_CA_CERTS`): Deno over
+//! HTTP/2, Node over HTTP/1.1, every case as over plain HTTP.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,11 +26,11 @@ use anyhow::{Context, Result, bail};
 
 use crate::etcd_cluster::{EtcdCluster, MEMBERS_DEFAULT};
 use crate::server_process::{Running, Stderr, generate_token, scratch_dir, target_dir};
-use crate::{clients, cmd};
+use crate::{clients, cmd, test_ca};
 
 /// Help for `cargo xtask conformance`.
 pub(crate) const HELP: &str = "\
-cargo xtask conformance [--against tuplekv|denokv|both] [--etcd] [--keep-output DIR]
+cargo xtask conformance [--against tuplekv|denokv|both] [--etcd | --tls] [--keep-output DIR]
                         [--tuplekv-bin PATH]
 
 Runs the KV Connect conformance scripts of conformance/ with the real clients: Deno 2.9.6
@@ -45,6 +50,11 @@ OPTIONS:
     --etcd             run tuplekv as `tuplekv serve --etcd` on a fresh 3-member etcd cluster
                        on loopback (`etcd` must be installed; see `cargo xtask etcd-cluster`);
                        its outputs are named tuplekv-etcd. Not with `--against denokv`
+    --tls              run tuplekv as `tuplekv serve --tls-cert --tls-key` with a certificate
+                       from a throwaway CA (made with the `openssl` command), the clients on
+                       https://localhost:PORT trusting it through DENO_CERT and
+                       NODE_EXTRA_CA_CERTS; its outputs are named tuplekv-tls. Not with
+                       `--against denokv` or `--etcd`
     --keep-output DIR  write each script's output to DIR/<server>-<script>.txt
     --tuplekv-bin P    use this tuplekv binary instead of building tuplekv-cli";
 
@@ -73,6 +83,8 @@ pub(crate) struct ConformanceArgs {
     pub(crate) tuplekv_bin: Option<PathBuf>,
     /// Serve tuplekv from a fresh etcd cluster (`tuplekv serve --etcd`).
     pub(crate) etcd: bool,
+    /// Serve tuplekv over TLS (`tuplekv serve --tls-cert --tls-key`).
+    pub(crate) tls: bool,
 }
 
 /// Parses the options of `conformance`: `Ok(None)` asks for help.
@@ -107,6 +119,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<ConformanceArgs>, String> 
             "--keep-output" => out.keep_output = Some(PathBuf::from(value("--keep-output")?)),
             "--tuplekv-bin" => out.tuplekv_bin = Some(PathBuf::from(value("--tuplekv-bin")?)),
             "--etcd" if inline.is_none() => out.etcd = true,
+            "--tls" if inline.is_none() => out.tls = true,
             other => return Err(format!("`conformance` does not take `{other}`")),
         }
     }
@@ -114,6 +127,14 @@ pub(crate) fn parse(args: &[String]) -> Result<Option<ConformanceArgs>, String> 
         return Err(
             "`--etcd` runs `tuplekv serve --etcd`; it does not go with `--against denokv`".into(),
         );
+    }
+    if out.tls && out.against == Against::Denokv {
+        return Err(
+            "`--tls` runs `tuplekv serve` over TLS; it does not go with `--against denokv`".into(),
+        );
+    }
+    if out.tls && out.etcd {
+        return Err("`--tls` and `--etcd` are separate runs: give one of them".into());
     }
     Ok(Some(out))
 }
@@ -124,6 +145,8 @@ enum Server {
     Tuplekv,
     /// `tuplekv serve --etcd` on a fresh etcd cluster.
     TuplekvEtcd,
+    /// `tuplekv serve --tls-cert --tls-key`, reached at `https://localhost:PORT`.
+    TuplekvTls,
     Denokv,
 }
 
@@ -133,6 +156,7 @@ impl Server {
         match self {
             Server::Tuplekv => "tuplekv",
             Server::TuplekvEtcd => "tuplekv-etcd",
+            Server::TuplekvTls => "tuplekv-tls",
             Server::Denokv => "denokv",
         }
     }
@@ -140,7 +164,7 @@ impl Server {
     /// The implementation the scripts are told they talk to (`CONFORMANCE_SERVER`).
     fn script_name(self) -> &'static str {
         match self {
-            Server::Tuplekv | Server::TuplekvEtcd => "tuplekv",
+            Server::Tuplekv | Server::TuplekvEtcd | Server::TuplekvTls => "tuplekv",
             Server::Denokv => "denokv",
         }
     }
@@ -184,6 +208,8 @@ pub(crate) fn run(args: &ConformanceArgs) -> Result<()> {
     };
     let ours = if args.etcd {
         Server::TuplekvEtcd
+    } else if args.tls {
+        Server::TuplekvTls
     } else {
         Server::Tuplekv
     };
@@ -196,7 +222,9 @@ pub(crate) fn run(args: &ConformanceArgs) -> Result<()> {
     let mut failures = Vec::new();
     for &server in servers {
         let binary = match server {
-            Server::Tuplekv | Server::TuplekvEtcd => tuplekv_binary(args.tuplekv_bin.as_deref())?,
+            Server::Tuplekv | Server::TuplekvEtcd | Server::TuplekvTls => {
+                tuplekv_binary(args.tuplekv_bin.as_deref())?
+            }
             Server::Denokv => clients::denokv()?,
         };
         let run = run_against(server, &binary, &clients)?;
@@ -240,14 +268,19 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
     let second_token = generate_token()?;
     let scratch = scratch_dir(&format!("conformance-{}", server.name()))?;
     // Held until the server has stopped.
-    let (running, cluster) = match start_server(server, binary, &token, &second_token, &scratch) {
+    let (running, cluster, ca) = match start_server(server, binary, &token, &second_token, &scratch)
+    {
         Ok(started) => started,
         Err(e) => {
             let _ = fs::remove_dir_all(&scratch);
             return Err(e);
         }
     };
-    let url = running.url();
+    // Over TLS, the name the certificate is for, as a user would type it.
+    let url = match &ca {
+        Some(_) => format!("https://localhost:{}", running.addr().port()),
+        None => running.url(),
+    };
     eprintln!("xtask: {} listening at {url}", server.name());
     let cross_prefix = format!("cross-{}", generate_token()?);
     let mut run = Run {
@@ -264,13 +297,14 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
                 .env("CONFORMANCE_MODE", mode)
                 .env("CONFORMANCE_CROSS_PREFIX", &cross_prefix)
                 .env("CONFORMANCE_CROSS_STRICT", if strict { "1" } else { "0" });
+            trust_ca(&mut command, ca.as_deref());
             let (ok, stdout) = run_script(&mut command, server, name)?;
             if !ok {
                 run.failures.push(format!("{name} script failed"));
             }
             run.outputs.insert(name, stdout);
         }
-        if server == Server::Tuplekv {
+        if matches!(server, Server::Tuplekv | Server::TuplekvTls) {
             // A database per path and two tokens at once (the server runs with
             // `--create-databases` and a second token).
             for (name, client, file) in OPERATOR_SCRIPTS {
@@ -280,6 +314,7 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
                     .env("CONFORMANCE_TOKEN", &token)
                     .env("CONFORMANCE_TOKEN2", &second_token)
                     .env("CONFORMANCE_RUN", &cross_prefix);
+                trust_ca(&mut command, ca.as_deref());
                 let (ok, stdout) = run_script(&mut command, server, name)?;
                 if !ok {
                     run.failures.push(format!("{name} script failed"));
@@ -287,7 +322,11 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
                 run.outputs.insert(name, stdout);
             }
         }
-        if let Err(e) = run_readme_example(clients, &scratch, &running.addr().to_string(), &token) {
+        let readme_url = match &ca {
+            Some(_) => url.clone(),
+            None => format!("http://{}", running.addr()),
+        };
+        if let Err(e) = run_readme_example(clients, &scratch, &readme_url, ca.as_deref(), &token) {
             eprintln!(
                 "xtask: [{}] the README's Deno program FAILED: {e:#}",
                 server.name()
@@ -312,17 +351,29 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
 const README_EXAMPLE: &str = "conformance/readme_example.ts";
 /// What it prints against a fresh server.
 const README_EXAMPLE_EXPECTED: &str = "conformance/readme_example.expected";
-/// The address the README's program connects to, replaced by the test server's.
-const README_EXAMPLE_ADDR: &str = "127.0.0.1:4512";
+/// The URL the README's program connects to, replaced by the test server's.
+const README_EXAMPLE_URL: &str = "http://127.0.0.1:4512";
 
-/// Runs the README's Deno program against the server at `addr` and compares what it prints.
-fn run_readme_example(clients: &Clients, scratch: &Path, addr: &str, token: &str) -> Result<()> {
+/// Runs the README's Deno program against the server at `url` (trusting the CA at `ca`, if
+/// any) and compares what it prints.
+fn run_readme_example(
+    clients: &Clients,
+    scratch: &Path,
+    url: &str,
+    ca: Option<&Path>,
+    token: &str,
+) -> Result<()> {
     let root = cmd::workspace_root();
     let program = fs::read_to_string(root.join(README_EXAMPLE))?;
     let expected = fs::read_to_string(root.join(README_EXAMPLE_EXPECTED))?;
+    if !program.contains(README_EXAMPLE_URL) {
+        bail!("{README_EXAMPLE} does not open {README_EXAMPLE_URL}");
+    }
     let file = scratch.join("readme_example.ts");
-    fs::write(&file, program.replace(README_EXAMPLE_ADDR, addr))?;
-    let output = Command::new(&clients.deno)
+    fs::write(&file, program.replace(README_EXAMPLE_URL, url))?;
+    let mut command = Command::new(&clients.deno);
+    trust_ca(&mut command, ca);
+    let output = command
         .args([
             "run",
             "--unstable-kv",
@@ -346,6 +397,14 @@ fn run_readme_example(clients: &Clients, scratch: &Path, addr: &str, token: &str
     }
     eprintln!("xtask: the README's Deno program printed what the README says");
     Ok(())
+}
+
+/// Makes the clients run by `command` trust the CA certificate at `ca` as well as their own
+/// roots: Deno through `DENO_CERT`, Node through `NODE_EXTRA_CA_CERTS`.
+fn trust_ca(command: &mut Command, ca: Option<&Path>) {
+    if let Some(ca) = ca {
+        command.env("DENO_CERT", ca).env("NODE_EXTRA_CA_CERTS", ca);
+    }
 }
 
 /// The command that runs a client's script.
@@ -408,14 +467,16 @@ fn run_script(command: &mut Command, server: Server, name: &str) -> Result<(bool
 }
 
 /// Starts `server` on a free loopback port and waits until it listens; for
-/// [`Server::TuplekvEtcd`], on a fresh etcd cluster, returned with it.
+/// [`Server::TuplekvEtcd`], on a fresh etcd cluster, returned with it; for
+/// [`Server::TuplekvTls`], with a certificate from a CA made in `scratch`, whose certificate
+/// file is returned with it.
 fn start_server(
     server: Server,
     binary: &Path,
     token: &str,
     second_token: &str,
     scratch: &Path,
-) -> Result<(Running, Option<EtcdCluster>)> {
+) -> Result<(Running, Option<EtcdCluster>, Option<PathBuf>)> {
     match server {
         Server::Tuplekv => {
             let args = [
@@ -426,7 +487,27 @@ fn start_server(
             Ok((
                 Running::tuplekv(binary, &args, token, Stderr::Inherit)?,
                 None,
+                None,
             ))
+        }
+        Server::TuplekvTls => {
+            let files = test_ca::make(scratch)?;
+            eprintln!(
+                "xtask: a throwaway CA {} signed {} for localhost and 127.0.0.1",
+                files.ca.display(),
+                files.cert.display()
+            );
+            let args = [
+                "--tls-cert".into(),
+                files.cert.clone().into(),
+                "--tls-key".into(),
+                files.key.clone().into(),
+                "--create-databases".into(),
+                "--access-token".into(),
+                second_token.into(),
+            ];
+            let running = Running::tuplekv(binary, &args, token, Stderr::Inherit)?;
+            Ok((running, None, Some(files.ca)))
         }
         Server::TuplekvEtcd => {
             let cluster = EtcdCluster::start(MEMBERS_DEFAULT)?;
@@ -438,10 +519,11 @@ fn start_server(
                 "conformance/".into(),
             ];
             let running = Running::tuplekv(binary, &args, token, Stderr::Inherit)?;
-            Ok((running, Some(cluster)))
+            Ok((running, Some(cluster), None))
         }
         Server::Denokv => Ok((
             Running::denokv(binary, scratch, token, Stderr::Inherit)?,
+            None,
             None,
         )),
     }
@@ -566,10 +648,15 @@ mod tests {
                 keep_output: Some(PathBuf::from("out")),
                 tuplekv_bin: None,
                 etcd: false,
+                tls: false,
             }))
         );
         assert_eq!(
             parse(&args("--etcd --against both")).map(|a| a.map(|a| (a.etcd, a.against))),
+            Ok(Some((true, Against::Both)))
+        );
+        assert_eq!(
+            parse(&args("--tls --against both")).map(|a| a.map(|a| (a.tls, a.against))),
             Ok(Some((true, Against::Both)))
         );
         assert_eq!(
@@ -584,6 +671,9 @@ mod tests {
             "denokv",
             "--etcd --against denokv",
             "--etcd=1",
+            "--tls --against denokv",
+            "--tls --etcd",
+            "--tls=yes",
         ] {
             assert!(parse(&args(bad)).is_err(), "{bad}");
         }

@@ -25,6 +25,7 @@ mod report;
 mod sanitizer;
 mod server_process;
 mod soak;
+mod test_ca;
 
 use std::process::ExitCode;
 
@@ -58,10 +59,10 @@ COMMANDS:
     soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
                                   long runs: many property cases, crash and stress rounds,
                                   the engine under AddressSanitizer and ThreadSanitizer, loom
-    conformance [--against tuplekv|denokv|both] [--etcd] [--keep-output DIR]
+    conformance [--against tuplekv|denokv|both] [--etcd | --tls] [--keep-output DIR]
                                   KV Connect conformance scripts with the real Deno and Node
-                                  clients against tuplekv serve (--etcd: on an etcd cluster)
-                                  and/or denokv
+                                  clients against tuplekv serve (--etcd: on an etcd cluster;
+                                  --tls: over https) and/or denokv
     etcd-cluster [--members N]    a local etcd cluster for `tuplekv serve --etcd`, until Ctrl-C
     remote-denokv                 RemoteStore's denokv tests (crates/remote/tests/denokv.rs)
                                   against a real denokv started for the run
@@ -81,6 +82,7 @@ Runs, from the workspace root, stopping at the first failure:
     RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps --features tuplekv/etcd
     cargo test -p tuplekv-engine --features reference-keymap --test model
     cargo xtask conformance --against tuplekv   (the real Deno and Node clients)
+    cargo xtask conformance --against tuplekv --tls    (the same, over TLS)
     cargo xtask conformance --against tuplekv --etcd   (the same, on `serve --etcd`)
     RUSTC_BOOTSTRAP=1 RUSTFLAGS=-Zsanitizer=address ... cargo test -p tuplekv-engine \\
         --target x86_64-unknown-linux-gnu --lib -- keymap::tests:: chain_cell::tests::

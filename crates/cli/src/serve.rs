@@ -1,6 +1,7 @@
 //! `tuplekv serve`: a KV Connect server over an in-memory or durable store, or over an etcd
 //! cluster (`--etcd`), stopped gracefully by SIGINT or SIGTERM (then a local store is synced
-//! and closed).
+//! and closed). With `--tls-cert` and `--tls-key` it serves `https://`, and SIGHUP re-reads
+//! the certificate and key (new connections get them; open ones keep theirs).
 //!
 //! With `--etcd` the server keeps no state of its own: several `tuplekv serve --etcd` processes
 //! given the same cluster and `--etcd-prefix` serve one store, and any of them may stop or
@@ -16,7 +17,7 @@ use clap::{Args, ValueEnum};
 use tuplekv_engine::{Database, Durability, Options};
 use tuplekv_etcd::EtcdStore;
 use tuplekv_server::{
-    AccessTokens, CommitMode, DatabaseHost, DatabaseName, Databases, ReadMode, ServerConfig,
+    AccessTokens, CommitMode, DatabaseHost, DatabaseName, Databases, ReadMode, ServerConfig, Tls,
     read_tokens_file, router, router_with_databases, serve_with,
 };
 
@@ -75,6 +76,13 @@ pub(crate) struct ServeArgs {
     /// suits test suites that want a fresh database per test.
     #[arg(long, conflicts_with = "etcd")]
     create_databases: bool,
+    /// Serve over TLS (`https://`) with this PEM certificate chain: the server's certificate
+    /// first, then any intermediates. Needs `--tls-key`. SIGHUP re-reads both files.
+    #[arg(long, value_name = "CERT.pem", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key (PKCS#8, PKCS#1 or SEC1) of `--tls-cert`'s certificate.
+    #[arg(long, value_name = "KEY.pem", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -88,8 +96,18 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
     init_logging();
     let tokens = Arc::new(AccessTokens::new(initial_tokens(&args)?).map_err(|e| format!("{e}"))?);
     let config = ServerConfig::with_access_tokens(Arc::clone(&tokens));
+    // Before anything is opened, created or bound: a bad file changes nothing.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(Tls::from_pem_files(cert, key).map_err(|e| e.to_string())?),
+        (None, None) => None,
+        // clap's `requires` refuses one without the other.
+        _ => return Err("--tls-cert and --tls-key go together: give both or neither".into()),
+    };
     // Bound before any store is opened or created: a taken port leaves nothing behind.
-    let listener = bind(&args.addr)?;
+    let listener = Listener {
+        socket: bind(&args.addr)?,
+        tls,
+    };
     if args.etcd.is_empty() {
         run_local(&args, config, listener)
     } else {
@@ -147,6 +165,12 @@ fn store_options(args: &ServeArgs) -> Options {
     }
 }
 
+/// The bound socket, and the TLS configuration it serves with, if any.
+struct Listener {
+    socket: std::net::TcpListener,
+    tls: Option<Tls>,
+}
+
 /// The named databases `--databases` and `--create-databases` ask for, if any.
 enum NamedHost {
     None,
@@ -155,11 +179,7 @@ enum NamedHost {
 }
 
 /// Serves an in-memory store, or the durable one at `--path`.
-fn run_local(
-    args: &ServeArgs,
-    config: ServerConfig,
-    listener: std::net::TcpListener,
-) -> Result<(), String> {
+fn run_local(args: &ServeArgs, config: ServerConfig, listener: Listener) -> Result<(), String> {
     // A `Database`'s asynchronous commit never blocks the caller (a durable one waits for its
     // sync without holding a thread): await it on the request's task rather than hop to the
     // blocking pool and back for every write.
@@ -259,11 +279,7 @@ impl DatabaseHost for SharedHost {
 }
 
 /// Serves the store under `--etcd-prefix` on the etcd cluster at `--etcd`.
-fn run_etcd(
-    args: &ServeArgs,
-    config: ServerConfig,
-    listener: std::net::TcpListener,
-) -> Result<(), String> {
+fn run_etcd(args: &ServeArgs, config: ServerConfig, listener: Listener) -> Result<(), String> {
     let endpoints = etcd_endpoints(&args.etcd)?;
     // `EtcdStore`'s commits and reads wait for the cluster on the calling thread: run them
     // on the blocking pool, never on a runtime worker.
@@ -329,17 +345,19 @@ async fn serve_until_signal(
     args: &ServeArgs,
     kind: &str,
     config: &ServerConfig,
-    listener: std::net::TcpListener,
+    listener: Listener,
 ) -> Result<(), String> {
     // Before the listening line: a signal sent as soon as a script reads it must be handled
-    // (a graceful stop), not kill the process with the default disposition.
+    // (a graceful stop, a reload), not kill the process with the default disposition.
     let shutdown = shutdown_signal()?;
-    let reload = reload_on_sighup(
+    let Listener { socket, tls } = listener;
+    let reload = reload_on_sighup(reloaders(
+        tls.as_ref(),
         args.tokens_file.clone(),
         args.access_token.clone(),
         Arc::clone(config.access_tokens()),
-    )?;
-    let listener = tokio::net::TcpListener::from_std(listener)
+    ))?;
+    let listener = tokio::net::TcpListener::from_std(socket)
         .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
     let addr = listener
         .local_addr()
@@ -349,49 +367,31 @@ async fn serve_until_signal(
             "the root database is in memory: its data dies with the process (pass --path DIR to keep it)"
         );
     }
-    tracing::info!(%addr, store = %kind, tokens = config.access_tokens().len(), "tuplekv serve: KV Connect server started");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(
+        %addr,
+        url = %format!("{scheme}://{addr}"),
+        tls = tls.is_some(),
+        store = %kind,
+        tokens = config.access_tokens().len(),
+        "tuplekv serve: KV Connect server started"
+    );
+    let reload = tokio::spawn(reload);
     // The one line tests and scripts read to find the port.
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "listening on {addr}")
         .and_then(|()| stdout.flush())
         .map_err(|e| format!("cannot write to stdout: {e}"))?;
     drop(stdout);
-    let options = config.serve_options();
+    let options = tuplekv_server::ServeOptions {
+        tls,
+        ..config.serve_options()
+    };
     let served = serve_with(listener, app, options, shutdown)
         .await
         .map_err(|e| format!("server failed: {e}"));
     reload.abort();
     served
-}
-
-/// Handles SIGHUP for the server's life: reads the tokens file again and swaps the token
-/// set (connections stay open; a file that fails to parse keeps the old set), and logs what
-/// it did. SIGHUP no longer ends the process.
-fn reload_on_sighup(
-    tokens_file: Option<PathBuf>,
-    fixed: Vec<String>,
-    tokens: Arc<AccessTokens>,
-) -> Result<tokio::task::JoinHandle<()>, String> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
-    Ok(tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            let Some(file) = &tokens_file else {
-                tracing::info!("SIGHUP: nothing to reload (no --tokens-file)");
-                continue;
-            };
-            let reloaded = read_tokens_file(file)
-                .and_then(|from_file| tokens.replace(fixed.iter().cloned().chain(from_file)));
-            match reloaded {
-                Ok(n) => {
-                    tracing::info!(tokens = n, file = %file.display(), "SIGHUP: access tokens reloaded")
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "SIGHUP: tokens file refused; the previous tokens stay valid")
-                }
-            }
-        }
-    }))
 }
 
 /// A future that resolves on the first SIGINT or SIGTERM; the handlers are installed when
@@ -408,6 +408,81 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()> + Send, Str
             _ = int.recv() => "SIGINT",
         };
         tracing::info!(signal = which, "shutdown requested");
+    })
+}
+
+/// One thing SIGHUP reloads: `Ok` with what it reloaded, or `Err` with why it could not
+/// (and that the old one stays). Called on a blocking-pool thread.
+type Reloader = Box<dyn Fn() -> Result<String, String> + Send + Sync>;
+
+/// What SIGHUP reloads: the tokens file when given (swapping the whole token set; a file
+/// that fails to parse keeps the old set), and the TLS certificate and key when serving TLS.
+/// Connections stay open either way.
+fn reloaders(
+    tls: Option<&Tls>,
+    tokens_file: Option<PathBuf>,
+    fixed_tokens: Vec<String>,
+    tokens: Arc<AccessTokens>,
+) -> Vec<Reloader> {
+    let mut reloaders: Vec<Reloader> = Vec::new();
+    if let Some(file) = tokens_file {
+        reloaders.push(Box::new(move || {
+            read_tokens_file(&file)
+                .and_then(|from_file| tokens.replace(fixed_tokens.iter().cloned().chain(from_file)))
+                .map(|n| format!("access tokens reloaded: {n} valid, from {}", file.display()))
+                .map_err(|e| format!("tokens file refused: {e}; the previous tokens stay valid"))
+        }));
+    }
+    if let Some(tls) = tls {
+        let tls = tls.clone();
+        reloaders.push(Box::new(move || {
+            let files = match tls.files() {
+                Some((cert, key)) => format!("{} and {}", cert.display(), key.display()),
+                None => "its parts".to_owned(),
+            };
+            tls.reload()
+                .map(|()| format!("reloaded the TLS certificate and key from {files}"))
+                .map_err(|e| {
+                    format!(
+                        "cannot reload the TLS certificate: {e}; the old certificate stays in use"
+                    )
+                })
+        }));
+    }
+    reloaders
+}
+
+/// A future that runs every reloader on each SIGHUP and logs what each did; the handler is
+/// installed when this returns, so SIGHUP no longer kills the process.
+fn reload_on_sighup(
+    reloaders: Vec<Reloader>,
+) -> Result<impl std::future::Future<Output = ()> + Send, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
+    let reloaders = Arc::new(reloaders);
+    Ok(async move {
+        while hup.recv().await.is_some() {
+            if reloaders.is_empty() {
+                tracing::info!("SIGHUP: nothing to reload (no --tokens-file or --tls-cert given)");
+                continue;
+            }
+            // The reloaders read files: off the runtime's workers.
+            let all = Arc::clone(&reloaders);
+            let outcomes =
+                tokio::task::spawn_blocking(move || all.iter().map(|r| r()).collect::<Vec<_>>())
+                    .await;
+            match outcomes {
+                Ok(outcomes) => {
+                    for outcome in outcomes {
+                        match outcome {
+                            Ok(done) => tracing::info!("SIGHUP: {done}"),
+                            Err(e) => tracing::error!("SIGHUP: {e}"),
+                        }
+                    }
+                }
+                Err(e) => tracing::error!("SIGHUP: a reload failed: {e}"),
+            }
+        }
     })
 }
 

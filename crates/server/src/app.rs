@@ -403,6 +403,11 @@ async fn metadata<S: Store + 'static>(
     if authenticated {
         mark_authenticated(req.extensions());
     }
+    let scheme = if req.extensions().get::<crate::tls::OverTls>().is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let (parts, body) = req.into_parts();
     let request_extensions = parts.extensions;
     let body = state.read_metadata_body(body, authenticated).await?;
@@ -439,7 +444,10 @@ async fn metadata<S: Store + 'static>(
                     "Protocol version 1 needs a Host header to build the endpoint URL.",
                 )
             })?;
-        format!("http://{host}{}{ENDPOINT_PATH}", state.config.base_path())
+        format!(
+            "{scheme}://{host}{}{ENDPOINT_PATH}",
+            state.config.base_path()
+        )
     } else {
         format!("{}{ENDPOINT_PATH}", state.config.base_path())
     };

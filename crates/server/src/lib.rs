@@ -3,7 +3,9 @@
 //!
 //! [`router`] builds an axum [`Router`] that can be embedded in an existing application;
 //! [`serve`] runs it on a listener with HTTP/1.1 and h2c on the same port, bounded
-//! connections, and graceful shutdown.
+//! connections, and graceful shutdown. With [`ServeOptions::tls`] set to a [`Tls`] it serves
+//! `https://` instead (HTTP/2 and HTTP/1.1 chosen by ALPN, TLS 1.3 and 1.2), and the
+//! certificate can be reloaded while it runs ([`Tls::reload`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -33,7 +35,7 @@
 //! - An unknown value encoding is a 400 (denokv answers 500, which clients retry forever),
 //!   and an LE64 payload that is not 8 bytes is a 400 (denokv panics).
 //! - Protocol version 1 is served (with an absolute endpoint URL built from the request's
-//!   host, always `http://`); enqueues are refused with a 400 (KV Connect clients never send
+//!   host, `https://` over TLS, else `http://`); enqueues are refused with a 400 (KV Connect clients never send
 //!   them).
 //! - Reads never return an expired value (denokv shows it until its expiry pass, up to a
 //!   minute later); watches learn of an expiry from the engine's background reclaimer.
@@ -55,6 +57,7 @@ pub mod protocol;
 mod serve;
 mod snapshots;
 mod stats;
+mod tls;
 mod tokens;
 mod watch;
 
@@ -71,6 +74,7 @@ pub use databases::{
 pub use error::ApiError;
 pub use serve::{ServeOptions, serve, serve_with};
 pub use stats::ServerStats;
+pub use tls::{Tls, TlsError};
 pub use tokens::{AccessTokens, check_tokens, parse_tokens_file, read_tokens_file};
 /// Database ids ([`ServerConfig::with_database`]) are UUIDs, as KV Connect's are.
 pub use uuid::Uuid;

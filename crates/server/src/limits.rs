@@ -125,6 +125,11 @@ pub const WATCH_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// protocol) and on a kept-alive connection between requests. Past it the connection is
 /// closed, so idle connections do not hold a slot of [`CONNECTIONS_MAX`] forever.
 pub const H1_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a TLS handshake may take, counted from the client's first bytes; past it the
+/// connection is closed, so a client that opens a connection and never finishes its
+/// handshake does not hold a slot of [`CONNECTIONS_MAX`]. (Waiting for the first bytes is
+/// bounded by [`H1_HEADER_READ_TIMEOUT`], as on a plain connection.)
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the server pings an HTTP/2 connection (`PING` frames), to find dead peers.
 pub const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
 /// How long an HTTP/2 ping may go unacknowledged before the connection is closed.

@@ -1,5 +1,6 @@
-//! The accept loop: HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port, bounded
-//! connections, streams and header blocks, and graceful shutdown.
+//! The accept loop: HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port, or both
+//! inside TLS (ALPN `h2` and `http/1.1`); bounded connections, handshakes, streams and
+//! header blocks, and graceful shutdown.
 
 use std::future::Future;
 use std::io;
@@ -21,9 +22,10 @@ use crate::conn::{ConnHandle, Connections, PeerAddr, QuickAck};
 use crate::limits::{
     CONNECTION_SLOT_WAIT_MAX, CONNECTIONS_MAX, H1_HEADER_READ_TIMEOUT, H2_KEEP_ALIVE_INTERVAL,
     H2_KEEP_ALIVE_TIMEOUT, H2_STREAM_WINDOW, H2_STREAMS_PER_CONNECTION_MAX, HEADER_BLOCK_SIZE_MAX,
-    REFUSED_CONNECTION_LOG_INTERVAL, SHUTDOWN_GRACE_MAX,
+    REFUSED_CONNECTION_LOG_INTERVAL, SHUTDOWN_GRACE_MAX, TLS_HANDSHAKE_TIMEOUT,
 };
 use crate::stats::ServerStats;
+use crate::tls::{OverTls, Stream, Tls};
 
 /// How long the accept loop pauses after `accept` fails (out of file descriptors, say), so it
 /// does not spin.
@@ -58,6 +60,13 @@ pub struct ServeOptions {
     pub h2_keep_alive_interval: Duration,
     /// How long an HTTP/2 ping may go unacknowledged before the connection is closed.
     pub h2_keep_alive_timeout: Duration,
+    /// Serve over TLS with this certificate (`None`, the default: plain HTTP/1.1 and h2c).
+    /// Each new connection takes the configuration in use when it is accepted, so a
+    /// [`Tls::reload`] through a clone reaches the connections that come after it.
+    pub tls: Option<Tls>,
+    /// How long a TLS handshake may take once the client's first bytes came (see
+    /// [`TLS_HANDSHAKE_TIMEOUT`]); past it the connection is closed.
+    pub tls_handshake_timeout: Duration,
 }
 
 impl Default for ServeOptions {
@@ -72,6 +81,8 @@ impl Default for ServeOptions {
             h1_header_read_timeout: H1_HEADER_READ_TIMEOUT,
             h2_keep_alive_interval: H2_KEEP_ALIVE_INTERVAL,
             h2_keep_alive_timeout: H2_KEEP_ALIVE_TIMEOUT,
+            tls: None,
+            tls_handshake_timeout: TLS_HANDSHAKE_TIMEOUT,
         }
     }
 }
@@ -256,6 +267,8 @@ pub async fn serve_with(
     let waiting = Arc::new(AtomicUsize::new(0));
     let mut refusals = RefusalLog::default();
     let first_bytes_timeout = options.h1_header_read_timeout;
+    let handshake_timeout = options.tls_handshake_timeout;
+    let tls = options.tls;
     let stats = options.stats;
     tokio::pin!(shutdown);
     loop {
@@ -285,10 +298,16 @@ pub async fn serve_with(
         let conn = ConnHandle(Arc::clone(&registered.state));
         let signal = ShutdownSignal(closing_rx.clone());
         let router = router.clone();
+        // The configuration in use now: a reload reaches the connections after it.
+        let acceptor = tls.as_ref().map(Tls::acceptor);
+        let over_tls = acceptor.is_some();
         let service = service_fn(move |mut req: hyper::Request<Incoming>| {
             req.extensions_mut().insert(signal.clone());
             req.extensions_mut().insert(conn.clone());
             req.extensions_mut().insert(PeerAddr(peer));
+            if over_tls {
+                req.extensions_mut().insert(OverTls);
+            }
             let mut router = router.clone();
             async move { router.call(req).await }
         });
@@ -319,7 +338,7 @@ pub async fn serve_with(
             let mut first = [0u8; 1];
             let first_bytes = tokio::select! {
                 peeked = tokio::time::timeout(first_bytes_timeout, stream.peek(&mut first)) => peeked,
-                () = closing.wait() => return,
+                () = closing.clone().wait() => return,
                 () = state.closed() => {
                     tracing::debug!(%peer, "closing a connection that sent nothing, to make room");
                     return;
@@ -329,8 +348,44 @@ pub async fn serve_with(
                 tracing::debug!(%peer, "connection closed before its first request");
                 return;
             }
+            let stream = match acceptor {
+                None => Stream::Plain(QuickAck(stream)),
+                Some(acceptor) => {
+                    // Bounded too: a client that starts a handshake and stops mid-way
+                    // must not hold its slot.
+                    let handshake = acceptor.accept(QuickAck(stream));
+                    let shaken = tokio::select! {
+                        shaken = tokio::time::timeout(handshake_timeout, handshake) => shaken,
+                        () = closing.wait() => return,
+                        () = state.closed() => {
+                            tracing::debug!(%peer, "closing a connection in its TLS handshake, to make room");
+                            return;
+                        }
+                    };
+                    match shaken {
+                        Ok(Ok(tls)) => {
+                            let session = tls.get_ref().1;
+                            tracing::debug!(
+                                %peer,
+                                alpn = %session.alpn_protocol().map(String::from_utf8_lossy).unwrap_or_default(),
+                                version = ?session.protocol_version(),
+                                "TLS handshake done"
+                            );
+                            Stream::Tls(Box::new(tls))
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, timeout = ?handshake_timeout, "TLS handshake not finished in time: closing");
+                            return;
+                        }
+                    }
+                }
+            };
             let conn = builder
-                .serve_connection(TokioIo::new(QuickAck(stream)), service)
+                .serve_connection(TokioIo::new(stream), service)
                 .into_owned();
             tokio::select! {
                 served = watcher.watch(conn) => if let Err(e) = served {
