@@ -49,6 +49,19 @@ export async function operatorChecks({ name, env, openKv, print }) {
   }
   check("a wrong token is refused", refused);
 
+  // Queues: Deno's remote client refuses them before sending anything (docs/serve.md).
+  let enqueueError = null;
+  try {
+    await root.enqueue({ job: 1 });
+  } catch (e) {
+    enqueueError = e;
+  }
+  if (name === "deno") {
+    check("kv.enqueue is refused over KV Connect", enqueueError !== null);
+  } else {
+    print(`note ${name} operator: kv.enqueue ${enqueueError ? `refused (${enqueueError.message})` : "accepted"}`);
+  }
+
   for (const kv of [a, b, root, a2]) kv.close();
   print(`${name} operator: ${failed === 0 ? "passed" : `${failed} failed`}`);
   return failed === 0 ? 0 : 1;
