@@ -6,7 +6,11 @@
 //! ```text
 //! ROOT/NAME/database.json   {"id": "<uuid>", "created_at": "<RFC 3339>"}, written last on create
 //! ROOT/NAME/store/          the durable store (checkpoints, log segments, LOCK)
+//! ROOT/NAME/tokens          optional: the database's own tokens, one per line
 //! ```
+//!
+//! A database with a `tokens` file accepts only those tokens (the server's own do not open
+//! it; they still reach the admin endpoints), read when it is opened and again on SIGHUP.
 //!
 //! A directory without `database.json` is not a database (a create that died half-way);
 //! creating the name again completes it. Without a data root, `--create-databases` keeps
@@ -22,12 +26,16 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use serde_json::json;
 use tuplekv_engine::{Database, Options};
-use tuplekv_server::{DatabaseHost, DatabaseName, ServerConfig, Uuid, router};
+use tuplekv_server::{
+    AccessTokens, DatabaseHost, DatabaseName, ServerConfig, Uuid, read_tokens_file, router,
+};
 
 /// The file that makes a directory under the data root a database.
 pub(crate) const META_FILE: &str = "database.json";
 /// The store's directory inside a database's directory.
 pub(crate) const STORE_DIR: &str = "store";
+/// The optional file of a database's own access tokens.
+pub(crate) const TOKENS_FILE: &str = "tokens";
 /// How long dropping a database waits for the requests and watches still using it to end.
 pub(crate) const DROP_WAIT_MAX: Duration = Duration::from_secs(5);
 /// How often a drop looks again whether the database is free.
@@ -170,6 +178,8 @@ pub(crate) struct DirHost {
     options: Options,
     config: ServerConfig,
     open: Mutex<HashMap<DatabaseName, Arc<Database>>>,
+    /// The own tokens of the open databases that have a tokens file.
+    tokens: Mutex<HashMap<DatabaseName, Arc<AccessTokens>>>,
 }
 
 impl DirHost {
@@ -181,6 +191,67 @@ impl DirHost {
             options,
             config,
             open: Mutex::default(),
+            tokens: Mutex::default(),
+        }
+    }
+
+    fn lock_tokens(&self) -> std::sync::MutexGuard<'_, HashMap<DatabaseName, Arc<AccessTokens>>> {
+        self.tokens.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The own tokens of database `name` (its tokens file, if it has one), shared with its
+    /// routers so a reload reaches them.
+    fn own_tokens(&self, name: &DatabaseName) -> Result<Option<Arc<AccessTokens>>, String> {
+        let file = database_dir(&self.root, name).join(TOKENS_FILE);
+        if !file.exists() {
+            self.lock_tokens().remove(name);
+            return Ok(None);
+        }
+        let read = read_tokens_file(&file).map_err(|e| e.to_string())?;
+        let mut all = self.lock_tokens();
+        match all.get(name) {
+            Some(tokens) => {
+                tokens.replace(read).map_err(|e| e.to_string())?;
+                Ok(Some(Arc::clone(tokens)))
+            }
+            None => {
+                let tokens = Arc::new(AccessTokens::new(read).map_err(|e| e.to_string())?);
+                all.insert(name.clone(), Arc::clone(&tokens));
+                Ok(Some(tokens))
+            }
+        }
+    }
+
+    /// Reads the tokens file of every open database that has one again (on SIGHUP); a file
+    /// that fails to parse keeps that database's tokens. What it did, for the log.
+    pub(crate) fn reload_tokens(&self) -> Result<String, String> {
+        let names: Vec<_> = self.lock_tokens().keys().cloned().collect();
+        let mut failed = Vec::new();
+        for name in &names {
+            let file = database_dir(&self.root, name).join(TOKENS_FILE);
+            let reloaded = read_tokens_file(&file)
+                .map_err(|e| e.to_string())
+                .and_then(|read| {
+                    let tokens = self.lock_tokens().get(name).cloned();
+                    match tokens {
+                        Some(tokens) => tokens.replace(read).map(|_| ()).map_err(|e| e.to_string()),
+                        None => Ok(()),
+                    }
+                });
+            if let Err(e) = reloaded {
+                failed.push(format!("{name}: {e}"));
+            }
+        }
+        if failed.is_empty() {
+            Ok(format!(
+                "reloaded the own tokens of {} named database(s)",
+                names.len()
+            ))
+        } else {
+            Err(format!(
+                "named databases' tokens files refused, their previous tokens stay valid: {}",
+                failed.join("; ")
+            ))
         }
     }
 
@@ -216,6 +287,8 @@ impl DatabaseHost for DirHost {
             None if create_it => create(&self.root, name)?.0,
             None => return Ok(None),
         };
+        // Before the store: a tokens file that does not parse opens nothing.
+        let own_tokens = self.own_tokens(name)?;
         let mut open = self.lock();
         let store = match open.get(name) {
             Some(store) => Arc::clone(store),
@@ -229,7 +302,12 @@ impl DatabaseHost for DirHost {
                 store
             }
         };
-        Ok(Some(router(store, self.config.with_database(name, id))))
+        drop(open);
+        let mut config = self.config.with_database(name, id);
+        if let Some(tokens) = own_tokens {
+            config = config.with_tokens(tokens);
+        }
+        Ok(Some(router(store, config)))
     }
 
     fn list(&self) -> Result<Vec<DatabaseName>, String> {
@@ -249,6 +327,7 @@ impl DatabaseHost for DirHost {
         })?;
         db.close()
             .map_err(|e| format!("cannot close database {name}: {e}"))?;
+        self.lock_tokens().remove(name);
         remove(&database_dir(&self.root, name))?;
         Ok(true)
     }

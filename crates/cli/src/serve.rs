@@ -242,7 +242,15 @@ fn run_local(args: &ServeArgs, config: ServerConfig, listener: Listener) -> Resu
         (NamedHost::Memory, _) => format!("{kind}; named databases in memory, made on first use"),
         _ => kind,
     };
-    let served = runtime.block_on(serve_until_signal(app, args, &kind, &config, listener));
+    // SIGHUP also re-reads the named databases' own tokens files.
+    let mut extra: Vec<Reloader> = Vec::new();
+    if let NamedHost::Dirs(host) = &named {
+        let host = Arc::clone(host);
+        extra.push(Box::new(move || host.reload_tokens()));
+    }
+    let served = runtime.block_on(serve_until_signal(
+        app, args, &kind, &config, listener, extra,
+    ));
     drop(runtime);
     if let NamedHost::Dirs(host) = &named {
         host.close_all()?;
@@ -305,7 +313,14 @@ fn run_etcd(args: &ServeArgs, config: ServerConfig, listener: Listener) -> Resul
     );
     let store = Arc::new(store);
     let app = router(Arc::clone(&store), config.clone());
-    runtime.block_on(serve_until_signal(app, args, &kind, &config, listener))?;
+    runtime.block_on(serve_until_signal(
+        app,
+        args,
+        &kind,
+        &config,
+        listener,
+        Vec::new(),
+    ))?;
     drop(runtime);
     // Nothing to sync: every acknowledged commit is already on the cluster.
     drop(store);
@@ -346,17 +361,20 @@ async fn serve_until_signal(
     kind: &str,
     config: &ServerConfig,
     listener: Listener,
+    extra_reloaders: Vec<Reloader>,
 ) -> Result<(), String> {
     // Before the listening line: a signal sent as soon as a script reads it must be handled
     // (a graceful stop, a reload), not kill the process with the default disposition.
     let shutdown = shutdown_signal()?;
     let Listener { socket, tls } = listener;
-    let reload = reload_on_sighup(reloaders(
+    let mut all_reloaders = reloaders(
         tls.as_ref(),
         args.tokens_file.clone(),
         args.access_token.clone(),
         Arc::clone(config.access_tokens()),
-    ))?;
+    );
+    all_reloaders.extend(extra_reloaders);
+    let reload = reload_on_sighup(all_reloaders)?;
     let listener = tokio::net::TcpListener::from_std(socket)
         .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
     let addr = listener

@@ -654,3 +654,50 @@ fn serve_listens_on_a_host_name_and_a_taken_port_creates_no_store() {
     let _ = child.wait();
     assert!(line.starts_with("listening on "), "{line:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_database_with_its_own_tokens_file_accepts_only_those_and_reloads_them() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let root_arg = root.path().to_str().expect("utf-8 path");
+    let (ok, _, err) = run_cli(&["db", "create", "tenant", "--databases", root_arg], TOKEN);
+    assert!(ok, "{err}");
+    let tokens = root.path().join("tenant").join("tokens");
+    std::fs::write(&tokens, "tenant-token-0001\n").expect("write");
+    let server = ServeProcess::start(&["--databases", root_arg]);
+    let url = format!("http://{}/tenant", server.addr);
+    let (ok, _, err) = run_cli(&["get", "--url", &url, r#"["k"]"#], TOKEN);
+    assert!(!ok, "the server's token does not open it");
+    assert!(err.contains("401") || err.contains("token"), "{err}");
+    let (ok, out, err) = run_cli(&["get", "--url", &url, r#"["k"]"#], "tenant-token-0001");
+    assert!(ok && out.contains("(absent)"), "{out}{err}");
+    let root_url = format!("http://{}", server.addr);
+    let (ok, _, _) = run_cli(
+        &["get", "--url", &root_url, r#"["k"]"#],
+        "tenant-token-0001",
+    );
+    assert!(!ok, "nor does its token open the root database");
+
+    std::fs::write(&tokens, "tenant-token-0002\n").expect("write");
+    server.signal("HUP");
+    let started = std::time::Instant::now();
+    loop {
+        let (ok, _, _) = run_cli(&["get", "--url", &url, r#"["k"]"#], "tenant-token-0002");
+        if ok {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT_MAX,
+            "the new tenant token never worked"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (ok, _, _) = run_cli(&["get", "--url", &url, r#"["k"]"#], "tenant-token-0001");
+    assert!(!ok, "the old tenant token is gone");
+    server.signal("TERM");
+    let (ok, stderr) = server.exit().await;
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("reloaded the own tokens of 1 named database(s)"),
+        "{stderr}"
+    );
+}

@@ -715,3 +715,55 @@ pub(crate) fn engine_error(e: &tuplekv_engine::Error) -> ApiError {
     }
     api
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_of_refused_tokens_is_one_log_line_per_interval() {
+        let log = TokenRefusalLog::default();
+        let peer = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9)));
+        assert!(
+            log.refused(peer, "wrong access token"),
+            "the first is logged"
+        );
+        let logged = (0..500)
+            .filter(|_| log.refused(peer, "wrong access token"))
+            .count();
+        assert_eq!(logged, 0, "the rest wait for the interval");
+        {
+            let mut count = log.inner.lock().expect("lock");
+            assert_eq!(count.unlogged, 500, "and are counted for the next line");
+            count.last = count
+                .last
+                .and_then(|l| l.checked_sub(REFUSED_TOKEN_LOG_INTERVAL));
+        }
+        assert!(
+            log.refused(None, "no access token"),
+            "logged again after it"
+        );
+        assert_eq!(log.inner.lock().expect("lock").unlogged, 0);
+    }
+
+    #[test]
+    fn authorize_returns_the_token_shown_when_it_is_one_of_the_set() {
+        let tokens = AccessTokens::new(["first-token-0001", "second-token-002"]).expect("valid");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            "bearer second-token-002".parse().expect("header"),
+        );
+        assert_eq!(authorize(&headers, &tokens).ok(), Some("second-token-002"));
+        headers.insert(
+            header::AUTHORIZATION,
+            "Basic second-token-002".parse().expect("header"),
+        );
+        assert!(
+            authorize(&headers, &tokens).is_err(),
+            "only the bearer scheme"
+        );
+        headers.remove(header::AUTHORIZATION);
+        assert!(authorize(&headers, &tokens).is_err());
+    }
+}

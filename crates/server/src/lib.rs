@@ -257,6 +257,14 @@ impl ServerConfig {
         }
     }
 
+    /// This configuration accepting only `tokens` (for a named database with tokens of its
+    /// own: the server's tokens then do not open it).
+    #[must_use]
+    pub fn with_tokens(mut self, tokens: Arc<AccessTokens>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
     /// The URL path this configuration's database is served at (`""` for the root).
     pub fn base_path(&self) -> &str {
         &self.base_path
