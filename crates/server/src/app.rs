@@ -10,7 +10,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use bytes::Bytes;
 use denokv_proto::datapath as pb;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -86,6 +86,8 @@ where
         ));
     Router::new()
         .route("/", post(metadata::<S>))
+        .route("/healthz", get(crate::health::healthz))
+        .route("/readyz", get(crate::health::readyz::<S>))
         .nest(ENDPOINT_PATH, data_path)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
@@ -104,10 +106,18 @@ async fn count_refusals<S: Store + 'static>(
     req: Request,
     next: Next,
 ) -> Response {
+    let route = crate::stats::route_of(req.uri().path());
+    let started = std::time::Instant::now();
     let res = next.run(req).await;
     if !res.status().is_success() {
         state.stats().refused();
     }
+    state.stats().responded(
+        route,
+        res.status().as_u16(),
+        started.elapsed(),
+        res.body().size_hint().exact(),
+    );
     res
 }
 
@@ -193,6 +203,7 @@ impl<S: Store> AppState<S> {
                     None => return Ok(true),
                     Some(Ok(frame)) => {
                         if let Ok(data) = frame.into_data() {
+                            self.stats().received(data.len());
                             buf.extend_from_slice(&data);
                         }
                     }
@@ -284,7 +295,7 @@ fn mark_authenticated(extensions: &axum::http::Extensions) {
 
 /// Whether `authorization` is `<scheme> <token>` with scheme `bearer` (any case) and the
 /// token equal to `expected`, compared in constant time.
-fn authorize(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
+pub(crate) fn authorize(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
     let Some(value) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -577,6 +588,9 @@ async fn atomic_write<S: Store + 'static>(
     }
     .map_err(|e| engine_error(&e))?;
     drop(pinned);
+    state
+        .stats()
+        .commit_outcome(matches!(result, CommitResult::Committed { .. }));
     let (out, outcome) = write_output(result);
     let mut bytes = out.encode_to_vec();
     if extended {

@@ -46,7 +46,9 @@
 mod app;
 mod conn;
 mod error;
+mod health;
 pub mod limits;
+pub mod metrics;
 // Public only so the fuzz target (`tuplekv_testkit::fuzz`) can decode bodies as the server
 // does; not part of the API.
 #[doc(hidden)]
@@ -391,8 +393,11 @@ impl std::fmt::Debug for ServerConfig {
 }
 
 /// The KV Connect endpoints over `store`: `POST /` (metadata exchange), and
-/// `POST /v2/snapshot_read`, `/v2/atomic_write` and `/v2/watch`. Any other path gets 404
-/// `Resource not found.`.
+/// `POST /v2/snapshot_read`, `/v2/atomic_write` and `/v2/watch`; and the probes, answered
+/// without the token: `GET /healthz` (200 `ok`) and `GET /readyz` (200 `ready` while the
+/// store accepts writes, else 503 with the reason on one line; see [`Store::health`]). Any
+/// other path gets 404 `Resource not found.`. For `GET /metrics`, merge in
+/// [`metrics::Metrics::router`].
 ///
 /// # Examples
 /// ```
