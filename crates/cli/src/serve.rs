@@ -6,7 +6,7 @@
 //! given the same cluster and `--etcd-prefix` serve one store, and any of them may stop or
 //! die without losing an acknowledged write.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +15,10 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tuplekv_engine::{Database, Durability, Options, Store};
 use tuplekv_etcd::EtcdStore;
-use tuplekv_server::{CommitMode, ReadMode, ServerConfig, router, serve_with};
+use tuplekv_server::metrics::{DEFAULT_DATABASE, Metrics, StoreSampler, database_sampler};
+use tuplekv_server::{CommitMode, ReadMode, ServeOptions, ServerConfig, router, serve_with};
+
+use crate::logging::{LogFormat, LogLevel};
 
 /// Where `serve` listens by default: loopback only.
 const ADDR_DEFAULT: &str = "127.0.0.1:4512";
@@ -51,6 +54,18 @@ pub(crate) struct ServeArgs {
     /// The token clients must present (at least 12 characters).
     #[arg(long, env = "TUPLEKV_ACCESS_TOKEN", hide_env_values = true)]
     access_token: Option<String>,
+    /// Also serve `GET /metrics` (Prometheus text) without the token on this address, for a
+    /// scraper (keep it on loopback or a private network). `/metrics` on `--addr` needs the
+    /// token.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// How log lines are written on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// The level logged when `RUST_LOG` is unset (`RUST_LOG`, when set, is the filter). The
+    /// HTTP crates stay at info unless `RUST_LOG` names them.
+    #[arg(long, value_enum, default_value_t = LogLevel::Info)]
+    log_level: LogLevel,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -61,7 +76,7 @@ enum DurabilityArg {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
-    init_logging();
+    crate::logging::init(args.log_format, args.log_level)?;
     let token = args
         .access_token
         .as_deref()
@@ -101,6 +116,22 @@ fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
                 .map_err(|e| format!("cannot open the store at {}: {e}", dir.display()))?
         }
     };
+    match store.recovery_report() {
+        Some(r) => tracing::info!(
+            checkpoint = %r.checkpoint.map_or_else(|| "none".to_owned(), |v| v.to_string()),
+            checkpoint_entries = r.checkpoint_entries,
+            segments = r.segments,
+            records_replayed = r.records_replayed,
+            bytes_read = r.bytes_read,
+            torn_tail_cut = ?r.truncated.as_ref().map(|(path, offset, bytes)| format!("{} at {offset} ({bytes} bytes)", path.display())),
+            last_versionstamp = %r.last_versionstamp,
+            elapsed = ?r.elapsed,
+            "recovered the store: the checkpoint, then the log's commit records after it"
+        ),
+        None => tracing::warn!(
+            "the store is in memory: its data dies with the process (pass --path DIR to keep it)"
+        ),
+    }
     let kind = match &args.path {
         None => "in memory: data dies with the process".to_owned(),
         Some(dir) => format!(
@@ -110,7 +141,14 @@ fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
         ),
     };
     let store = Arc::new(store);
-    runtime.block_on(serve_until_signal(Arc::clone(&store), args, &kind, config))?;
+    let sampler = database_sampler(&store);
+    runtime.block_on(serve_until_signal(
+        Arc::clone(&store),
+        args,
+        &kind,
+        config,
+        Some(sampler),
+    ))?;
     drop(runtime);
     let store = Arc::into_inner(store).ok_or("the store is still in use after shutdown")?;
     if args.path.is_some() {
@@ -153,7 +191,13 @@ fn run_etcd(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
         args.etcd_prefix
     );
     let store = Arc::new(store);
-    runtime.block_on(serve_until_signal(Arc::clone(&store), args, &kind, config))?;
+    runtime.block_on(serve_until_signal(
+        Arc::clone(&store),
+        args,
+        &kind,
+        config,
+        None,
+    ))?;
     drop(runtime);
     // Nothing to sync: every acknowledged commit is already on the cluster.
     drop(store);
@@ -188,11 +232,13 @@ fn etcd_endpoints(given: &[String]) -> Result<Vec<String>, String> {
         .collect()
 }
 
+/// Serves `store` on `--addr` (and `/metrics` on `--metrics-addr`) until SIGINT or SIGTERM.
 async fn serve_until_signal<S: Store + 'static>(
     store: Arc<S>,
     args: &ServeArgs,
     kind: &str,
     config: ServerConfig,
+    sampler: Option<Arc<dyn StoreSampler>>,
 ) -> Result<(), String> {
     // Before the listening line: a signal sent as soon as a script reads it must be handled
     // (a graceful stop), not kill the process with the default disposition.
@@ -211,10 +257,60 @@ async fn serve_until_signal<S: Store + 'static>(
         .map_err(|e| format!("cannot write to stdout: {e}"))?;
     drop(stdout);
     let options = config.serve_options();
-    let app = router(store, config);
-    serve_with(listener, app, options, shutdown)
+    let metrics = Metrics::new(Arc::clone(&options.stats));
+    metrics
+        .add_database(DEFAULT_DATABASE, Arc::clone(config.stats()), sampler)
+        .map_err(|e| e.to_string())?;
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    let metrics_server = match args.metrics_addr {
+        None => None,
+        Some(at) => Some(serve_metrics(at, &metrics, stopped).await?),
+    };
+    let token = config.access_token().to_owned();
+    let app = router(store, config).merge(metrics.router(token));
+    let served = serve_with(listener, app, options, async move {
+        shutdown.await;
+        let _ = stopping.send(true);
+    })
+    .await
+    .map_err(|e| format!("server failed: {e}"));
+    if let Some(task) = metrics_server {
+        task.await
+            .map_err(|e| format!("the metrics server failed: {e}"))?
+            .map_err(|e| format!("the metrics server failed: {e}"))?;
+    }
+    served
+}
+
+/// Serves `metrics` without a token on `at` until `stopped` turns true; prints
+/// `metrics on ADDR` once listening.
+async fn serve_metrics(
+    at: SocketAddr,
+    metrics: &Metrics,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, String> {
+    let listener = tokio::net::TcpListener::bind(at)
         .await
-        .map_err(|e| format!("server failed: {e}"))
+        .map_err(|e| format!("cannot listen on {at} (--metrics-addr): {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+    tracing::info!(%addr, "serving /metrics without a token");
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "metrics on {addr}")
+        .and_then(|()| stdout.flush())
+        .map_err(|e| format!("cannot write to stdout: {e}"))?;
+    drop(stdout);
+    // Its own connection counts: a scraper's connections are not the data path's.
+    let app = metrics.open_router();
+    Ok(tokio::spawn(serve_with(
+        listener,
+        app,
+        ServeOptions::default(),
+        async move {
+            let _ = stopped.wait_for(|&stop| stop).await;
+        },
+    )))
 }
 
 /// A future that resolves on the first SIGINT or SIGTERM; the handlers are installed when
@@ -232,17 +328,6 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()> + Send, Str
         };
         tracing::info!(signal = which, "shutdown requested");
     })
-}
-
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
 }
 
 #[cfg(test)]
