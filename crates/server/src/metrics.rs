@@ -378,7 +378,7 @@ type Labels = Vec<(&'static str, String)>;
 
 /// Writes one family of `kind` named `name` with a value per label set (nothing when
 /// `rows` is empty).
-fn family<V: Copy>(
+fn family<V>(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
