@@ -90,11 +90,9 @@ async fn fetch(authority: &str, token: &str) -> Result<String, String> {
         .await
         .map_err(|e| format!("{authority} did not answer {METRICS_PATH}: {e}"))?;
     let status = response.status();
-    let body = http_body_util::Limited::new(response.into_body(), METRICS_BODY_MAX)
-        .collect()
+    let body = collect_limited(response.into_body(), METRICS_BODY_MAX)
         .await
-        .map_err(|e| format!("cannot read {METRICS_PATH} from {authority}: {e}"))?
-        .to_bytes();
+        .map_err(|e| format!("cannot read {METRICS_PATH} from {authority}: {e}"))?;
     driver.abort();
     let text = String::from_utf8_lossy(&body).into_owned();
     if !status.is_success() {
@@ -104,6 +102,19 @@ async fn fetch(authority: &str, token: &str) -> Result<String, String> {
         ));
     }
     Ok(text)
+}
+
+/// `body` whole, or an error once it passes `max` bytes.
+async fn collect_limited<B>(body: B, max: usize) -> Result<Bytes, String>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    http_body_util::Limited::new(body, max)
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+        .map_err(|e| e.to_string())
 }
 
 /// The samples of Prometheus text (comments skipped, lines it cannot read ignored).
@@ -288,7 +299,8 @@ fn render(url: &str, summary: &Map<String, Value>) -> Vec<String> {
         }
         if let Some(secs) = db.get("recovery_seconds").and_then(Value::as_f64) {
             lines.push(format!(
-                "  recovery      {secs:.3} s, {} commit records replayed, {} bytes read",
+                "  recovery      {:.3} ms, {} commit records replayed, {} bytes read",
+                secs * 1000.0,
                 n(db.get("recovery_records_replayed")),
                 n(db.get("recovery_bytes_read"))
             ));
@@ -309,6 +321,20 @@ mod tests {
         );
         assert!(authority_of("https://h:1").is_err());
         assert!(authority_of("http://").is_err());
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_the_largest_size_is_read_and_one_past_it_refused() {
+        let body = |n: usize| http_body_util::Full::new(Bytes::from(vec![b'a'; n]));
+        let max = METRICS_BODY_MAX;
+        assert_eq!(
+            collect_limited(body(max), max).await.map(|b| b.len()),
+            Ok(max)
+        );
+        let err = collect_limited(body(max + 1), max)
+            .await
+            .expect_err("past the limit");
+        assert!(err.contains("length limit"), "{err}");
     }
 
     #[test]

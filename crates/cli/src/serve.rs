@@ -126,7 +126,7 @@ fn run_local(args: &ServeArgs, config: ServerConfig) -> Result<(), String> {
             torn_tail_cut = ?r.truncated.as_ref().map(|(path, offset, bytes)| format!("{} at {offset} ({bytes} bytes)", path.display())),
             last_versionstamp = %r.last_versionstamp,
             elapsed = ?r.elapsed,
-            "recovered the store: the checkpoint, then the log's commit records after it"
+            "recovered the store"
         ),
         None => tracing::warn!(
             "the store is in memory: its data dies with the process (pass --path DIR to keep it)"

@@ -21,6 +21,15 @@
 //! # }
 //! ```
 //!
+//! # Health and metrics
+//! The router answers `GET /healthz` (alive) and `GET /readyz` (the store accepts writes, as
+//! [`Store::health`] says: 503 with the reason after a durable store's fail-stop or while an
+//! etcd cluster cannot be reached) without the token. [`metrics::Metrics`] exports the
+//! counters of [`ServerStats`] and each store's state as Prometheus text: merge
+//! [`metrics::Metrics::router`] (`GET /metrics` behind the token) into the router, or serve
+//! [`metrics::Metrics::open_router`] on a listener of its own. Each database served gets a
+//! `database` label, and databases may be added while the server runs.
+//!
 //! Semantics are the engine's: a write commits all of its mutations or none, a failed check
 //! is reported with the indexes of every failing check, and expiry is exact at read time.
 //! Error texts are denokv's where it has one, because clients show them to their users.
