@@ -1,5 +1,5 @@
 //! The key-value subcommands: `get`, `set`, `delete`, `list`, `watch` and `stats`, each on
-//! `--path DIR` or `--url URL` (`stats` on a directory only). Keys are Deno literals
+//! `--path DIR` or `--url URL` (`stats --url` reads the server's `/metrics`, `remote_stats.rs`). Keys are Deno literals
 //! (`keys.rs`); output is one line per entry for people, JSON objects with `--json`.
 
 use std::io::Write;
@@ -335,8 +335,12 @@ fn print_update(update: &WatchUpdate, keys: &[Key], json: bool) -> Result<(), St
     Ok(())
 }
 
-/// Runs `tuplekv stats`: live entries and their sizes, and the engine's memory counts.
+/// Runs `tuplekv stats`: live entries and their sizes, and the engine's memory counts; with
+/// `--url`, the server's metrics (`remote_stats.rs`).
 pub(crate) fn stats(args: StatsArgs) -> Result<(), String> {
+    if let (None, Some(url)) = (&args.target.path, &args.target.url) {
+        return crate::remote_stats::run(url, args.target.access_token.as_deref(), args.json);
+    }
     let dir = args.target.require_path("stats")?.to_owned();
     let db = open_database(&dir, Create::No)?;
     let snapshot = db.snapshot();

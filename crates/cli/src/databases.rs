@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use serde_json::json;
 use tuplekv_engine::{Database, Options};
+use tuplekv_server::metrics::{Metrics, database_sampler};
 use tuplekv_server::{
     AccessTokens, DatabaseHost, DatabaseName, ServerConfig, Uuid, read_tokens_file, router,
 };
@@ -177,19 +178,28 @@ pub(crate) struct DirHost {
     root: PathBuf,
     options: Options,
     config: ServerConfig,
-    open: Mutex<HashMap<DatabaseName, Arc<Database>>>,
+    metrics: Metrics,
+    /// The open stores, each with the configuration (and so the counters) all its routers
+    /// share.
+    open: Mutex<HashMap<DatabaseName, (Arc<Database>, ServerConfig)>>,
     /// The own tokens of the open databases that have a tokens file.
     tokens: Mutex<HashMap<DatabaseName, Arc<AccessTokens>>>,
 }
 
 impl DirHost {
     /// The databases under `root`, opened with `options`, served with `config`'s tokens
-    /// and limits.
-    pub(crate) fn new(root: PathBuf, options: Options, config: ServerConfig) -> Self {
+    /// and limits, each registered in `metrics` while it is open.
+    pub(crate) fn new(
+        root: PathBuf,
+        options: Options,
+        config: ServerConfig,
+        metrics: Metrics,
+    ) -> Self {
         DirHost {
             root,
             options,
             config,
+            metrics,
             open: Mutex::default(),
             tokens: Mutex::default(),
         }
@@ -255,7 +265,9 @@ impl DirHost {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<DatabaseName, Arc<Database>>> {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<DatabaseName, (Arc<Database>, ServerConfig)>> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -263,7 +275,8 @@ impl DirHost {
     pub(crate) fn close_all(&self) -> Result<(), String> {
         let open: Vec<_> = self.lock().drain().collect();
         let mut failed = Vec::new();
-        for (name, store) in open {
+        for (name, (store, _)) in open {
+            self.metrics.remove_database(name.as_str());
             let closed = match take_back(store) {
                 Ok(db) => db.close().map_err(|e| e.to_string()),
                 Err(_) => Err("still in use".to_owned()),
@@ -290,23 +303,32 @@ impl DatabaseHost for DirHost {
         // Before the store: a tokens file that does not parse opens nothing.
         let own_tokens = self.own_tokens(name)?;
         let mut open = self.lock();
-        let store = match open.get(name) {
-            Some(store) => Arc::clone(store),
+        let (store, config) = match open.get(name) {
+            Some((store, config)) => (Arc::clone(store), config.clone()),
             None => {
                 let dir = database_dir(&self.root, name).join(STORE_DIR);
                 let store = Arc::new(
                     Database::open(&dir, self.options.clone())
                         .map_err(|e| format!("cannot open {}: {e}", dir.display()))?,
                 );
-                open.insert(name.clone(), Arc::clone(&store));
-                store
+                let mut config = self.config.with_database(name, id);
+                if let Some(tokens) = own_tokens {
+                    config = config.with_tokens(tokens);
+                }
+                // A name is registered once: a stale entry (none should be) is replaced.
+                self.metrics.remove_database(name.as_str());
+                self.metrics
+                    .add_database(
+                        name.as_str(),
+                        Arc::clone(config.stats()),
+                        Some(database_sampler(&store)),
+                    )
+                    .map_err(|e| e.to_string())?;
+                open.insert(name.clone(), (Arc::clone(&store), config.clone()));
+                (store, config)
             }
         };
         drop(open);
-        let mut config = self.config.with_database(name, id);
-        if let Some(tokens) = own_tokens {
-            config = config.with_tokens(tokens);
-        }
         Ok(Some(router(store, config)))
     }
 
@@ -315,12 +337,12 @@ impl DatabaseHost for DirHost {
     }
 
     fn drop_database(&self, name: &DatabaseName) -> Result<bool, String> {
-        let Some(store) = self.lock().remove(name) else {
+        let Some((store, config)) = self.lock().remove(name) else {
             return drop_offline(&self.root, name);
         };
         let db = take_back(store).map_err(|store| {
             let users = Arc::strong_count(&store) - 1;
-            self.lock().insert(name.clone(), store);
+            self.lock().insert(name.clone(), (store, config));
             format!(
                 "database {name} is still in use by {users} request(s) or watch(es) after {DROP_WAIT_MAX:?}; try again once they end"
             )
@@ -328,6 +350,7 @@ impl DatabaseHost for DirHost {
         db.close()
             .map_err(|e| format!("cannot close database {name}: {e}"))?;
         self.lock_tokens().remove(name);
+        self.metrics.remove_database(name.as_str());
         remove(&database_dir(&self.root, name))?;
         Ok(true)
     }
@@ -336,19 +359,24 @@ impl DatabaseHost for DirHost {
 /// Named databases in memory, made on demand: they die with the process.
 pub(crate) struct MemoryHost {
     config: ServerConfig,
-    open: Mutex<HashMap<DatabaseName, (Uuid, Arc<Database>)>>,
+    metrics: Metrics,
+    open: Mutex<HashMap<DatabaseName, (ServerConfig, Arc<Database>)>>,
 }
 
 impl MemoryHost {
-    /// In-memory databases served with `config`'s tokens and limits.
-    pub(crate) fn new(config: ServerConfig) -> Self {
+    /// In-memory databases served with `config`'s tokens and limits, each registered in
+    /// `metrics` while it exists.
+    pub(crate) fn new(config: ServerConfig, metrics: Metrics) -> Self {
         MemoryHost {
             config,
+            metrics,
             open: Mutex::default(),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<DatabaseName, (Uuid, Arc<Database>)>> {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<DatabaseName, (ServerConfig, Arc<Database>)>> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -356,16 +384,25 @@ impl MemoryHost {
 impl DatabaseHost for MemoryHost {
     fn open(&self, name: &DatabaseName, create_it: bool) -> Result<Option<Router>, String> {
         let mut open = self.lock();
-        let (id, store) = match open.get(name) {
-            Some((id, store)) => (*id, Arc::clone(store)),
+        let (config, store) = match open.get(name) {
+            Some((config, store)) => (config.clone(), Arc::clone(store)),
             None if create_it => {
-                let made = (Uuid::new_v4(), Arc::new(Database::in_memory()));
-                open.insert(name.clone(), (made.0, Arc::clone(&made.1)));
-                made
+                let config = self.config.with_database(name, Uuid::new_v4());
+                let store = Arc::new(Database::in_memory());
+                self.metrics.remove_database(name.as_str());
+                self.metrics
+                    .add_database(
+                        name.as_str(),
+                        Arc::clone(config.stats()),
+                        Some(database_sampler(&store)),
+                    )
+                    .map_err(|e| e.to_string())?;
+                open.insert(name.clone(), (config.clone(), Arc::clone(&store)));
+                (config, store)
             }
             None => return Ok(None),
         };
-        Ok(Some(router(store, self.config.with_database(name, id))))
+        Ok(Some(router(store, config)))
     }
 
     fn list(&self) -> Result<Vec<DatabaseName>, String> {
@@ -375,7 +412,7 @@ impl DatabaseHost for MemoryHost {
     }
 
     fn drop_database(&self, name: &DatabaseName) -> Result<bool, String> {
-        let Some((id, store)) = self.lock().remove(name) else {
+        let Some((config, store)) = self.lock().remove(name) else {
             return Ok(false);
         };
         // Dropped when the last request lets go; waited for so that a new database of the
@@ -383,11 +420,12 @@ impl DatabaseHost for MemoryHost {
         match take_back(store) {
             Ok(db) => {
                 drop(db);
+                self.metrics.remove_database(name.as_str());
                 Ok(true)
             }
             Err(store) => {
                 let users = Arc::strong_count(&store) - 1;
-                self.lock().insert(name.clone(), (id, store));
+                self.lock().insert(name.clone(), (config, store));
                 Err(format!(
                     "database {name} is still in use by {users} request(s) or watch(es); try again once they end"
                 ))

@@ -7,7 +7,7 @@
 //! given the same cluster and `--etcd-prefix` serve one store, and any of them may stop or
 //! die without losing an acknowledged write.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,12 +16,14 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tuplekv_engine::{Database, Durability, Options};
 use tuplekv_etcd::EtcdStore;
+use tuplekv_server::metrics::{DEFAULT_DATABASE, Metrics, database_sampler};
 use tuplekv_server::{
-    AccessTokens, CommitMode, DatabaseHost, DatabaseName, Databases, ReadMode, ServerConfig, Tls,
-    read_tokens_file, router, router_with_databases, serve_with,
+    AccessTokens, CommitMode, DatabaseHost, DatabaseName, Databases, ReadMode, ServeOptions,
+    ServerConfig, Tls, read_tokens_file, router, router_with_databases, serve_with,
 };
 
 use crate::databases::{DirHost, MemoryHost};
+use crate::logging::{LogFormat, LogLevel};
 
 /// Where `serve` listens by default: loopback only.
 const ADDR_DEFAULT: &str = "127.0.0.1:4512";
@@ -83,6 +85,18 @@ pub(crate) struct ServeArgs {
     /// The PEM private key (PKCS#8, PKCS#1 or SEC1) of `--tls-cert`'s certificate.
     #[arg(long, value_name = "KEY.pem", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Also serve `GET /metrics` (Prometheus text) without the token on this address, for a
+    /// scraper (keep it on loopback or a private network). `/metrics` on `--addr` needs the
+    /// token.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// How log lines are written on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// The level logged when `RUST_LOG` is unset (`RUST_LOG`, when set, is the filter). The
+    /// HTTP crates stay at info unless `RUST_LOG` names them.
+    #[arg(long, value_enum, default_value_t = LogLevel::Info)]
+    log_level: LogLevel,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -93,7 +107,7 @@ enum DurabilityArg {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn run(args: ServeArgs) -> Result<(), String> {
-    init_logging();
+    crate::logging::init(args.log_format, args.log_level)?;
     let tokens = Arc::new(AccessTokens::new(initial_tokens(&args)?).map_err(|e| format!("{e}"))?);
     let config = ServerConfig::with_access_tokens(Arc::clone(&tokens));
     // Before anything is opened, created or bound: a bad file changes nothing.
@@ -193,6 +207,22 @@ fn run_local(args: &ServeArgs, config: ServerConfig, listener: Listener) -> Resu
         Some(dir) => Database::open(dir, store_options(args))
             .map_err(|e| format!("cannot open the store at {}: {e}", dir.display()))?,
     };
+    match store.recovery_report() {
+        Some(r) => tracing::info!(
+            checkpoint = %r.checkpoint.map_or_else(|| "none".to_owned(), |v| v.to_string()),
+            checkpoint_entries = r.checkpoint_entries,
+            segments = r.segments,
+            records_replayed = r.records_replayed,
+            bytes_read = r.bytes_read,
+            torn_tail_cut = ?r.truncated.as_ref().map(|(path, offset, bytes)| format!("{} at {offset} ({bytes} bytes)", path.display())),
+            last_versionstamp = %r.last_versionstamp,
+            elapsed = ?r.elapsed,
+            "recovered the store"
+        ),
+        None => tracing::warn!(
+            "the store is in memory: its data dies with the process (pass --path DIR to keep it)"
+        ),
+    }
     let kind = match &args.path {
         None => "in memory: data dies with the process".to_owned(),
         Some(dir) => format!(
@@ -201,6 +231,14 @@ fn run_local(args: &ServeArgs, config: ServerConfig, listener: Listener) -> Resu
             args.durability
         ),
     };
+    let metrics = Metrics::new(Arc::clone(config.stats()));
+    metrics
+        .add_database(
+            DEFAULT_DATABASE,
+            Arc::clone(config.stats()),
+            Some(database_sampler(&store)),
+        )
+        .map_err(|e| e.to_string())?;
     let named = match (&args.databases, args.create_databases) {
         (Some(root), _) => {
             std::fs::create_dir_all(root)
@@ -209,6 +247,7 @@ fn run_local(args: &ServeArgs, config: ServerConfig, listener: Listener) -> Resu
                 root.clone(),
                 store_options(args),
                 config.clone(),
+                metrics.clone(),
             )))
         }
         (None, true) => NamedHost::Memory,
@@ -228,7 +267,7 @@ fn run_local(args: &ServeArgs, config: ServerConfig, listener: Listener) -> Resu
         }
         NamedHost::Memory => {
             let databases = Databases::new(
-                MemoryHost::new(config.clone()),
+                MemoryHost::new(config.clone(), metrics.clone()),
                 Arc::clone(config.access_tokens()),
             )
             .with_create_on_first_use(true);
@@ -249,7 +288,7 @@ fn run_local(args: &ServeArgs, config: ServerConfig, listener: Listener) -> Resu
         extra.push(Box::new(move || host.reload_tokens()));
     }
     let served = runtime.block_on(serve_until_signal(
-        app, args, &kind, &config, listener, extra,
+        app, args, &kind, &config, listener, extra, &metrics,
     ));
     drop(runtime);
     if let NamedHost::Dirs(host) = &named {
@@ -312,6 +351,10 @@ fn run_etcd(args: &ServeArgs, config: ServerConfig, listener: Listener) -> Resul
         args.etcd_prefix
     );
     let store = Arc::new(store);
+    let metrics = Metrics::new(Arc::clone(config.stats()));
+    metrics
+        .add_database(DEFAULT_DATABASE, Arc::clone(config.stats()), None)
+        .map_err(|e| e.to_string())?;
     let app = router(Arc::clone(&store), config.clone());
     runtime.block_on(serve_until_signal(
         app,
@@ -320,6 +363,7 @@ fn run_etcd(args: &ServeArgs, config: ServerConfig, listener: Listener) -> Resul
         &config,
         listener,
         Vec::new(),
+        &metrics,
     ))?;
     drop(runtime);
     // Nothing to sync: every acknowledged commit is already on the cluster.
@@ -362,6 +406,7 @@ async fn serve_until_signal(
     config: &ServerConfig,
     listener: Listener,
     extra_reloaders: Vec<Reloader>,
+    metrics: &Metrics,
 ) -> Result<(), String> {
     // Before the listening line: a signal sent as soon as a script reads it must be handled
     // (a graceful stop, a reload), not kill the process with the default disposition.
@@ -380,11 +425,6 @@ async fn serve_until_signal(
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    if args.path.is_none() && args.etcd.is_empty() {
-        tracing::warn!(
-            "the root database is in memory: its data dies with the process (pass --path DIR to keep it)"
-        );
-    }
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(
         %addr,
@@ -401,15 +441,60 @@ async fn serve_until_signal(
         .and_then(|()| stdout.flush())
         .map_err(|e| format!("cannot write to stdout: {e}"))?;
     drop(stdout);
-    let options = tuplekv_server::ServeOptions {
+    let options = ServeOptions {
         tls,
         ..config.serve_options()
     };
-    let served = serve_with(listener, app, options, shutdown)
-        .await
-        .map_err(|e| format!("server failed: {e}"));
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    let metrics_server = match args.metrics_addr {
+        None => None,
+        Some(at) => Some(serve_metrics(at, metrics, stopped).await?),
+    };
+    let app = app.merge(metrics.router(Arc::clone(config.access_tokens())));
+    let served = serve_with(listener, app, options, async move {
+        shutdown.await;
+        let _ = stopping.send(true);
+    })
+    .await
+    .map_err(|e| format!("server failed: {e}"));
     reload.abort();
+    if let Some(task) = metrics_server {
+        task.await
+            .map_err(|e| format!("the metrics server failed: {e}"))?
+            .map_err(|e| format!("the metrics server failed: {e}"))?;
+    }
     served
+}
+
+/// Serves `metrics` without a token on `at` until `stopped` turns true; prints
+/// `metrics on ADDR` once listening.
+async fn serve_metrics(
+    at: SocketAddr,
+    metrics: &Metrics,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, String> {
+    let listener = tokio::net::TcpListener::bind(at)
+        .await
+        .map_err(|e| format!("cannot listen on {at} (--metrics-addr): {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+    tracing::info!(%addr, "serving /metrics without a token");
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "metrics on {addr}")
+        .and_then(|()| stdout.flush())
+        .map_err(|e| format!("cannot write to stdout: {e}"))?;
+    drop(stdout);
+    // Its own connection counts: a scraper's connections are not the data path's.
+    let app = metrics.open_router();
+    Ok(tokio::spawn(serve_with(
+        listener,
+        app,
+        ServeOptions::default(),
+        async move {
+            let _ = stopped.wait_for(|&stop| stop).await;
+        },
+    )))
 }
 
 /// A future that resolves on the first SIGINT or SIGTERM; the handlers are installed when
@@ -502,17 +587,6 @@ fn reload_on_sighup(
             }
         }
     })
-}
-
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
 }
 
 #[cfg(test)]

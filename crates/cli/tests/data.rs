@@ -210,8 +210,10 @@ fn stats_counts_entries() {
     assert_eq!(json["entries"], 6);
     assert_eq!(json["expiring"], 1);
     assert!(ok(&["stats", "--path", &db]).starts_with("entries       6\n"));
+    // `stats --url` reads a server's /metrics (crates/cli/tests/serve_observability.rs); it
+    // needs a token.
     let err = fails(&["stats", "--url", "http://127.0.0.1:1"]);
-    assert!(err.contains("--path"), "{err}");
+    assert!(err.contains("access token"), "{err}");
 }
 
 #[test]

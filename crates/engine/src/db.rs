@@ -54,7 +54,7 @@ use crate::map::KeyMap;
 use crate::reclaim::Reclaimer;
 use crate::snapshot::Registry;
 pub(crate) use crate::snapshot::Snapshot;
-use crate::store::{Entry, ReadView, Store};
+use crate::store::{Entry, Health, ReadView, Store};
 use crate::transaction::{Transaction, TransactionOptions, run_transaction};
 use crate::value::{Value, Versionstamp};
 use crate::version::{Chain, Version};
@@ -706,6 +706,15 @@ impl ReadView for Database {
 impl Store for Database {
     type Snapshot = Snapshot;
     type Watch = Watch;
+
+    /// [`Health::NotReady`] once the log has stopped accepting writes (after a failed sync:
+    /// the fail-stop; reads go on until the database is reopened), with the error writes get.
+    fn health(&self) -> Health {
+        match self.inner.log.as_ref().and_then(|log| log.wal.stopped()) {
+            Some(e) => Health::NotReady(e.to_string()),
+            None => Health::Ready,
+        }
+    }
 
     fn watch_raw(&self, keys: Vec<KeyBytes>) -> Result<Watch, Error> {
         Watch::new(&self.inner, keys)

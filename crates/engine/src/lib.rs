@@ -133,7 +133,7 @@ pub use error::{Error, IoError};
 pub use key_bytes::KeyBytes;
 pub use list::{ListCursor, ListIter, ListOptions};
 pub use snapshot::Snapshot;
-pub use store::{Entry, ReadView, Store};
+pub use store::{Entry, Health, ReadView, Store};
 pub use sum::{SumError, sum_numbers};
 pub use transaction::{Transaction, TransactionOptions};
 pub use tuplekv_codec::{ByteRange, Key, KeyPart, Selector, key};

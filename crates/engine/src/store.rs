@@ -73,6 +73,29 @@ pub trait ReadView {
     }
 }
 
+/// Whether a store can serve reads and writes now, as [`Store::health`] reports it.
+///
+/// ```
+/// use tuplekv_engine::{Database, Health, Store};
+///
+/// assert_eq!(Database::in_memory().health(), Health::Ready);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Health {
+    /// Open, and accepting reads and writes.
+    Ready,
+    /// Not accepting writes (or not reachable): why, in one line for a log or a probe's body.
+    NotReady(String),
+}
+
+impl Health {
+    /// Whether this is [`Health::Ready`].
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Health::Ready)
+    }
+}
+
 /// A store: consistent snapshots plus atomic commits.
 pub trait Store: Send + Sync {
     /// A consistent read-only view.
@@ -192,6 +215,15 @@ pub trait Store: Send + Sync {
         Self: Sized,
     {
         std::future::ready(self.commit(write))
+    }
+
+    /// Whether the store accepts writes now: for a readiness probe, so it must be cheap
+    /// (a store that asks a remote backend bounds the wait and may cache the answer briefly).
+    /// The default is always [`Health::Ready`]; a store that can stop accepting writes (a
+    /// durable [`Database`](crate::Database) after a failed log sync, a cluster that cannot
+    /// be reached) overrides it.
+    fn health(&self) -> Health {
+        Health::Ready
     }
 
     /// Starts an atomic operation.

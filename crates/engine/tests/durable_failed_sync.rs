@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use tuplekv_engine::durable::fs::Faults;
-use tuplekv_engine::{Database, Durability, Error, key};
+use tuplekv_engine::{Database, Durability, Error, Health, Store, key};
 use tuplekv_testkit::db::{dump, keys, options};
 use tuplekv_testkit::durable::{BUFFERED, faulty, newest_segment};
 
@@ -39,6 +39,30 @@ fn a_failed_fsync_stops_writes_until_a_reopen_recovers_what_was_acknowledged() {
     assert_eq!(dump(&db), before);
     db.set(&key!["d"], b"4").unwrap();
     assert_eq!(db.get(&key!["b"]).unwrap(), None);
+}
+
+/// `health` reports the fail-stop: ready while the log runs, not ready (with the error writes
+/// get) once a sync failed, also after syncs work again, and ready after a reopen.
+#[test]
+fn health_is_not_ready_after_a_failed_fsync_until_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let opts = faulty(&faults, Durability::Sync);
+    let db = Database::open(dir.path(), opts.clone()).unwrap();
+    db.set(&key!["a"], b"1").unwrap();
+    assert_eq!(db.health(), Health::Ready);
+    faults.fail_sync(true);
+    assert!(db.set(&key!["b"], b"2").is_err());
+    faults.fail_sync(false);
+    let Health::NotReady(reason) = db.health() else {
+        panic!("ready after a failed sync");
+    };
+    assert!(reason.contains("stopped accepting writes"), "{reason}");
+    assert!(!reason.contains('\n'), "one line: {reason}");
+    let _ = db.close();
+    let db = Database::open(dir.path(), opts).unwrap();
+    assert!(db.health().is_ready(), "a reopen recovers");
+    assert_eq!(Database::in_memory().health(), Health::Ready);
 }
 
 /// Opens what a power cut now would leave of `dir` (in a new directory).

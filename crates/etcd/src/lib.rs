@@ -90,11 +90,13 @@ mod watch;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use etcd_client::{Client, ConnectOptions, KvClient, WatchClient};
+use etcd_client::{Client, ConnectOptions, GetOptions, KvClient, WatchClient};
 use tuplekv_engine::limits::{KEY_SIZE_MAX_WRITE, WATCH_KEYS_MAX};
-use tuplekv_engine::{AtomicWrite, CommitResult, Entry, Error, KeyBytes, Store, Versionstamp};
+use tuplekv_engine::{
+    AtomicWrite, CommitResult, Entry, Error, Health, KeyBytes, Store, Versionstamp,
+};
 
 pub use collect::{
     COLLECT_BUSY_PAUSE, COLLECT_INTERVAL_DEFAULT, COLLECT_SCAN_MAX, CollectOptions, Collected,
@@ -116,6 +118,14 @@ pub const TXN_OPS_MAX: usize = 4096;
 
 /// Longest wait for one etcd request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest wait for [`Store::health`]'s read of the cluster: a probe must answer quickly,
+/// and a cluster that takes longer than this for a count-only read is not ready.
+pub const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long [`Store::health`] reuses its last answer, so that probes (several servers, several
+/// probers) do not each send the cluster a read.
+pub const HEALTH_CACHE_TTL: Duration = Duration::from_secs(1);
 
 /// Longest wait for a connection to a member.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -236,6 +246,9 @@ struct Inner {
     space: Space,
     /// Numbered commits' lanes, the counters' last states seen, and their counts.
     counters: Arc<commit::Counters>,
+    /// [`Store::health`]'s last answer and when it was found; held while a check runs, so
+    /// concurrent probes share one read.
+    health: Mutex<Option<(Instant, Health)>>,
 }
 
 impl Drop for Inner {
@@ -340,6 +353,7 @@ impl EtcdStore {
                 watch: tokio::sync::OnceCell::new(),
                 space,
                 counters: Arc::default(),
+                health: Mutex::new(None),
             }),
         };
         store.get_latest_raw(b"\x01")?;
@@ -376,6 +390,36 @@ impl EtcdStore {
     /// transactions.
     pub fn numbering_stats(&self) -> NumberingStats {
         self.inner.counters.stats()
+    }
+
+    /// [`Store::health`] with a given timeout and cache lifetime.
+    fn health_within(&self, timeout: Duration, ttl: Duration) -> Health {
+        let mut cached = self
+            .inner
+            .health
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, health)) = &*cached
+            && at.elapsed() < ttl
+        {
+            return health.clone();
+        }
+        let mut kv = self.kv();
+        let marker = self.space().marker();
+        let checked = self
+            .block_on(async move {
+                let read = kv.get(marker, Some(GetOptions::new().with_count_only()));
+                Ok(match tokio::time::timeout(timeout, read).await {
+                    Ok(Ok(_)) => Health::Ready,
+                    Ok(Err(e)) => Health::NotReady(format!("the etcd cluster refused a read: {e}")),
+                    Err(_) => Health::NotReady(format!(
+                        "the etcd cluster did not answer a read within {timeout:?}"
+                    )),
+                })
+            })
+            .unwrap_or_else(|e| Health::NotReady(e.to_string()));
+        *cached = Some((Instant::now(), checked.clone()));
+        checked
     }
 
     pub(crate) fn kv(&self) -> KvClient {
@@ -472,6 +516,13 @@ impl Store for EtcdStore {
 
     fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
         tuplekv_engine::ReadView::get_raw(&EtcdSnapshot::new(self.clone(), true), key)
+    }
+
+    /// A count-only, linearizable read of the store's marker (so a cluster without a quorum
+    /// is not ready), bounded by [`HEALTH_CHECK_TIMEOUT`]; its answer is reused for
+    /// [`HEALTH_CACHE_TTL`]. Blocks the calling thread (never call it from a runtime's task).
+    fn health(&self) -> Health {
+        self.health_within(HEALTH_CHECK_TIMEOUT, HEALTH_CACHE_TTL)
     }
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {

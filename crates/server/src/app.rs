@@ -10,7 +10,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use bytes::Bytes;
 use denokv_proto::datapath as pb;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -87,6 +87,8 @@ where
         ));
     Router::new()
         .route("/", post(metadata::<S>))
+        .route("/healthz", get(crate::health::healthz))
+        .route("/readyz", get(crate::health::readyz::<S>))
         .nest(ENDPOINT_PATH, data_path)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
@@ -105,10 +107,18 @@ async fn count_refusals<S: Store + 'static>(
     req: Request,
     next: Next,
 ) -> Response {
+    let route = crate::stats::route_of(req.uri().path());
+    let started = std::time::Instant::now();
     let res = next.run(req).await;
     if !res.status().is_success() {
         state.stats().refused();
     }
+    state.stats().responded(
+        route,
+        res.status().as_u16(),
+        started.elapsed(),
+        res.body().size_hint().exact(),
+    );
     res
 }
 
@@ -194,6 +204,7 @@ impl<S: Store> AppState<S> {
                     None => return Ok(true),
                     Some(Ok(frame)) => {
                         if let Ok(data) = frame.into_data() {
+                            self.stats().received(data.len());
                             buf.extend_from_slice(&data);
                         }
                     }
@@ -646,6 +657,9 @@ async fn atomic_write<S: Store + 'static>(
     }
     .map_err(|e| engine_error(&e))?;
     drop(pinned);
+    state
+        .stats()
+        .commit_outcome(matches!(result, CommitResult::Committed { .. }));
     let (out, outcome) = write_output(result);
     let mut bytes = out.encode_to_vec();
     if extended {

@@ -27,7 +27,8 @@ pub const ADMIN_PATH: &str = "/_tuplekv/databases";
 
 /// Path segments that can never name a database: the root database's own endpoints and
 /// the probes a server answers at the root.
-pub const RESERVED_NAMES: [&str; 5] = ["v1", "v2", "healthz", "readyz", "metrics"];
+/// (`default` is the root database's label in the metrics.)
+pub const RESERVED_NAMES: [&str; 6] = ["v1", "v2", "healthz", "readyz", "metrics", "default"];
 
 /// The name of a database served at `/NAME`: 1 to [`DATABASE_NAME_LEN_MAX`] characters of
 /// `a-z`, `0-9`, `-` and `_`, starting with a letter or digit, and not one of

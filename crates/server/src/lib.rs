@@ -23,6 +23,15 @@
 //! # }
 //! ```
 //!
+//! # Health and metrics
+//! The router answers `GET /healthz` (alive) and `GET /readyz` (the store accepts writes, as
+//! [`Store::health`] says: 503 with the reason after a durable store's fail-stop or while an
+//! etcd cluster cannot be reached) without the token. [`metrics::Metrics`] exports the
+//! counters of [`ServerStats`] and each store's state as Prometheus text: merge
+//! [`metrics::Metrics::router`] (`GET /metrics` behind the token) into the router, or serve
+//! [`metrics::Metrics::open_router`] on a listener of its own. Each database served gets a
+//! `database` label, and databases may be added while the server runs.
+//!
 //! Semantics are the engine's: a write commits all of its mutations or none, a failed check
 //! is reported with the indexes of every failing check, and expiry is exact at read time.
 //! Error texts are denokv's where it has one, because clients show them to their users.
@@ -49,7 +58,9 @@ mod app;
 mod conn;
 mod databases;
 mod error;
+mod health;
 pub mod limits;
+pub mod metrics;
 // Public only so the fuzz target (`tuplekv_testkit::fuzz`) can decode bodies as the server
 // does; not part of the API.
 #[doc(hidden)]
@@ -483,8 +494,11 @@ impl std::fmt::Debug for ServerConfig {
 }
 
 /// The KV Connect endpoints over `store`: `POST /` (metadata exchange), and
-/// `POST /v2/snapshot_read`, `/v2/atomic_write` and `/v2/watch`. Any other path gets 404
-/// `Resource not found.`.
+/// `POST /v2/snapshot_read`, `/v2/atomic_write` and `/v2/watch`; and the probes, answered
+/// without the token: `GET /healthz` (200 `ok`) and `GET /readyz` (200 `ready` while the
+/// store accepts writes, else 503 with the reason on one line; see [`Store::health`]). Any
+/// other path gets 404 `Resource not found.`. For `GET /metrics`, merge in
+/// [`metrics::Metrics::router`].
 ///
 /// # Examples
 /// ```

@@ -183,6 +183,7 @@ where
     let frames = futures_util::stream::unfold(open, |mut open| async move {
         open.untaken.asked();
         let frame = next_frame(&mut open).await?;
+        open._slot.sent(frame.len());
         open.untaken.handed();
         Some((Ok::<_, Infallible>(frame), open))
     });

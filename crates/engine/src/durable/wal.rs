@@ -166,6 +166,12 @@ impl Wal {
         }
     }
 
+    /// Why the log stopped accepting writes (see [`Segment::stopped`]), as the error later
+    /// writes get; `None` while it runs. Waits for an append's sync that holds the segment.
+    pub(crate) fn stopped(&self) -> Option<Error> {
+        self.segment.lock().stopped.as_ref().map(stopped)
+    }
+
     /// The durability the log was opened with.
     pub(crate) fn durability(&self) -> Durability {
         self.durability
