@@ -44,7 +44,7 @@ pub const FORMAT_VERSION_READ_MAX: u8 = 16;
 pub const INPUT_MAX: usize = 4 << 20;
 /// How deeply values may nest (an array in an object in a map…): deeper input is refused by
 /// [`decode`], [`parse`] and [`encode`] alike, so none of them can run out of stack.
-pub const DEPTH_MAX: usize = 256;
+pub const DEPTH_MAX: usize = 128;
 /// The largest bigint magnitude, in bytes, that [`decode`], [`parse`] and [`encode`] accept
 /// (converting a bigint to decimal takes time quadratic in its size).
 pub const BIGINT_BYTES_MAX: usize = 8192;

@@ -550,15 +550,15 @@ impl Parser {
         if !ok {
             return self.fail_at(start, "not a bigint literal");
         }
-        // Bits per digit, rounded up, bound the size before any conversion.
-        let bits_per_digit = match radix {
-            2 => 1,
-            8 => 3,
-            10 => 4,
-            _ => 4,
+        // Thousandths of a bit per digit (rounded down) bound the size before converting.
+        let millibits_per_digit = match radix {
+            2 => 1000,
+            8 => 3000,
+            10 => 3321,
+            _ => 4000,
         };
         let significant = digits.trim_start_matches('0').len();
-        if significant.saturating_mul(bits_per_digit) > (BIGINT_BYTES_MAX + 1) * 8 + 4 {
+        if significant.saturating_mul(millibits_per_digit) / 1000 > BIGINT_BYTES_MAX * 8 {
             return self.fail_at(start, format!("a bigint over {BIGINT_BYTES_MAX} bytes"));
         }
         match BigInt::parse_digits(negative, digits, radix) {

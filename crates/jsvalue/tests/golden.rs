@@ -17,7 +17,10 @@ struct Sample {
 fn samples() -> Vec<Sample> {
     let text = include_str!("fixtures/v8_golden.json");
     let json: Json = serde_json::from_str(text).expect("the fixture is JSON");
-    assert_eq!(json["deno"], "2.9.6", "made with the Deno this project pins");
+    assert_eq!(
+        json["deno"], "2.9.6",
+        "made with the Deno this project pins"
+    );
     let field = |s: &Json, k: &str| s[k].as_str().map(str::to_owned);
     let samples: Vec<Sample> = json["samples"]
         .as_array()
@@ -41,7 +44,12 @@ fn samples() -> Vec<Sample> {
 #[test]
 fn deno_bytes_decode_to_the_expected_literal() {
     for s in samples() {
-        assert_eq!(&s.deno[..2], &[0xff, 0x10], "{}: Deno writes version 16", s.name);
+        assert_eq!(
+            &s.deno[..2],
+            &[0xff, 0x10],
+            "{}: Deno writes version 16",
+            s.name
+        );
         let value = decode(&s.deno).unwrap_or_else(|e| panic!("{}: {e}", s.name));
         assert_eq!(value.to_string(), s.literal, "{}", s.name);
     }
@@ -50,7 +58,12 @@ fn deno_bytes_decode_to_the_expected_literal() {
 #[test]
 fn node_bytes_decode_to_the_expected_literal() {
     for s in samples() {
-        assert_eq!(&s.node[..2], &[0xff, 0x0f], "{}: Node 20 writes version 15", s.name);
+        assert_eq!(
+            &s.node[..2],
+            &[0xff, 0x0f],
+            "{}: Node 20 writes version 15",
+            s.name
+        );
         let value = decode(&s.node).unwrap_or_else(|e| panic!("{}: {e}", s.name));
         assert_eq!(value.to_string(), s.literal_node, "{}", s.name);
     }
