@@ -387,3 +387,15 @@ fn renumber(
         renumber(child, named, renumbered);
     }
 }
+
+/// The body of the `decode_v8` fuzz target (and of the test that replays its corpus):
+/// arbitrary bytes never panic [`decode`], and a value it accepts encodes, decodes back to
+/// itself, and prints.
+#[allow(clippy::expect_used, reason = "a fuzz target fails by panicking")]
+pub fn fuzz_decode_target(data: &[u8]) {
+    if let Ok(value) = decode(data) {
+        let bytes = encode(&value).expect("a decoded value encodes");
+        assert_eq!(decode(&bytes).as_ref(), Ok(&value), "re-decodes to itself");
+        let _ = value.to_string();
+    }
+}
