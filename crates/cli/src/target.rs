@@ -68,7 +68,9 @@ impl TargetArgs {
             (Some(dir), None) => open_database(dir, create).map(Opened::Local),
             (None, Some(url)) => {
                 let from_deno = std::env::var(DENO_TOKEN_ENV).ok().filter(|t| !t.is_empty());
-                let token = self.access_token.clone().or(from_deno).ok_or(
+                // An empty token (`TUPLEKV_ACCESS_TOKEN=`) counts as none.
+                let given = self.access_token.clone().filter(|t| !t.is_empty());
+                let token = given.or(from_deno).ok_or(
                     "--url needs an access token: pass --access-token or set \
                      TUPLEKV_ACCESS_TOKEN (or DENO_KV_ACCESS_TOKEN)",
                 )?;

@@ -288,6 +288,17 @@ fn url_commands_read_deno_kv_access_token_and_watch_shows_literals() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let out = run(
+        &["get", "[1]"],
+        &[
+            ("TUPLEKV_ACCESS_TOKEN", ""),
+            ("DENO_KV_ACCESS_TOKEN", TOKEN),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "an empty TUPLEKV_ACCESS_TOKEN counts as none"
+    );
     let out = run(&["get", "[1]"], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("DENO_KV_ACCESS_TOKEN"));
