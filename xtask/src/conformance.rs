@@ -272,6 +272,7 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
                 .env("NO_COLOR", "1")
                 .env("CONFORMANCE_URL", &url)
                 .env("CONFORMANCE_TOKEN", &token)
+                .env("DENO_KV_ACCESS_TOKEN", &token)
                 .env("TUPLEKV_BIN", binary);
             let (ok, stdout) = run_script(&mut command, server, CLI_VALUES_STEP)?;
             if !ok {
