@@ -322,6 +322,28 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
                 run.outputs.insert(name, stdout);
             }
         }
+        if matches!(
+            server,
+            Server::Tuplekv | Server::TuplekvEtcd | Server::TuplekvTls
+        ) {
+            let mut command = Command::new(&clients.deno);
+            command
+                .args(["run", "-A", "--unstable-kv", "--no-lock", CLI_VALUES_SCRIPT])
+                .current_dir(cmd::workspace_root().join("conformance"))
+                .env("NO_COLOR", "1")
+                .env("CONFORMANCE_URL", &url)
+                .env("CONFORMANCE_TOKEN", &token)
+                .env("DENO_KV_ACCESS_TOKEN", &token)
+                .env("TUPLEKV_BIN", binary);
+            // Over TLS the CLI trusts the test CA through DENO_CERT, as Deno does.
+            trust_ca(&mut command, ca.as_deref());
+            let (ok, stdout) = run_script(&mut command, server, CLI_VALUES_STEP)?;
+            if !ok {
+                run.failures
+                    .push(format!("{CLI_VALUES_STEP} script failed"));
+            }
+            run.outputs.insert(CLI_VALUES_STEP, stdout);
+        }
         let readme_url = match &ca {
             Some(_) => url.clone(),
             None => format!("http://{}", running.addr()),
@@ -345,6 +367,12 @@ fn run_against(server: Server, binary: &Path, clients: &Clients) -> Result<Run> 
     eprintln!("xtask: {} stopped ({status})", server.name());
     Ok(run)
 }
+
+/// The step where the tuplekv CLI writes the V8 samples (`tuplekv set --url … --js @FILE`)
+/// and Deno reads them back, comparing each deeply with the same value written in JavaScript.
+const CLI_VALUES_STEP: &str = "cli-values-deno-read";
+/// Its script, in `conformance/`.
+const CLI_VALUES_SCRIPT: &str = "v8_readback.ts";
 
 /// The README's five-line Deno program (kept word for word in `conformance/`; a unit test
 /// checks the README shows exactly it).

@@ -38,8 +38,9 @@ pub(crate) struct SetArgs {
     /// The key, as Deno writes it: '["users", 1n]'.
     #[arg(long_help = KEY_HELP)]
     key: String,
-    /// Store raw bytes (a `Uint8Array` in Deno), given in hex.
-    #[arg(long, group = "value", value_name = "HEX")]
+    /// Store raw bytes (a `Uint8Array` in Deno), given in hex, or `@FILE` for the file's
+    /// bytes as they are (`@-`: stdin).
+    #[arg(long, group = "value", value_name = "HEX|@FILE")]
     bytes: Option<String>,
     /// Store a `Deno.KvU64`.
     #[arg(long, group = "value", value_name = "N")]
@@ -47,9 +48,20 @@ pub(crate) struct SetArgs {
     /// Store a JavaScript string (V8-serialised, as `kv.set(key, "text")` stores it).
     #[arg(long, group = "value", value_name = "TEXT")]
     string: Option<String>,
-    /// Store V8-serialised bytes as they are (what Deno writes for any other JS value).
-    #[arg(long, group = "value", value_name = "HEX")]
+    /// Store V8-serialised bytes as they are (what Deno writes for any other JS value); `@FILE`
+    /// reads the hex from a file.
+    #[arg(long, group = "value", value_name = "HEX|@FILE")]
     v8_hex: Option<String>,
+    /// Store a JavaScript value written as the literal `get` prints, e.g.
+    /// `{ name: "Ada", at: new Date(0), tags: new Set(["a"]) }`, serialised exactly as Deno's
+    /// `kv.set` would (a top-level `Uint8Array` is stored as bytes, as Deno does); `@FILE`
+    /// reads the literal from a file (`@-`: stdin).
+    #[arg(long, group = "value", value_name = "LITERAL|@FILE")]
+    js: Option<String>,
+    /// Store the value of JSON text, as `kv.set(key, JSON.parse(text))` would; `@FILE` reads
+    /// it from a file (`@-`: stdin).
+    #[arg(long, group = "value", value_name = "JSON|@FILE")]
+    json_value: Option<String>,
     /// Expire the value this many milliseconds after the commit.
     #[arg(long, value_name = "MS")]
     expire_in: Option<u64>,
@@ -158,11 +170,36 @@ pub(crate) fn set(args: SetArgs) -> Result<(), String> {
         hex::decode(text.trim_start_matches("0x")).map_err(|e| format!("{flag}: bad hex: {e}"))
     };
     let value = match (&args.bytes, args.u64, &args.string, &args.v8_hex) {
-        (Some(h), ..) => Value::from(hex_arg("--bytes", h)?),
+        (Some(h), ..) => match h.strip_prefix('@') {
+            Some(path) => Value::from(read_value_file("--bytes", path)?),
+            None => Value::from(hex_arg("--bytes", h)?),
+        },
         (_, Some(n), ..) => Value::U64(n),
         (_, _, Some(s), _) => Value::V8(crate::v8::write_string(s).into()),
-        (_, _, _, Some(h)) => Value::V8(hex_arg("--v8-hex", h)?.into()),
-        _ => return Err("give the value with --bytes, --u64, --string or --v8-hex".into()),
+        (_, _, _, Some(h)) => {
+            let text = text_arg("--v8-hex", h)?;
+            Value::V8(hex_arg("--v8-hex", text.trim())?.into())
+        }
+        _ => match (&args.js, &args.json_value) {
+            (Some(text), _) => {
+                let text = text_arg("--js", text)?;
+                js_value(tuplekv_jsvalue::parse(&text).map_err(|e| format!("--js: {e}"))?)?
+            }
+            (_, Some(text)) => {
+                let text = text_arg("--json-value", text)?;
+                serde_json::from_str::<serde_json::Value>(&text)
+                    .map_err(|e| format!("--json-value: not JSON: {e}"))?;
+                let value =
+                    tuplekv_jsvalue::parse_json(&text).map_err(|e| format!("--json-value: {e}"))?;
+                js_value(value)?
+            }
+            _ => {
+                return Err(
+                    "give the value with --bytes, --u64, --string, --v8-hex, --js or --json-value"
+                        .into(),
+                );
+            }
+        },
     };
     let opened = args.target.open(Create::IfMissing)?;
     let result = with_store!(&opened, |s| {
@@ -183,6 +220,57 @@ pub(crate) fn set(args: SetArgs) -> Result<(), String> {
         out_line(format!("set {}  versionstamp {stamp}", format_key(&key)))?;
     }
     opened.close()
+}
+
+/// The most bytes a value file (`--js @FILE`, `--bytes @FILE`, …) may hold: the longest
+/// literal the parser reads, far above any stored value (64 KiB).
+pub(crate) const VALUE_FILE_MAX: usize = tuplekv_jsvalue::INPUT_MAX;
+
+/// The bytes of `path` (`-`: stdin), at most [`VALUE_FILE_MAX`].
+fn read_value_file(flag: &str, path: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let limit = VALUE_FILE_MAX as u64 + 1;
+    let mut bytes = Vec::new();
+    let read = if path == "-" {
+        std::io::stdin().lock().take(limit).read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(path).and_then(|f| f.take(limit).read_to_end(&mut bytes))
+    };
+    read.map_err(|e| format!("{flag}: cannot read {path}: {e}"))?;
+    if bytes.len() > VALUE_FILE_MAX {
+        return Err(format!(
+            "{flag}: {path} holds more than {VALUE_FILE_MAX} bytes"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// The text of a value argument: itself, or the UTF-8 contents of `@FILE`.
+fn text_arg(flag: &str, arg: &str) -> Result<String, String> {
+    match arg.strip_prefix('@') {
+        Some(path) => String::from_utf8(read_value_file(flag, path)?)
+            .map_err(|_| format!("{flag}: {path} is not UTF-8 text")),
+        None => Ok(arg.to_owned()),
+    }
+}
+
+/// What Deno's `kv.set` stores for a JavaScript value: a `Uint8Array` as raw bytes, anything
+/// else V8-serialised.
+fn js_value(value: tuplekv_jsvalue::Value) -> Result<Value, String> {
+    use tuplekv_jsvalue::{Value as Js, ViewKind};
+    if let Js::View {
+        kind: ViewKind::Uint8Array,
+        buffer,
+        byte_offset,
+        byte_length,
+    } = &value
+        && let Js::ArrayBuffer(bytes) = &**buffer
+        && let Some(range) = bytes.get(*byte_offset..*byte_offset + *byte_length)
+    {
+        return Ok(Value::from(range.to_vec()));
+    }
+    let bytes = tuplekv_jsvalue::encode(&value).map_err(|e| format!("--js: {e}"))?;
+    Ok(Value::V8(bytes.into()))
 }
 
 /// Runs `tuplekv delete`.

@@ -72,7 +72,8 @@ pub(crate) struct DumpArgs {
 pub(crate) struct LoadArgs {
     #[command(flatten)]
     target: TargetArgs,
-    /// The newline-delimited JSON file `dump` wrote.
+    /// The newline-delimited JSON file `dump` wrote; `-` reads it from stdin
+    /// (`tuplekv dump --path A | tuplekv load --path B -`).
     file: PathBuf,
 }
 
@@ -174,8 +175,19 @@ struct LoadEntry {
 
 /// Reads and checks every line of `file`: nothing is written before this succeeds.
 fn read_load_file(file: &Path) -> Result<Vec<LoadEntry>, String> {
-    let shown = file.display();
-    let reader = BufReader::new(File::open(file).map_err(|e| format!("cannot open {shown}: {e}"))?);
+    let stdin = file == Path::new("-");
+    let shown = if stdin {
+        "stdin".to_owned()
+    } else {
+        file.display().to_string()
+    };
+    let reader: Box<dyn BufRead> = if stdin {
+        Box::new(BufReader::new(std::io::stdin().lock()))
+    } else {
+        Box::new(BufReader::new(
+            File::open(file).map_err(|e| format!("cannot open {shown}: {e}"))?,
+        ))
+    };
     let mut entries = Vec::new();
     let mut seen: HashMap<KeyBytes, usize> = HashMap::new();
     for (i, line) in reader.lines().enumerate() {

@@ -11,7 +11,9 @@
 //!   `"-NaN"`, `"-0"`, `"Infinity"`; `{"bigint": "-12"}`, `{"bytes": hex}`, `{"bool": b}`).
 //!   A reader needs only one of them; when both are there they must agree.
 //! - `value`: `{"bytes": hex}`, `{"u64": "N"}` (a string: JSON numbers lose precision past
-//!   2^53), or `{"v8": hex}` (V8-serialised bytes, kept as they are).
+//!   2^53), or `{"v8": hex}` (V8-serialised bytes, kept as they are), with
+//!   `"decoded": "<JavaScript literal>"` beside the hex when the bytes decode; a reader ignores
+//!   `decoded`, the hex is the value.
 //! - `versionstamp`: 20 hex digits; `expires_at`: Unix milliseconds or `null`.
 
 use serde_json::{Map, Value as Json, json};
@@ -60,7 +62,10 @@ pub(crate) fn value_to_json(value: &Value) -> Json {
     match value {
         Value::Bytes(b) => json!({ "bytes": hex::encode(b) }),
         Value::U64(n) => json!({ "u64": n.to_string() }),
-        Value::V8(b) => json!({ "v8": hex::encode(b) }),
+        Value::V8(b) => match crate::v8::view(b) {
+            Some(decoded) => json!({ "v8": hex::encode(b), "decoded": decoded }),
+            None => json!({ "v8": hex::encode(b) }),
+        },
     }
 }
 
@@ -144,7 +149,12 @@ fn hex_of(content: &Json, what: &str) -> Result<Vec<u8>, String> {
 
 /// Reads a tagged value: `{"bytes": hex}`, `{"u64": "N"}` or `{"v8": hex}`.
 pub(crate) fn value_from_json(json: &Json) -> Result<Value, String> {
-    let (tag, content) = single_tag(json).map_err(|e| format!("\"value\": {e}"))?;
+    // `decoded` is the literal view `dump` writes beside V8 hex: informative, ignored.
+    let mut json = json.clone();
+    if let Some(object) = json.as_object_mut() {
+        object.remove("decoded");
+    }
+    let (tag, content) = single_tag(&json).map_err(|e| format!("\"value\": {e}"))?;
     match tag {
         "bytes" => Ok(Value::from(hex_of(content, "\"value\".bytes")?)),
         "v8" => Ok(Value::V8(hex_of(content, "\"value\".v8")?.into())),
@@ -195,12 +205,13 @@ fn part_from_json(json: &Json) -> Result<KeyPart, String> {
     }
 }
 
-/// A value for people: `b"Ada"` (bytes), `42u64`, or `v8 "text"` / `v8 <hex>`.
+/// A value for people: `b"Ada"` (bytes), `42u64`, or `v8 <JavaScript literal>` (`v8 { name:
+/// "Ada" }`), `v8 0x<hex>` for bytes the decoder does not read.
 pub(crate) fn value_for_people(value: &Value) -> String {
     match value {
         Value::Bytes(b) => KeyPart::Bytes(b.to_vec()).to_string(),
         Value::U64(n) => format!("{n}u64"),
-        Value::V8(b) => match crate::v8::read_simple(b) {
+        Value::V8(b) => match crate::v8::view(b) {
             Some(shown) => format!("v8 {shown}"),
             None => format!("v8 0x{}", hex::encode(b)),
         },

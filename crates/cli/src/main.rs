@@ -41,9 +41,11 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Create, list or drop the named databases a server serves at `/NAME`.
     Db(db::DbArgs),
-    /// Print the entry at a key, e.g. `tuplekv get --path DIR '["users", 1n]'`.
+    /// Print the entry at a key, e.g. `tuplekv get --path DIR '["users", 1n]'`; a V8 value is
+    /// shown as a JavaScript literal (`v8 { name: "Ada" }`), hex when it cannot be read.
     Get(data::KeyArgs),
-    /// Set a key to a value (`--bytes`, `--u64`, `--string` or `--v8-hex`).
+    /// Set a key to a value (`--js`, `--json-value`, `--string`, `--bytes`, `--u64` or
+    /// `--v8-hex`; `@FILE` reads the value from a file).
     Set(data::SetArgs),
     /// Delete a key.
     Delete(data::KeyArgs),

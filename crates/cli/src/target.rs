@@ -19,10 +19,15 @@ pub(crate) struct TargetArgs {
     /// URL of a tuplekv (or other KV Connect) server, e.g. `http://127.0.0.1:4512`.
     #[arg(long)]
     pub(crate) url: Option<String>,
-    /// The server's access token (with `--url`).
+    /// The server's access token (with `--url`); without it, `TUPLEKV_ACCESS_TOKEN`, then
+    /// `DENO_KV_ACCESS_TOKEN` (what a Deno app already has).
     #[arg(long, env = "TUPLEKV_ACCESS_TOKEN", hide_env_values = true)]
     pub(crate) access_token: Option<String>,
 }
+
+/// The environment variable Deno's KV Connect client reads its token from, read when neither
+/// `--access-token` nor `TUPLEKV_ACCESS_TOKEN` gives one.
+const DENO_TOKEN_ENV: &str = "DENO_KV_ACCESS_TOKEN";
 
 /// An opened store.
 pub(crate) enum Opened {
@@ -62,10 +67,14 @@ impl TargetArgs {
         match (&self.path, &self.url) {
             (Some(dir), None) => open_database(dir, create).map(Opened::Local),
             (None, Some(url)) => {
-                let token = self.access_token.as_deref().ok_or(
-                    "--url needs an access token: pass --access-token or set TUPLEKV_ACCESS_TOKEN",
+                let from_deno = std::env::var(DENO_TOKEN_ENV).ok().filter(|t| !t.is_empty());
+                // An empty token (`TUPLEKV_ACCESS_TOKEN=`) counts as none.
+                let given = self.access_token.clone().filter(|t| !t.is_empty());
+                let token = given.or(from_deno).ok_or(
+                    "--url needs an access token: pass --access-token or set \
+                     TUPLEKV_ACCESS_TOKEN (or DENO_KV_ACCESS_TOKEN)",
                 )?;
-                RemoteStore::connect(url, token)
+                RemoteStore::connect(url, &token)
                     .map(Opened::Remote)
                     .map_err(|e| format!("cannot connect to {url}: {e}"))
             }

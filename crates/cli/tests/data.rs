@@ -642,7 +642,8 @@ fn commands_work_on_a_server_url_and_watch_prints_each_update() {
     assert_eq!(first["entries"][0]["value"], serde_json::Value::Null);
     remote(&["set", r#"["config"]"#, "--string", "on"]);
     let second: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    assert_eq!(second["entries"][0]["value"]["v8"], "ff0f22026f6e");
+    assert_eq!(second["entries"][0]["value"]["v8"], "ff1022026f6e");
+    assert_eq!(second["entries"][0]["value"]["decoded"], "\"on\"");
     assert_eq!(second["changed"][0], true);
     assert!(watch.wait().unwrap().success());
 

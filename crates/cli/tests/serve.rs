@@ -620,12 +620,20 @@ async fn create_databases_makes_fresh_in_memory_databases_per_path() {
     assert_eq!(out, "test-1\topen\ntest-2\topen\n");
     // Each has its own series in the metrics, labelled with its name.
     let (ok, out, err) = run_cli(
-        &["stats", "--url", &format!("http://{}", server.addr), "--json"],
+        &[
+            "stats",
+            "--url",
+            &format!("http://{}", server.addr),
+            "--json",
+        ],
         TOKEN,
     );
     assert!(ok, "{err}");
     for name in ["default", "test-1", "test-2"] {
-        assert!(out.contains(&format!("\"{name}\"")), "{name} missing: {out}");
+        assert!(
+            out.contains(&format!("\"{name}\"")),
+            "{name} missing: {out}"
+        );
     }
 }
 
