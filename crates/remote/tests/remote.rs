@@ -155,8 +155,9 @@ fn a_wrong_token_fails_at_connect_and_a_bad_url_is_named() {
         matches!(err, ConnectError::Store(Error::Remote { status: 401, .. })),
         "{err:?}"
     );
-    let err = RemoteStore::connect("https://127.0.0.1:1", TEST_TOKEN).unwrap_err();
+    let err = RemoteStore::connect("ftp://127.0.0.1:1", TEST_TOKEN).unwrap_err();
     assert!(matches!(err, ConnectError::InvalidUrl { .. }), "{err}");
+    assert!(err.to_string().contains("http:// or https://"), "{err}");
 }
 
 #[test]
