@@ -68,7 +68,11 @@
 //!     ca_certs: vec!["/etc/tuplekv/ca.pem".into()],
 //!     ..RemoteOptions::default()
 //! };
-//! let store = RemoteStore::connect_with("https://kv.internal:4512", "a-long-secret-token", options)?;
+//! let store = RemoteStore::connect_with(
+//!     "https://kv.internal:4512",
+//!     "a-long-secret-token",
+//!     options,
+//! )?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -200,7 +204,8 @@ impl RemoteOptions {
     /// use tuplekv_remote::{RemoteOptions, RemoteStore};
     ///
     /// let options = RemoteOptions::default().with_deno_cert_env();
-    /// let store = RemoteStore::connect_with("https://kv.internal:4512", "a-long-secret-token", options)?;
+    /// let token = std::env::var("TUPLEKV_ACCESS_TOKEN")?;
+    /// let store = RemoteStore::connect_with("https://kv.internal:4512", &token, options)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
@@ -283,9 +288,10 @@ impl std::fmt::Debug for RemoteStore {
 }
 
 impl RemoteStore {
-    /// Connects to the server at `url` (its metadata endpoint, e.g. `http://127.0.0.1:4512`)
-    /// with `access_token`, with the default [`RemoteOptions`]. Runs the metadata exchange
-    /// now, so a wrong URL or token fails here.
+    /// Connects to the server at `url` (its metadata endpoint, e.g. `http://127.0.0.1:4512`,
+    /// or `https://kv.example.com:4512` over TLS; see the crate docs) with `access_token`,
+    /// with the default [`RemoteOptions`]. Runs the metadata exchange now, so a wrong URL or
+    /// token, or a certificate that is not trusted, fails here.
     ///
     /// # Errors
     /// [`ConnectError`].

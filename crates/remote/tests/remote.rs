@@ -386,6 +386,7 @@ fn options_out_of_range_are_brought_within_bounds() {
         retry_for: Duration::ZERO,
         keep_alive_interval: Duration::ZERO,
         io_threads: 0,
+        ca_certs: Vec::new(),
     };
     // Zero timeouts are raised to DURATION_MIN: a loopback exchange may or may not fit in a
     // millisecond, but nothing panics, and a sane configuration works.
