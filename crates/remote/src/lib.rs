@@ -1,6 +1,7 @@
 //! [`RemoteStore`]: a tuplekv [`Store`] on a server reached over KV Connect (the protocol of
-//! `Deno.openKv("http://…")` and `Deno.openKv("https://…")`), so typed collections (`tuplekv-index`) and code sequences
-//! (`tuplekv-sequence`) run unchanged on many app servers sharing one database.
+//! `Deno.openKv("http://…")` and `Deno.openKv("https://…")`), so typed collections
+//! (`tuplekv-index`) and code sequences (`tuplekv-sequence`) run unchanged on many app
+//! servers sharing one database.
 //!
 //! ```no_run
 //! use tuplekv_engine::{Store, key};
@@ -46,10 +47,11 @@
 //! # How it talks
 //! One HTTP/2 connection carries every request as its own stream, so concurrent threads
 //! share it; it is re-established after a fault. For an `http://` URL it is h2c (HTTP/2 in
-//! clear text, with prior knowledge); for `https://` it is HTTP/2 over TLS (see below). The client runs its own
-//! small tokio runtime ([`RemoteOptions::io_threads`]); the blocking [`Store`] methods wait on
-//! it from any thread, and [`Store::commit_async`] awaits it without blocking. The metadata
-//! exchange is renewed a minute before its token expires, and again after a 401.
+//! clear text, with prior knowledge); for `https://` it is HTTP/2 over TLS (see below). The
+//! client runs its own small tokio runtime ([`RemoteOptions::io_threads`]); the blocking
+//! [`Store`] methods wait on it from any thread, and [`Store::commit_async`] awaits it
+//! without blocking. The metadata exchange is renewed a minute before its token expires,
+//! and again after a 401.
 //!
 //! # TLS
 //! An `https://HOST:PORT` URL (`tuplekv serve --tls-cert … --tls-key …`, or a TLS proxy in
@@ -59,7 +61,7 @@
 //! of the `webpki-roots` crate, which Deno trusts by default too), plus the PEM files of
 //! [`RemoteOptions::ca_certs`] for a private CA. [`RemoteOptions::with_deno_cert_env`] adds
 //! the file Deno's `DENO_CERT` variable names; the library reads no environment variable
-//! unless asked so.
+//! unless asked to.
 //!
 //! ```no_run
 //! use tuplekv_remote::{RemoteOptions, RemoteStore};

@@ -559,3 +559,39 @@ fn an_https_store_never_follows_the_metadata_to_a_plain_http_endpoint() {
     assert!(message.contains("http://127.0.0.1:1/v2"), "{message}");
     assert!(message.contains("does not change schemes"), "{message}");
 }
+
+#[test]
+fn a_server_back_with_an_untrusted_certificate_makes_requests_unavailable_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Database::in_memory());
+    let ca = TestCa::new("tuplekv remote test CA");
+    let ca_file = ca.write(dir.path());
+    let server = TlsServer::start(Arc::clone(&db), &ca, &["localhost"], dir.path());
+    let store = RemoteStore::connect_with(
+        &server.url("localhost"),
+        TEST_TOKEN,
+        trusting(vec![ca_file]),
+    )
+    .unwrap();
+    let _ = store.atomic().set(&key!["u"], 1u64).commit().unwrap();
+    let addr = server.addr;
+    drop(server);
+    let other = TestCa::new("not the trusted CA");
+    let server = TlsServer::start_at(
+        Arc::clone(&db),
+        &other,
+        &["localhost"],
+        dir.path(),
+        Some(addr),
+    );
+    let err = latest(&store, &key!["u"]).unwrap_err();
+    let Error::Unavailable { reason } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(reason.contains("not signed by a trusted CA"), "{reason}");
+    // A write meets the same refusal before anything is sent: not an unknown outcome.
+    let err = store.atomic().set(&key!["u"], 2u64).commit().unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert_eq!(server.stats.atomic_write_requests(), 0);
+    assert_eq!(db.get(&key!["u"]).unwrap().unwrap().value.as_u64(), Some(1));
+}
