@@ -1,6 +1,7 @@
 //! [`RemoteStore`]: a tuplekv [`Store`] on a server reached over KV Connect (the protocol of
-//! `Deno.openKv("http://…")`), so typed collections (`tuplekv-index`) and code sequences
-//! (`tuplekv-sequence`) run unchanged on many app servers sharing one database.
+//! `Deno.openKv("http://…")` and `Deno.openKv("https://…")`), so typed collections
+//! (`tuplekv-index`) and code sequences (`tuplekv-sequence`) run unchanged on many app
+//! servers sharing one database.
 //!
 //! ```no_run
 //! use tuplekv_engine::{Store, key};
@@ -44,18 +45,54 @@
 //!   a transaction meeting it runs again.
 //!
 //! # How it talks
-//! One HTTP/2 connection (h2c, `http://` only) carries every request as its own stream, so
-//! concurrent threads share it; it is re-established after a fault. The client runs its own
-//! small tokio runtime ([`RemoteOptions::io_threads`]); the blocking [`Store`] methods wait on
-//! it from any thread, and [`Store::commit_async`] awaits it without blocking. The metadata
-//! exchange is renewed a minute before its token expires, and again after a 401.
+//! One HTTP/2 connection carries every request as its own stream, so concurrent threads
+//! share it; it is re-established after a fault. For an `http://` URL it is h2c (HTTP/2 in
+//! clear text, with prior knowledge); for `https://` it is HTTP/2 over TLS (see below). The
+//! client runs its own small tokio runtime ([`RemoteOptions::io_threads`]); the blocking
+//! [`Store`] methods wait on it from any thread, and [`Store::commit_async`] awaits it
+//! without blocking. The metadata exchange is renewed a minute before its token expires,
+//! and again after a 401.
+//!
+//! # TLS
+//! An `https://HOST:PORT` URL (`tuplekv serve --tls-cert … --tls-key …`, or a TLS proxy in
+//! front of any KV Connect server) is reached over TLS 1.3 or 1.2 (rustls, `ring`
+//! provider), offering ALPN `h2`. The server's certificate must be valid for `HOST` (a DNS
+//! name or an IP address, as in the URL) and signed by a trusted CA: Mozilla's roots (those
+//! of the `webpki-roots` crate, which Deno trusts by default too), plus the PEM files of
+//! [`RemoteOptions::ca_certs`] for a private CA. [`RemoteOptions::with_deno_cert_env`] adds
+//! the file Deno's `DENO_CERT` variable names; the library reads no environment variable
+//! unless asked to.
+//!
+//! ```no_run
+//! use tuplekv_remote::{RemoteOptions, RemoteStore};
+//!
+//! let options = RemoteOptions {
+//!     ca_certs: vec!["/etc/tuplekv/ca.pem".into()],
+//!     ..RemoteOptions::default()
+//! };
+//! let store = RemoteStore::connect_with(
+//!     "https://kv.internal:4512",
+//!     "a-long-secret-token",
+//!     options,
+//! )?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! What retrying cannot fix fails at once, naming the cause: a CA file that cannot be used
+//! ([`ConnectError::CaCerts`]), a certificate that is not trusted or not valid for the host,
+//! or a server that does not speak TLS ([`ConnectError::Tls`] at connect; after it,
+//! [`Error::Unavailable`] with the reason, the request never sent). A handshake cut off or
+//! stalled is retried like a refused connection. The endpoint the metadata exchange names
+//! must have the URL's scheme: an `https://` store never follows the server to `http://`.
 
 mod codec;
 mod snapshot;
+mod tls;
 mod transport;
 mod watch;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,7 +108,7 @@ pub use watch::{RemoteWatch, WATCH_SILENCE_MAX};
 
 use crate::codec::{decode_write_output, encode_write};
 use crate::snapshot::{Purpose, get_many_raw};
-use crate::transport::{Kind, Transport};
+use crate::transport::{Kind, SessionError, Transport};
 
 /// What an operation that needs tuplekv's extension names as missing.
 pub const EXTENSION_NEEDED: &str =
@@ -88,7 +125,8 @@ pub struct RemoteOptions {
     /// Longest wait for one request's answer (and its body). A write that times out has an
     /// unknown outcome. Default [`REQUEST_TIMEOUT_DEFAULT`].
     pub request_timeout: Duration,
-    /// Longest wait for a TCP connection. Default [`CONNECT_TIMEOUT_DEFAULT`].
+    /// Longest wait for a TCP connection, and (for `https://`) again for its TLS handshake.
+    /// Default [`CONNECT_TIMEOUT_DEFAULT`].
     pub connect_timeout: Duration,
     /// How long a request that did not reach the store is retried before
     /// [`Error::Unavailable`] (a server restart takes about a second); the metadata exchange
@@ -100,6 +138,14 @@ pub struct RemoteOptions {
     /// Threads of the client's own runtime (at most [`IO_THREADS_MAX`]). Default
     /// [`IO_THREADS_DEFAULT`].
     pub io_threads: usize,
+    /// PEM files of CA certificates an `https://` server's certificate may be signed by,
+    /// trusted besides Mozilla's roots (which are always trusted; the ones the
+    /// `webpki-roots` crate compiles in, as Deno trusts by default). Each file may hold
+    /// several certificates. They are read when the store is opened: a file that cannot be
+    /// read, is not PEM, or holds no usable certificate fails [`RemoteStore::connect_with`]
+    /// with [`ConnectError::CaCerts`]. Not read for an `http://` URL. Default: none;
+    /// [`RemoteOptions::with_deno_cert_env`] adds the file `DENO_CERT` names.
+    pub ca_certs: Vec<PathBuf>,
 }
 
 /// [`RemoteOptions::request_timeout`]'s default.
@@ -125,9 +171,14 @@ impl Default for RemoteOptions {
             retry_for: RETRY_FOR_DEFAULT,
             keep_alive_interval: KEEP_ALIVE_INTERVAL_DEFAULT,
             io_threads: IO_THREADS_DEFAULT,
+            ca_certs: Vec::new(),
         }
     }
 }
+
+/// The environment variable Deno reads a PEM file of extra CA certificates from, which
+/// [`RemoteOptions::with_deno_cert_env`] honours.
+pub const DENO_CERT_ENV: &str = "DENO_CERT";
 
 impl RemoteOptions {
     /// The options with every duration at least [`DURATION_MIN`] and the threads within
@@ -140,7 +191,31 @@ impl RemoteOptions {
             retry_for: self.retry_for.max(DURATION_MIN),
             keep_alive_interval: self.keep_alive_interval.max(DURATION_MIN),
             io_threads: self.io_threads.clamp(1, IO_THREADS_MAX),
+            ca_certs: self.ca_certs,
         }
+    }
+
+    /// These options with the PEM file that the `DENO_CERT` environment variable names (if
+    /// it is set and not empty) added to [`RemoteOptions::ca_certs`], so that a private CA
+    /// trusted by Deno (`DENO_CERT=ca.pem deno run …`) is trusted here too. The library
+    /// never reads the variable on its own: a program opts in by calling this, as the
+    /// `tuplekv` command does. The file is read when the store is opened, with the errors
+    /// [`RemoteOptions::ca_certs`] describes.
+    ///
+    /// ```no_run
+    /// use tuplekv_remote::{RemoteOptions, RemoteStore};
+    ///
+    /// let options = RemoteOptions::default().with_deno_cert_env();
+    /// let token = std::env::var("TUPLEKV_ACCESS_TOKEN")?;
+    /// let store = RemoteStore::connect_with("https://kv.internal:4512", &token, options)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn with_deno_cert_env(mut self) -> Self {
+        if let Some(path) = std::env::var_os(DENO_CERT_ENV).filter(|p| !p.is_empty()) {
+            self.ca_certs.push(PathBuf::from(path));
+        }
+        self
     }
 }
 
@@ -148,13 +223,33 @@ impl RemoteOptions {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
-    /// The URL is not an `http://` URL with a host.
+    /// The URL is not an `http://` or `https://` URL with a host.
     #[error("invalid server URL {url:?}: {reason}")]
     InvalidUrl {
         /// The URL given.
         url: String,
         /// What is wrong with it.
         reason: &'static str,
+    },
+    /// A file of [`RemoteOptions::ca_certs`] cannot be used: it cannot be read, is not PEM,
+    /// holds no certificate, or holds one that is not a usable CA certificate. Nothing was
+    /// sent.
+    #[error("cannot use the CA certificates in {}: {reason}", path.display())]
+    CaCerts {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The TLS handshake with an `https://` server failed in a way retrying cannot fix: its
+    /// certificate is not signed by a trusted CA, is not valid for the URL's host, or the
+    /// server does not speak TLS or HTTP/2 over it. Nothing was sent.
+    #[error("TLS with {url} failed: {reason}")]
+    Tls {
+        /// The URL given.
+        url: String,
+        /// Why, naming the cause.
+        reason: String,
     },
     /// The client's runtime could not start.
     #[error("could not start the client's runtime: {0}")]
@@ -195,9 +290,10 @@ impl std::fmt::Debug for RemoteStore {
 }
 
 impl RemoteStore {
-    /// Connects to the server at `url` (its metadata endpoint, e.g. `http://127.0.0.1:4512`)
-    /// with `access_token`, with the default [`RemoteOptions`]. Runs the metadata exchange
-    /// now, so a wrong URL or token fails here.
+    /// Connects to the server at `url` (its metadata endpoint, e.g. `http://127.0.0.1:4512`,
+    /// or `https://kv.example.com:4512` over TLS; see the crate docs) with `access_token`,
+    /// with the default [`RemoteOptions`]. Runs the metadata exchange now, so a wrong URL or
+    /// token, or a certificate that is not trusted, fails here.
     ///
     /// # Errors
     /// [`ConnectError`].
@@ -219,19 +315,20 @@ impl RemoteStore {
             reason,
         };
         let uri: Uri = url.parse().map_err(|_| invalid("not a URL"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(invalid(
-                    "https is not supported yet: the client speaks HTTP/2 without TLS (h2c)",
-                ));
-            }
-            _ => return Err(invalid("the scheme must be http://")),
-        }
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(invalid("the scheme must be http:// or https://")),
+        };
         if uri.host().is_none() {
             return Err(invalid("no host"));
         }
         let options = options.bounded();
+        let tls = if https {
+            Some(tls::client_config(url, &options.ca_certs)?)
+        } else {
+            None
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(options.io_threads)
             .thread_name("tuplekv-remote")
@@ -239,7 +336,7 @@ impl RemoteStore {
             .build()
             .map_err(ConnectError::Runtime)?;
         let handle = runtime.handle().clone();
-        let transport = Arc::new(Transport::new(uri, access_token.to_owned(), options));
+        let transport = Arc::new(Transport::new(uri, access_token.to_owned(), options, tls));
         let store = RemoteStore {
             inner: Arc::new(Inner {
                 runtime: Some(runtime),
@@ -248,7 +345,19 @@ impl RemoteStore {
             }),
         };
         let transport = Arc::clone(&store.inner.transport);
-        store.block_on(async move { transport.session().await.map(drop) })?;
+        let tls_failure = store.block_on(async move {
+            match transport.establish().await {
+                Ok(_) => Ok(None),
+                Err(SessionError::Tls(reason)) => Ok(Some(reason)),
+                Err(SessionError::Store(e)) => Err(e),
+            }
+        })?;
+        if let Some(reason) = tls_failure {
+            return Err(ConnectError::Tls {
+                url: url.to_owned(),
+                reason,
+            });
+        }
         Ok(store)
     }
 

@@ -9,13 +9,15 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::{Deserialize, Serialize};
+use tokio_rustls::rustls::ClientConfig;
 use tuplekv_engine::{Error, Versionstamp};
 
 use crate::RemoteOptions;
+use crate::tls::{HttpsConnector, TlsFailure};
 
 /// The protocol versions this client speaks (version 1 is older than watch).
 const SUPPORTED_VERSIONS: [u64; 2] = [2, 3];
@@ -64,6 +66,34 @@ enum Failure {
     Unknown(String),
     /// The server answered with a non-success status, with what its headers add.
     Status(StatusCode, String, Detail),
+    /// The TLS handshake failed in a way retrying cannot fix (an untrusted certificate, a
+    /// name mismatch, a server that does not speak TLS): the request never left.
+    Tls(String),
+}
+
+/// Why a metadata exchange failed: a TLS failure apart, as
+/// [`ConnectError::Tls`](crate::ConnectError::Tls) names it at connect.
+pub(crate) enum SessionError {
+    /// [`Failure::Tls`]'s reason.
+    Tls(String),
+    /// Any other failure.
+    Store(Error),
+}
+
+impl SessionError {
+    fn into_error(self) -> Error {
+        match self {
+            SessionError::Tls(reason) => tls_unavailable(reason),
+            SessionError::Store(e) => e,
+        }
+    }
+}
+
+/// What a request that met a definite TLS failure gives (it was never sent).
+fn tls_unavailable(reason: String) -> Error {
+    Error::Unavailable {
+        reason: format!("TLS: {reason}"),
+    }
 }
 
 /// What a refusal's headers add to its status and text.
@@ -75,12 +105,29 @@ struct Detail {
     numbering: Option<Box<Error>>,
 }
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+/// The pooled client (one HTTP/2 connection): h2c for `http://`, HTTP/2 over TLS for
+/// `https://`. One is chosen when the store is opened; a request only picks the variant.
+#[derive(Clone)]
+enum HttpClient {
+    Plain(Client<HttpConnector, Full<Bytes>>),
+    Tls(Client<HttpsConnector, Full<Bytes>>),
+}
+
+impl HttpClient {
+    fn request(&self, req: Request<Full<Bytes>>) -> ResponseFuture {
+        match self {
+            HttpClient::Plain(client) => client.request(req),
+            HttpClient::Tls(client) => client.request(req),
+        }
+    }
+}
 
 pub(crate) struct Transport {
     /// The pooled client (one HTTP/2 connection); replaced, connection and all, after a
     /// request met a fault that leaves the connection suspect.
     client: Mutex<HttpClient>,
+    /// For an `https://` store, the TLS configuration every connection shakes hands with.
+    tls: Option<Arc<ClientConfig>>,
     metadata_url: Uri,
     access_token: String,
     pub(crate) options: RemoteOptions,
@@ -115,9 +162,16 @@ struct Endpoint {
 }
 
 impl Transport {
-    pub(crate) fn new(metadata_url: Uri, access_token: String, options: RemoteOptions) -> Self {
+    /// A transport to `metadata_url`, over TLS with `tls` when it is an `https://` URL.
+    pub(crate) fn new(
+        metadata_url: Uri,
+        access_token: String,
+        options: RemoteOptions,
+        tls: Option<Arc<ClientConfig>>,
+    ) -> Self {
         Transport {
-            client: Mutex::new(build_client(&options)),
+            client: Mutex::new(build_client(&options, tls.as_ref())),
+            tls,
             metadata_url,
             access_token,
             options,
@@ -137,7 +191,8 @@ impl Transport {
     /// fault with no answer, the connection may be silently dead, and reusing it would only
     /// make the next writes' outcomes unknown too.
     fn reset_connection(&self) {
-        *self.client.lock().unwrap_or_else(PoisonError::into_inner) = build_client(&self.options);
+        *self.client.lock().unwrap_or_else(PoisonError::into_inner) =
+            build_client(&self.options, self.tls.as_ref());
     }
 
     /// The metadata URL the store was opened with.
@@ -189,6 +244,11 @@ impl Transport {
     /// The current session: cached, or from a metadata exchange (retried on transport
     /// faults within the retry budget).
     pub(crate) async fn session(&self) -> Result<Arc<Session>, Error> {
+        self.establish().await.map_err(SessionError::into_error)
+    }
+
+    /// [`Transport::session`], with a definite TLS failure told apart.
+    pub(crate) async fn establish(&self) -> Result<Arc<Session>, SessionError> {
         if let Some(s) = self.cached() {
             return Ok(s);
         }
@@ -203,15 +263,16 @@ impl Transport {
                     return Ok(session);
                 }
                 Err(Failure::Status(status, message, _)) => {
-                    return Err(Error::Remote {
+                    return Err(SessionError::Store(Error::Remote {
                         status: status.as_u16(),
                         message,
-                    });
+                    }));
                 }
+                Err(Failure::Tls(reason)) => return Err(SessionError::Tls(reason)),
                 Err(Failure::NotSent(reason) | Failure::Unknown(reason)) => {
                     self.reset_connection();
                     if started.elapsed() + backoff > self.options.retry_for {
-                        return Err(Error::Unavailable { reason });
+                        return Err(SessionError::Store(Error::Unavailable { reason }));
                     }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -257,6 +318,15 @@ impl Transport {
             .or_else(|| meta.endpoints.first())
             .ok_or_else(|| refused("the metadata lists no endpoint".into()))?;
         let base = self.resolve(&endpoint.url);
+        let scheme = self.metadata_url.scheme_str().unwrap_or("http");
+        if !base.starts_with(&format!("{scheme}://")) {
+            // Over https, following it to http:// would send the token in clear text; over
+            // http, the connection this client holds cannot carry https://.
+            return Err(refused(format!(
+                "the metadata names the endpoint {base}, whose scheme is not the metadata \
+                 URL's ({scheme}://): this client does not change schemes"
+            )));
+        }
         let usable = HeaderValue::from_str(&format!("Bearer {}", meta.token)).is_ok()
             && HeaderValue::from_str(&meta.database_id).is_ok()
             && base.parse::<Uri>().is_ok();
@@ -455,6 +525,8 @@ impl Transport {
                     return Err(status_error(status, message, detail));
                 }
                 Err(Failure::NotSent(reason)) => reason,
+                // Definite, and never sent (even a write): retrying cannot help.
+                Err(Failure::Tls(reason)) => return Err(tls_unavailable(reason)),
                 Err(Failure::Unknown(reason)) if kind == Kind::Write => {
                     self.reset_connection();
                     return Err(Error::OutcomeUnknown { reason });
@@ -480,18 +552,27 @@ fn refused(message: String) -> Failure {
     Failure::Status(StatusCode::BAD_GATEWAY, message, Detail::default())
 }
 
-/// A client that speaks HTTP/2 only (h2c), with this store's timeouts.
-fn build_client(options: &RemoteOptions) -> HttpClient {
+/// A client that speaks HTTP/2 only, with this store's timeouts: h2c, or over TLS with
+/// `tls` (the handshake within [`RemoteOptions::connect_timeout`] too).
+fn build_client(options: &RemoteOptions, tls: Option<&Arc<ClientConfig>>) -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(options.connect_timeout));
-    Client::builder(TokioExecutor::new())
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
         .http2_only(true)
         .http2_keep_alive_interval(Some(options.keep_alive_interval))
-        .http2_keep_alive_timeout(options.request_timeout)
-        .build(connector)
+        .http2_keep_alive_timeout(options.request_timeout);
+    match tls {
+        None => HttpClient::Plain(builder.build(connector)),
+        Some(config) => HttpClient::Tls(builder.build(HttpsConnector::new(
+            connector,
+            Arc::clone(config),
+            options.connect_timeout,
+        ))),
+    }
 }
 
 /// The error for a non-success status. A 400 about a mutation that failed on a non-U64 value
@@ -530,8 +611,17 @@ fn status_error(status: StatusCode, message: String, detail: Detail) -> Error {
     }
 }
 
-/// Whether a client error means the request never left.
+/// Whether a client error means the request never left, or is a definite TLS failure.
 fn classify(e: hyper_util::client::legacy::Error) -> Failure {
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        if let Some(tls) = s.downcast_ref::<TlsFailure>()
+            && tls.definite
+        {
+            return Failure::Tls(tls.reason.clone());
+        }
+        source = s.source();
+    }
     if e.is_connect() {
         Failure::NotSent(error_chain(&e))
     } else {

@@ -155,8 +155,9 @@ fn a_wrong_token_fails_at_connect_and_a_bad_url_is_named() {
         matches!(err, ConnectError::Store(Error::Remote { status: 401, .. })),
         "{err:?}"
     );
-    let err = RemoteStore::connect("https://127.0.0.1:1", TEST_TOKEN).unwrap_err();
+    let err = RemoteStore::connect("ftp://127.0.0.1:1", TEST_TOKEN).unwrap_err();
     assert!(matches!(err, ConnectError::InvalidUrl { .. }), "{err}");
+    assert!(err.to_string().contains("http:// or https://"), "{err}");
 }
 
 #[test]
@@ -385,6 +386,7 @@ fn options_out_of_range_are_brought_within_bounds() {
         retry_for: Duration::ZERO,
         keep_alive_interval: Duration::ZERO,
         io_threads: 0,
+        ca_certs: Vec::new(),
     };
     // Zero timeouts are raised to DURATION_MIN: a loopback exchange may or may not fit in a
     // millisecond, but nothing panics, and a sane configuration works.
