@@ -92,8 +92,8 @@ fn backup_dir(dir: &Path, target: &Path) -> Result<Versionstamp, String> {
 
 /// Backs up the server at `url`: one snapshot, read in batches.
 fn backup_url(url: &str, token: &str, target: &Path) -> Result<Versionstamp, String> {
-    let store =
-        RemoteStore::connect(url, token).map_err(|e| format!("cannot connect to {url}: {e}"))?;
+    let store = RemoteStore::connect_with(url, token, crate::target::remote_options())
+        .map_err(|e| format!("cannot connect to {url}: {e}"))?;
     let spinner = progress::spinner(&format!("reading {url}"));
     let read = read_all(&store);
     spinner.finish_and_clear();

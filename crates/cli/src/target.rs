@@ -6,9 +6,15 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use tuplekv_engine::Database;
-use tuplekv_remote::RemoteStore;
+use tuplekv_remote::{RemoteOptions, RemoteStore};
 
 use crate::data_dir::{Create, open_database};
+
+/// How the CLI connects to a server: the defaults, trusting the extra CA certificates of
+/// `DENO_CERT` (Deno's variable, so one setting serves the app and the CLI) for `https://`.
+pub(crate) fn remote_options() -> RemoteOptions {
+    RemoteOptions::default().with_deno_cert_env()
+}
 
 /// `--path DIR` or `--url URL`, shared by the data commands.
 #[derive(Debug, Args)]
@@ -74,7 +80,7 @@ impl TargetArgs {
                     "--url needs an access token: pass --access-token or set \
                      TUPLEKV_ACCESS_TOKEN (or DENO_KV_ACCESS_TOKEN)",
                 )?;
-                RemoteStore::connect(url, &token)
+                RemoteStore::connect_with(url, &token, remote_options())
                     .map(Opened::Remote)
                     .map_err(|e| format!("cannot connect to {url}: {e}"))
             }
