@@ -26,6 +26,8 @@ struct ServeProcess {
     /// Drains the child's stderr as it is written (a full pipe would block the server), and
     /// returns everything once the child closes it.
     stderr: Option<std::thread::JoinHandle<String>>,
+    /// What the child has written to stderr so far.
+    stderr_so_far: Arc<std::sync::Mutex<String>>,
 }
 
 impl ServeProcess {
@@ -44,10 +46,19 @@ impl ServeProcess {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn tuplekv serve");
-        let mut err = child.stderr.take().expect("stderr");
+        let err = child.stderr.take().expect("stderr");
+        let stderr_so_far = Arc::new(std::sync::Mutex::new(String::new()));
+        let so_far = Arc::clone(&stderr_so_far);
         let stderr = std::thread::spawn(move || {
             let mut text = String::new();
-            let _ = std::io::Read::read_to_string(&mut err, &mut text);
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                text.push_str(&line);
+                text.push('\n');
+                let mut shared = so_far.lock().expect("lock");
+                shared.push_str(&line);
+                shared.push('\n');
+            }
             text
         });
         let stdout = child.stdout.take().expect("stdout");
@@ -65,6 +76,20 @@ impl ServeProcess {
             child,
             addr,
             stderr: Some(stderr),
+            stderr_so_far,
+        }
+    }
+
+    /// Waits until the child has logged a line containing `text` (at most [`WAIT_MAX`]).
+    async fn wait_for_log(&self, text: &str) {
+        let started = std::time::Instant::now();
+        while !self.stderr_so_far.lock().expect("lock").contains(text) {
+            assert!(
+                started.elapsed() < WAIT_MAX,
+                "no {text:?} in the log: {}",
+                self.stderr_so_far.lock().expect("lock")
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 
@@ -501,8 +526,11 @@ async fn two_tokens_work_at_once_and_sighup_swaps_the_tokens_file_on_open_connec
     wait_for_token_status(&mut c, TOKEN, 200).await;
 
     // A file that does not parse keeps the tokens there are.
-    std::fs::write(&file, "short\n").expect("write");
+    std::fs::write(&file, "newest-app-token-3\nshort\n").expect("write");
     server.signal("HUP");
+    server.wait_for_log("tokens file refused").await;
+    wait_for_token_status(&mut c, "newest-app-token-3", 401).await;
+    wait_for_token_status(&mut c, "new-app-token-0002", 200).await;
     std::fs::write(&file, "newest-app-token-3\n").expect("write");
     server.signal("HUP");
     wait_for_token_status(&mut c, "newest-app-token-3", 200).await;
@@ -525,7 +553,7 @@ async fn two_tokens_work_at_once_and_sighup_swaps_the_tokens_file_on_open_connec
 fn serve_refuses_a_bad_tokens_file_before_starting() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("tokens");
-    std::fs::write(&file, "fine-token-000001\nwith space in it\n").expect("write");
+    std::fs::write(&file, "fine-token-000001\nwith-a-tab\tin-it\n").expect("write");
     let out = run_serve(&["--tokens-file", file.to_str().expect("utf-8")], None);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -185,6 +185,10 @@ fn write_sparse(out: &mut String, length: u32, props: &[(PropKey, Value)]) {
 
 /// The elements of a view over `bytes`, printed, if each reads back to the same bytes.
 fn elements(kind: ViewKind, bytes: &[u8]) -> Option<String> {
+    // A DataView has no elements: it is written over its buffer, even when empty.
+    if kind == ViewKind::DataView {
+        return None;
+    }
     let size = kind.element_size();
     let mut out = String::from("[");
     for (i, e) in bytes.chunks_exact(size).enumerate() {

@@ -135,8 +135,8 @@ pub enum ConfigError {
         /// The token's length, in bytes.
         len: usize,
     },
-    /// An access token holds a space, a control character or a non-ASCII character: it
-    /// could not travel as `Authorization: Bearer <token>`.
+    /// An access token holds a control or a non-ASCII character, or starts or ends with a
+    /// space: it could not travel as `Authorization: Bearer <token>`.
     AccessTokenNotPrintable,
     /// No access token was given.
     NoAccessToken,
@@ -166,8 +166,8 @@ impl std::fmt::Display for ConfigError {
                 limits::ACCESS_TOKEN_LEN_MAX
             ),
             ConfigError::AccessTokenNotPrintable => f.write_str(
-                "the access token holds a space, a control or a non-ASCII character; \
-                 use printable ASCII only",
+                "the access token holds a control or a non-ASCII character, or a space at one \
+                 end; use printable ASCII only",
             ),
             ConfigError::NoAccessToken => f.write_str("no access token was given"),
             ConfigError::TooManyAccessTokens { max } => {
@@ -222,7 +222,7 @@ impl ServerConfig {
     /// [`limits::ACCESS_TOKEN_LEN_MIN`] characters (an empty token would otherwise match
     /// `Authorization: Bearer `); [`ConfigError::AccessTokenTooLong`] past
     /// [`limits::ACCESS_TOKEN_LEN_MAX`] bytes; [`ConfigError::AccessTokenNotPrintable`] for a
-    /// space, control or non-ASCII character.
+    /// control or non-ASCII character, or a space at either end.
     pub fn new(access_token: impl Into<String>) -> Result<Self, ConfigError> {
         Ok(Self::with_access_tokens(Arc::new(AccessTokens::new([
             access_token.into(),

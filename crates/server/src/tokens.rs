@@ -95,8 +95,8 @@ impl AccessTokens {
 
 /// Checks a list of tokens as a server would hold them: at least one, at most
 /// [`ACCESS_TOKENS_MAX`] distinct ones, each of [`ACCESS_TOKEN_LEN_MIN`] to
-/// [`ACCESS_TOKEN_LEN_MAX`] printable ASCII characters (no spaces: it travels as
-/// `Authorization: Bearer <token>`).
+/// [`ACCESS_TOKEN_LEN_MAX`] printable ASCII characters, spaces allowed inside but not at
+/// either end (it travels as `Authorization: Bearer <token>`).
 ///
 /// # Errors
 /// The first rule broken.
@@ -132,7 +132,10 @@ fn check_token(token: &str) -> Result<(), ConfigError> {
     if token.len() > ACCESS_TOKEN_LEN_MAX {
         return Err(ConfigError::AccessTokenTooLong { len: token.len() });
     }
-    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+    // Spaces inside are fine (`Authorization: Bearer a b` carries `a b`); at either end HTTP
+    // would strip them, and control or non-ASCII characters cannot travel in a header.
+    let printable = token.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+    if !printable || token.starts_with(' ') || token.ends_with(' ') {
         return Err(ConfigError::AccessTokenNotPrintable);
     }
     Ok(())
@@ -275,8 +278,13 @@ mod tests {
                 len: ACCESS_TOKEN_LEN_MAX + 1
             })
         );
+        assert!(
+            check_token("with a space in it").is_ok(),
+            "inner spaces travel"
+        );
         for bad in [
-            "with a space in it",
+            " leading-space-token",
+            "trailing-space-token ",
             "tab\tinside-token",
             "non-ascii-tökenxx",
         ] {
