@@ -173,6 +173,15 @@ fn take_back(mut store: Arc<Database>) -> Result<Database, Arc<Database>> {
     }
 }
 
+/// Why database `name` could not be dropped: `store` is still held by others.
+fn still_in_use(name: &DatabaseName, store: &Arc<Database>) -> String {
+    let users = Arc::strong_count(store) - 1;
+    format!(
+        "database {name} is still in use by {users} request(s) or watch(es) after \
+         {DROP_WAIT_MAX:?}; try again once they end"
+    )
+}
+
 /// Named databases in directories under a data root, durable.
 pub(crate) struct DirHost {
     root: PathBuf,
@@ -341,11 +350,9 @@ impl DatabaseHost for DirHost {
             return drop_offline(&self.root, name);
         };
         let db = take_back(store).map_err(|store| {
-            let users = Arc::strong_count(&store) - 1;
+            let busy = still_in_use(name, &store);
             self.lock().insert(name.clone(), (store, config));
-            format!(
-                "database {name} is still in use by {users} request(s) or watch(es) after {DROP_WAIT_MAX:?}; try again once they end"
-            )
+            busy
         })?;
         db.close()
             .map_err(|e| format!("cannot close database {name}: {e}"))?;
@@ -424,11 +431,9 @@ impl DatabaseHost for MemoryHost {
                 Ok(true)
             }
             Err(store) => {
-                let users = Arc::strong_count(&store) - 1;
+                let busy = still_in_use(name, &store);
                 self.lock().insert(name.clone(), (config, store));
-                Err(format!(
-                    "database {name} is still in use by {users} request(s) or watch(es); try again once they end"
-                ))
+                Err(busy)
             }
         }
     }

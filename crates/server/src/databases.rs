@@ -244,15 +244,7 @@ impl Databases {
         if let Some(router) = self.lock_open().get(name) {
             return Ok(router.clone());
         }
-        if self.lock_open().len() >= self.open_max {
-            return Err(ApiError::busy(
-                format!(
-                    "Too many databases open ({} at most): database {name} cannot be opened now.",
-                    self.open_max
-                ),
-                1,
-            ));
-        }
+        self.room_for_one_more(name)?;
         let opened = match self
             .call_host(name, |host, name| host.open(name, false))
             .await?
@@ -267,6 +259,20 @@ impl Databases {
         tracing::info!(database = %name, "database opened");
         self.lock_open().insert(name.clone(), opened.clone());
         Ok(opened)
+    }
+
+    /// `Ok` when one more database may be opened; else the 503 that says why.
+    fn room_for_one_more(&self, name: &DatabaseName) -> Result<(), ApiError> {
+        if self.lock_open().len() < self.open_max {
+            return Ok(());
+        }
+        Err(ApiError::busy(
+            format!(
+                "Too many databases open ({} at most): database {name} cannot be opened now.",
+                self.open_max
+            ),
+            1,
+        ))
     }
 
     async fn call_host<T: Send + 'static>(
@@ -437,12 +443,7 @@ async fn create_database(
     if existed {
         return Ok((StatusCode::OK, format!("Database {name} exists.\n")).into_response());
     }
-    if databases.lock_open().len() >= databases.open_max {
-        return Err(ApiError::busy(
-            format!("Too many databases open ({} at most).", databases.open_max),
-            1,
-        ));
-    }
+    databases.room_for_one_more(&name)?;
     let router = databases
         .call_host(&name, |host, name| host.open(name, true))
         .await?

@@ -80,7 +80,8 @@ impl AccessTokens {
     /// (no early exit on a match), so timing tells neither which token matched nor how much
     /// of one.
     pub fn accepts(&self, presented: &str) -> bool {
-        let tokens = self.snapshot();
+        // Read under the lock, without cloning the set: this runs on every request.
+        let tokens = self.current.read().unwrap_or_else(|e| e.into_inner());
         let mut found = subtle::Choice::from(0u8);
         for token in tokens.iter() {
             found |= presented.as_bytes().ct_eq(token.as_bytes());
