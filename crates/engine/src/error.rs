@@ -240,6 +240,19 @@ pub enum Error {
         /// The placeholder's width.
         width: u8,
     },
+    /// An async operation's round is suspended on a read or commit not answered yet
+    /// ([`crate::replay`]): what a [`Replay`](crate::replay::Replay) answers after that call.
+    /// The round is discarded and runs again once the call is answered; an async operation
+    /// never returns it.
+    #[error("suspended until an earlier read or commit of this async operation is answered")]
+    Suspended,
+    /// An async operation made more than [`REPLAY_ROUNDS_MAX`] reads and commits in sequence
+    /// ([`crate::replay::run`]). Its reads are discarded; commits it made stand.
+    #[error("the async operation took more than {rounds} rounds (reads and commits in sequence)")]
+    TooManyRounds {
+        /// The limit, [`REPLAY_ROUNDS_MAX`].
+        rounds: usize,
+    },
     /// Every version up to [`VERSION_MAX`](crate::limits::VERSION_MAX) is used: no commit
     /// can be numbered. No history gets there (it takes 2^63 commits).
     #[error("no versionstamp is left: the last one ({last}) is at the limit")]

@@ -106,6 +106,7 @@ mod pipeline;
 mod reclaim;
 #[cfg(feature = "reference-keymap")]
 mod reference_keymap;
+pub mod replay;
 mod snapshot;
 mod store;
 mod sum;
@@ -133,7 +134,7 @@ pub use error::{Error, IoError};
 pub use key_bytes::KeyBytes;
 pub use list::{ListCursor, ListIter, ListOptions};
 pub use snapshot::Snapshot;
-pub use store::{Entry, Health, ReadView, Store};
+pub use store::{Entry, Health, ListPage, ReadView, Store};
 pub use sum::{SumError, sum_numbers};
 pub use transaction::{Transaction, TransactionOptions};
 pub use tuplekv_codec::{ByteRange, Key, KeyPart, Selector, key};

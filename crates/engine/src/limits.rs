@@ -72,3 +72,10 @@ pub(crate) fn check_write_key_len(len: usize) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// Most rounds an async operation ([`crate::replay::run`]) may take: each round answers at
+/// least one more of the operation's reads or commits that had to wait, so this bounds how
+/// many such calls one async operation makes in sequence. Rounds replay the calls before
+/// them from a record, so an operation of `n` waiting calls costs about `n * n / 2`
+/// recorded answers: the bound also keeps that cost in check.
+pub const REPLAY_ROUNDS_MAX: usize = 1024;

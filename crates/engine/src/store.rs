@@ -11,7 +11,7 @@ use crate::atomic::{Atomic, AtomicWrite, CommitResult};
 use crate::error::Error;
 use crate::key_bytes::KeyBytes;
 use crate::limits::{GET_MANY_KEYS_MAX, KEY_SIZE_MAX_READ};
-use crate::list::{ListIter, ListOptions};
+use crate::list::{ListCursor, ListIter, ListOptions};
 use crate::transaction::{Transaction, TransactionOptions, run_transaction};
 use crate::value::{Value, Versionstamp};
 use crate::watch::KeyWatch;
@@ -71,6 +71,16 @@ pub trait ReadView {
     fn get(&self, key: &Key) -> Result<Option<Entry>, Error> {
         self.get_raw(&encode_key(key))
     }
+}
+
+/// One page of [`Store::list_async`]: the entries, and where the next page starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    /// The entries, in the selector's order.
+    pub entries: Vec<Entry>,
+    /// Where the list stands after the last entry ([`ListIter::cursor`]): pass an
+    /// [`ListCursor::After`] string as [`ListOptions::cursor`] for the next page.
+    pub cursor: ListCursor,
 }
 
 /// Whether a store can serve reads and writes now, as [`Store::health`] reports it.
@@ -217,6 +227,78 @@ pub trait Store: Send + Sync {
         std::future::ready(self.commit(write))
     }
 
+    /// [`ReadView::get_raw`] of `snapshot` for async callers: a store whose reads wait on the
+    /// network overrides it to wait without holding a thread. The default reads at once.
+    /// Async operations ([`crate::replay`]) read through it.
+    ///
+    /// # Errors
+    /// As [`ReadView::get_raw`].
+    fn get_raw_async(
+        snapshot: &Self::Snapshot,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<Self>
+    where
+        Self: Sized,
+    {
+        std::future::ready(snapshot.get_raw(key))
+    }
+
+    /// [`ReadView::scan`] of `snapshot` for async callers, as [`Store::get_raw_async`].
+    ///
+    /// # Errors
+    /// As [`ReadView::scan`].
+    fn scan_async(
+        snapshot: &Self::Snapshot,
+        range: &ByteRange,
+        reverse: bool,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Entry>, Error>> + Send + 'static + use<Self>
+    where
+        Self: Sized,
+    {
+        std::future::ready(snapshot.scan(range, reverse, limit))
+    }
+
+    /// [`Store::try_snapshot_versionstamp`] for async callers, as [`Store::get_raw_async`].
+    ///
+    /// # Errors
+    /// As [`Store::try_snapshot_versionstamp`].
+    fn snapshot_versionstamp_async(
+        snapshot: &Self::Snapshot,
+    ) -> impl Future<Output = Result<Versionstamp, Error>> + Send + 'static + use<Self>
+    where
+        Self: Sized,
+    {
+        std::future::ready(Self::try_snapshot_versionstamp(snapshot))
+    }
+
+    /// [`Store::get_latest_raw`] for async callers, as [`Store::get_raw_async`].
+    ///
+    /// # Errors
+    /// As [`Store::get_latest_raw`].
+    fn get_latest_raw_async(
+        &self,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<Self>
+    where
+        Self: Sized,
+    {
+        std::future::ready(self.get_latest_raw(key))
+    }
+
+    /// Whether an operation on this store should stop at once and report what it has: `true`
+    /// only for a [`Replay`](crate::replay::Replay) whose round is suspended, where anything
+    /// more the operation does is discarded. Transactions ask it after each attempt.
+    fn interrupted(&self) -> bool {
+        false
+    }
+
+    /// Waits `pause` between a transaction's attempts. The default sleeps; a
+    /// [`Replay`](crate::replay::Replay) suspends its round on a timer instead.
+    fn backoff(&self, pause: std::time::Duration) {
+        std::thread::sleep(pause);
+    }
+
     /// Whether the store accepts writes now: for a readiness probe, so it must be cheap
     /// (a store that asks a remote backend bounds the wait and may cache the answer briefly).
     /// The default is always [`Health::Ready`]; a store that can stop accepting writes (a
@@ -283,6 +365,142 @@ pub trait Store: Send + Sync {
         F: FnMut(&mut Transaction<'_, Self>) -> Result<T, E>,
     {
         run_transaction(self, &TransactionOptions::default(), f)
+    }
+
+    /// [`Store::get`]'s async twin: the entry at `key` in the latest committed state, read
+    /// without holding a thread while the store waits.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, Store, key};
+    ///
+    /// let db = Database::in_memory();
+    /// db.set(&key!["n"], 7u64)?;
+    /// let entry = pollster::block_on(db.get_async(&key!["n"]))?;
+    /// assert_eq!(entry.and_then(|e| e.value.as_u64()), Some(7));
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::KeyTooLargeForRead`], or what the store's read meets.
+    fn get_async(
+        &self,
+        key: &Key,
+    ) -> impl Future<Output = Result<Option<Entry>, Error>> + Send + 'static
+    where
+        Self: Sized,
+    {
+        let key = encode_key(key);
+        let read = (key.len() <= KEY_SIZE_MAX_READ).then(|| self.get_latest_raw_async(&key));
+        async move {
+            match read {
+                Some(read) => read.await,
+                None => Err(Error::KeyTooLargeForRead { size: key.len() }),
+            }
+        }
+    }
+
+    /// [`Store::get_many`]'s async twin: up to ten keys from one snapshot, in request order.
+    ///
+    /// # Errors
+    /// As [`Store::get_many`].
+    fn get_many_async<'a>(
+        &'a self,
+        keys: &'a [Key],
+    ) -> impl Future<Output = Result<Vec<Option<Entry>>, Error>> + Send + 'a
+    where
+        Self: Sized,
+    {
+        crate::replay::run(self, move |store| store.get_many(keys))
+    }
+
+    /// The entries a selector names, read as [`Store::list`] reads them (from one snapshot,
+    /// in batches), all collected, without holding a thread while the store waits. Set
+    /// [`ListOptions::limit`] for a page, and pass its [`ListPage::cursor`] back for the next.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, ListOptions, Selector, Store, key};
+    ///
+    /// let db = Database::in_memory();
+    /// for i in 0..5u64 {
+    ///     db.set(&key!["users", i], i)?;
+    /// }
+    /// let options = ListOptions { limit: Some(3), ..ListOptions::default() };
+    /// let page = pollster::block_on(db.list_async(&Selector::prefix(&key!["users"]), options))?;
+    /// assert_eq!(page.entries.len(), 3);
+    /// assert!(matches!(page.cursor, tuplekv_engine::ListCursor::After(_)));
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Store::list`], and what a read meets.
+    fn list_async<'a>(
+        &'a self,
+        selector: &'a Selector,
+        options: ListOptions,
+    ) -> impl Future<Output = Result<ListPage, Error>> + Send + 'a
+    where
+        Self: Sized,
+    {
+        crate::replay::run(self, move |store| {
+            let mut list = store.list(selector, options.clone())?;
+            let entries = list.read_all()?;
+            let cursor = list.cursor();
+            Ok(ListPage { entries, cursor })
+        })
+    }
+
+    /// [`Store::transaction`]'s async twin: runs `f`, the same synchronous closure, as a
+    /// serializable transaction, without holding a thread while the store reads or commits.
+    ///
+    /// `f` runs on a [`Replay`](crate::replay::Replay) of this store: it is called again each
+    /// time it reads something the store has not answered yet, with every earlier read
+    /// answered as before (see [`crate::replay`]). So, as for a transaction that retries on
+    /// conflict, it must not have side effects.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, Store, key};
+    ///
+    /// let db = Database::in_memory();
+    /// let balance = pollster::block_on(db.transaction_async(|tx| {
+    ///     let old = tx.get(&key!["balance"])?.and_then(|e| e.value.as_u64()).unwrap_or(0);
+    ///     tx.set(&key!["balance"], old + 10);
+    ///     Ok::<_, tuplekv_engine::Error>(old + 10)
+    /// }))?;
+    /// assert_eq!(balance, 10);
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Store::transaction`].
+    fn transaction_async<'a, T, E, F>(
+        &'a self,
+        f: F,
+    ) -> impl Future<Output = Result<T, E>> + Send + 'a
+    where
+        Self: Sized,
+        E: From<Error> + 'a,
+        T: 'a,
+        F: FnMut(&mut Transaction<'_, crate::replay::Replay<'a, Self>>) -> Result<T, E> + Send + 'a,
+    {
+        self.transaction_with_async(TransactionOptions::default(), f)
+    }
+
+    /// [`Store::transaction_async`] with explicit retry options.
+    ///
+    /// # Errors
+    /// As [`Store::transaction`].
+    fn transaction_with_async<'a, T, E, F>(
+        &'a self,
+        options: TransactionOptions,
+        mut f: F,
+    ) -> impl Future<Output = Result<T, E>> + Send + 'a
+    where
+        Self: Sized,
+        E: From<Error> + 'a,
+        T: 'a,
+        F: FnMut(&mut Transaction<'_, crate::replay::Replay<'a, Self>>) -> Result<T, E> + Send + 'a,
+    {
+        crate::replay::run(self, move |store| store.transaction_with(&options, &mut f))
     }
 
     /// [`Store::transaction`] with explicit retry options.

@@ -473,11 +473,13 @@ where
     for attempt in 1..=attempts {
         let mut tx = Transaction::new(store);
         let out = match f(&mut tx) {
+            // An async round is suspended: what follows would be discarded.
+            Err(e) if store.interrupted() => return Err(e),
             Ok(out) => out,
             // A read failed for the moment: run again, or report it after the last attempt.
             Err(e) if tx.transient => {
                 if attempt < attempts {
-                    pause(&mut backoff, options);
+                    pause(store, &mut backoff, options);
                     continue;
                 }
                 return Err(e);
@@ -487,7 +489,7 @@ where
             Err(e) if tx.reads_changed(store) => {
                 drop(e);
                 if attempt < attempts {
-                    pause(&mut backoff, options);
+                    pause(store, &mut backoff, options);
                     continue;
                 }
                 return Err(Error::TransactionConflict { attempts }.into());
@@ -497,28 +499,32 @@ where
         let (write, snapshot) = tx.into_write();
         let result = store.commit(write);
         drop(snapshot);
+        if store.interrupted() {
+            return Err(result.err().unwrap_or(Error::Suspended).into());
+        }
         let result = match result {
             // Nothing was written (the store was unreachable, or dropped the snapshot the
             // range checks compare with): run again on a fresh snapshot.
             Err(e) if e.is_transient() && attempt < attempts => {
-                pause(&mut backoff, options);
+                pause(store, &mut backoff, options);
                 continue;
             }
             result => result?,
         };
         match result {
             CommitResult::Committed { .. } => return Ok(out),
-            CommitResult::Conflict(_) if attempt < attempts => pause(&mut backoff, options),
+            CommitResult::Conflict(_) if attempt < attempts => pause(store, &mut backoff, options),
             CommitResult::Conflict(_) => {}
         }
     }
     Err(Error::TransactionConflict { attempts }.into())
 }
 
-/// Sleeps `backoff` with jitter, then doubles it up to the options' maximum.
-fn pause(backoff: &mut Duration, options: &TransactionOptions) {
+/// Waits `backoff` with jitter ([`Store::backoff`]), then doubles it up to the options'
+/// maximum.
+fn pause<S: Store>(store: &S, backoff: &mut Duration, options: &TransactionOptions) {
     let jitter = backoff.mul_f64(fastrand::f64());
-    std::thread::sleep(*backoff / 2 + jitter);
+    store.backoff(*backoff / 2 + jitter);
     *backoff = (*backoff * 2).min(options.max_backoff);
 }
 
