@@ -19,8 +19,53 @@ use tuplekv_codec::Key;
 use tuplekv_engine::replay::{self, Replay};
 use tuplekv_engine::{ListOptions, Store};
 
-use crate::collection::{Collection, Page};
+use crate::collection::{Collection, CollectionBuilder, Page};
 use crate::error::Error;
+
+impl<T> CollectionBuilder<T>
+where
+    T: Serialize + DeserializeOwned + Send + Sync,
+{
+    /// [`CollectionBuilder::open`], awaited: what `open` reads and writes in the store (the
+    /// schema, each index's state) is awaited, so an async `main` can open its collections on
+    /// a remote store without blocking its runtime.
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use tuplekv_engine::{Database, key};
+    /// use tuplekv_index::Collection;
+    ///
+    /// #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    /// struct User { id: u64, email: String }
+    ///
+    /// # pollster::block_on(async {
+    /// let users = Collection::builder("users", |u: &User| key![u.id])
+    ///     .unique("email", |u| Some(key![u.email.clone()]))
+    ///     .open_async(Database::in_memory())
+    ///     .await?;
+    /// assert_eq!(users.get_async(&key![1]).await?, None);
+    /// # Ok::<(), tuplekv_index::Error>(())
+    /// # })?;
+    /// # Ok::<(), tuplekv_index::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`CollectionBuilder::open`].
+    pub fn open_async<S: Store>(
+        self,
+        store: S,
+    ) -> impl Future<Output = Result<Collection<T, S>, Error>> + Send
+    where
+        T: 'static,
+    {
+        let def = self.definition().map(Arc::new);
+        async move {
+            let collection = Collection { store, def: def? };
+            replay::run(&collection.store, |s| collection.on(s).open_in_store()).await?;
+            Ok(collection)
+        }
+    }
+}
 
 impl<T, S> Collection<T, S>
 where

@@ -263,6 +263,20 @@ impl<T> CollectionBuilder<T> {
     where
         T: Serialize + DeserializeOwned,
     {
+        let collection = Collection {
+            store,
+            def: Arc::new(self.definition()?),
+        };
+        collection.open_in_store()?;
+        Ok(collection)
+    }
+
+    /// The definition, checked and with its keys and shape filled in: everything of `open`
+    /// that does not touch the store.
+    pub(crate) fn definition(self) -> Result<Def<T>, Error>
+    where
+        T: Serialize + DeserializeOwned,
+    {
         if let Some(mistake) = self.mistake {
             return Err(Error::Definition(mistake));
         }
@@ -296,34 +310,40 @@ impl<T> CollectionBuilder<T> {
         if def.shape.is_none() {
             def.shape = Some(schema::to_text(schema::trace::<T>()));
         }
-        let collection = Collection {
-            store,
-            def: Arc::new(def),
-        };
-        // The schema first: a struct that does not fit the stored records opens nothing and
-        // writes nothing.
-        collection.open_schema()?;
-        for idx in &collection.def.indexes {
-            let state = collection.state_key(&idx.name)?;
-            let has_records = !collection
+        Ok(def)
+    }
+}
+
+impl<T, S> Collection<T, S>
+where
+    T: Serialize + DeserializeOwned,
+    S: Store,
+{
+    /// What `open` does in the store: the schema first (a struct that does not fit the
+    /// stored records opens nothing and writes nothing), then each index's state.
+    pub(crate) fn open_in_store(&self) -> Result<(), Error> {
+        self.open_schema()?;
+        for idx in &self.def.indexes {
+            let state = self.state_key(&idx.name)?;
+            let has_records = !self
                 .store
                 .snapshot()
-                .scan(&collection.records_range()?, false, 1)?
+                .scan(&self.records_range()?, false, 1)?
                 .is_empty();
             let initial = if has_records {
                 STATE_BUILDING
             } else {
                 STATE_READY
             };
-            let _ = collection
+            let _ = self
                 .store
                 .atomic()
                 .check_raw(&state, None)
                 .set_raw(&state, initial)
                 .commit()?;
-            collection.refresh_ready(idx)?;
+            self.refresh_ready(idx)?;
         }
-        Ok(collection)
+        Ok(())
     }
 }
 
