@@ -8,6 +8,7 @@ use std::sync::Arc;
 use thiserror::Error;
 use tuplekv_codec::{DecodeError, SelectorError};
 
+use crate::class::ErrorClass;
 use crate::key_bytes::KeyBytes;
 use crate::limits::*;
 use crate::sum::SumError;
@@ -167,16 +168,29 @@ pub enum Error {
     /// and a write that meets it was not sent (or was refused before it could commit). Safe to
     /// retry.
     #[error("the store is unavailable: {reason}")]
+    ///
+    /// Build it with [`Error::unavailable`] (and [`Error::with_source`]).
     Unavailable {
         /// What failed (the transport's own message).
         reason: String,
+        /// The transport's error, when there is one (a refused connection's
+        /// [`io::Error`], a TLS or HTTP error): the error's
+        /// [`source`](std::error::Error::source). `reason` already says what it says.
+        #[source]
+        source: Option<Cause>,
     },
     /// A write to a remote store was sent, but the connection failed before its answer came:
     /// it may or may not have committed. Never resent blindly; read to find out.
     #[error("the outcome of the write is unknown (it may or may not have committed): {reason}")]
+    ///
+    /// Build it with [`Error::outcome_unknown`] (and [`Error::with_source`]).
     OutcomeUnknown {
         /// What failed.
         reason: String,
+        /// The transport's error, when there is one: the error's
+        /// [`source`](std::error::Error::source). `reason` already says what it says.
+        #[source]
+        source: Option<Cause>,
     },
     /// The operation needs something the store does not offer (a remote server without
     /// tuplekv's KV Connect extension, for one). Nothing was read or written.
@@ -263,17 +277,140 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether the failure is of the moment rather than of the request: the store was
-    /// unreachable ([`Error::Unavailable`]) or dropped the snapshot a read needed
-    /// ([`Error::SnapshotExpired`]). Nothing was written, and the same request may succeed
-    /// later. A transaction whose read met one runs again.
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            Error::Unavailable { .. } | Error::SnapshotExpired { .. }
-        )
+    /// [`Error::Unavailable`] for `reason`, with no source: add the transport's error with
+    /// [`Error::with_source`].
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        Error::Unavailable {
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// [`Error::OutcomeUnknown`] for `reason`, with no source: add the transport's error with
+    /// [`Error::with_source`].
+    pub fn outcome_unknown(reason: impl Into<String>) -> Self {
+        Error::OutcomeUnknown {
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// The error with `source` as the cause of an [`Error::Unavailable`] or an
+    /// [`Error::OutcomeUnknown`] (what [`source`](std::error::Error::source) returns); any
+    /// other error is returned as it is.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::error::Error as _;
+    /// use std::io;
+    ///
+    /// let refused = io::Error::new(io::ErrorKind::ConnectionRefused, "connection refused");
+    /// let err = tuplekv_engine::Error::unavailable("connecting to the server: connection refused")
+    ///     .with_source(refused);
+    /// let cause = err.source().and_then(|s| s.downcast_ref::<io::Error>()).expect("io::Error");
+    /// assert_eq!(cause.kind(), io::ErrorKind::ConnectionRefused);
+    /// ```
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        if let Error::Unavailable { source: s, .. } | Error::OutcomeUnknown { source: s, .. } =
+            &mut self
+        {
+            *s = Some(Cause::new(source));
+        }
+        self
+    }
+
+    /// The error's class: what kind of failure it is, for a caller deciding what to answer or
+    /// whether to retry. Every variant has one; see [`ErrorClass`] for what each means.
+    ///
+    /// The predicates ([`is_transient`](Self::is_transient), [`is_conflict`](Self::is_conflict),
+    /// [`is_outcome_unknown`](Self::is_outcome_unknown), ...) are [`Classify`](crate::Classify)'s, inherent.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::KeyTooLargeForWrite { .. }
+            | Error::KeyTooLargeForRead { .. }
+            | Error::EmptyKey
+            | Error::ValueTooLarge { .. }
+            | Error::TooManyChecks { .. }
+            | Error::TooManyMutations { .. }
+            | Error::TotalMutationSizeTooLarge { .. }
+            | Error::TotalKeySizeTooLarge { .. }
+            | Error::TooManyRanges { .. }
+            | Error::TooManyWatchedKeys { .. }
+            | Error::TooManyEntries { .. }
+            | Error::ZeroLimit
+            | Error::ZeroBatchSize
+            | Error::ExpireInTooLarge { .. }
+            | Error::NotU64 { .. }
+            | Error::Sum(_)
+            | Error::Selector(_)
+            | Error::TargetExists { .. }
+            | Error::InvalidEntry { .. }
+            | Error::InvalidNumbering { .. }
+            | Error::CounterNotU64 { .. } => ErrorClass::Invalid,
+            Error::TransactionConflict { .. } => ErrorClass::Conflict,
+            Error::OutcomeUnknown { .. } => ErrorClass::OutcomeUnknown,
+            Error::CounterExhausted { .. }
+            | Error::NumberTooWide { .. }
+            | Error::VersionsExhausted { .. } => ErrorClass::Exhausted,
+            // A snapshot the store dropped: the transaction (or the request) runs again.
+            Error::Unavailable { .. } | Error::SnapshotExpired { .. } => ErrorClass::Unavailable,
+            Error::Closed => ErrorClass::Closed,
+            Error::Unsupported { .. } => ErrorClass::Unsupported,
+            Error::Decode(_) | Error::Corrupt { .. } => ErrorClass::Corrupt,
+            Error::Io(_) | Error::Locked { .. } | Error::Remote { .. } => ErrorClass::Internal,
+        }
     }
 }
+
+crate::__impl_classify!(Error);
+
+/// The error a transport failure carries as its [`source`](std::error::Error::source)
+/// ([`Error::Unavailable`], [`Error::OutcomeUnknown`]), shared so that [`Error`] stays `Clone`.
+///
+/// It dereferences to the error itself, which is what `source()` returns: downcast that to
+/// the transport's type (`std::io::Error`, say). Two causes are equal when their messages are.
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl Cause {
+    /// Wraps `error`.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Cause(Arc::new(error))
+    }
+
+    /// Wraps an error that is already shared.
+    pub fn from_arc(error: Arc<dyn std::error::Error + Send + Sync + 'static>) -> Self {
+        Cause(error)
+    }
+}
+
+impl std::ops::Deref for Cause {
+    type Target = dyn std::error::Error + Send + Sync + 'static;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for Cause {}
 
 /// An I/O failure: what was being done (and to which file), and the [`io::Error`] it met,
 /// which is the error's [`source`](std::error::Error::source).
@@ -413,6 +550,176 @@ mod tests {
         let moved = a.with_context("repairing f");
         assert!(std::ptr::eq(moved.io_error(), a.io_error()));
         assert_eq!(moved.context(), "repairing f");
+    }
+
+    /// The class each variant must have, decided variant by variant: a new variant does not
+    /// compile here until it has one (and a sample in `one_of_each`).
+    fn expected_class(e: &Error) -> ErrorClass {
+        use ErrorClass as C;
+        match e {
+            Error::KeyTooLargeForWrite { .. } => C::Invalid,
+            Error::KeyTooLargeForRead { .. } => C::Invalid,
+            Error::EmptyKey => C::Invalid,
+            Error::ValueTooLarge { .. } => C::Invalid,
+            Error::TooManyChecks { .. } => C::Invalid,
+            Error::TooManyMutations { .. } => C::Invalid,
+            Error::TotalMutationSizeTooLarge { .. } => C::Invalid,
+            Error::TotalKeySizeTooLarge { .. } => C::Invalid,
+            Error::TooManyRanges { .. } => C::Invalid,
+            Error::TooManyWatchedKeys { .. } => C::Invalid,
+            Error::TooManyEntries { .. } => C::Invalid,
+            Error::ZeroLimit => C::Invalid,
+            Error::ZeroBatchSize => C::Invalid,
+            Error::ExpireInTooLarge { .. } => C::Invalid,
+            Error::NotU64 { .. } => C::Invalid,
+            Error::Sum(_) => C::Invalid,
+            Error::Selector(_) => C::Invalid,
+            Error::Decode(_) => C::Corrupt,
+            Error::TransactionConflict { .. } => C::Conflict,
+            Error::Io(_) => C::Internal,
+            Error::Locked { .. } => C::Internal,
+            Error::TargetExists { .. } => C::Invalid,
+            Error::InvalidEntry { .. } => C::Invalid,
+            Error::Corrupt { .. } => C::Corrupt,
+            Error::Closed => C::Closed,
+            Error::Unavailable { .. } => C::Unavailable,
+            Error::OutcomeUnknown { .. } => C::OutcomeUnknown,
+            Error::Unsupported { .. } => C::Unsupported,
+            Error::SnapshotExpired { .. } => C::Unavailable,
+            Error::Remote { .. } => C::Internal,
+            Error::InvalidNumbering { .. } => C::Invalid,
+            Error::CounterNotU64 { .. } => C::Invalid,
+            Error::CounterExhausted { .. } => C::Exhausted,
+            Error::NumberTooWide { .. } => C::Exhausted,
+            Error::VersionsExhausted { .. } => C::Exhausted,
+        }
+    }
+
+    fn one_of_each() -> Vec<Error> {
+        let key = KeyBytes::from(&b"\x02k\x00"[..]);
+        vec![
+            Error::KeyTooLargeForWrite { size: 2049 },
+            Error::KeyTooLargeForRead { size: 2050 },
+            Error::EmptyKey,
+            Error::ValueTooLarge { size: 70_000 },
+            Error::TooManyChecks { count: 101 },
+            Error::TooManyMutations { count: 1001 },
+            Error::TotalMutationSizeTooLarge { size: 900_000 },
+            Error::TotalKeySizeTooLarge { size: 90_000 },
+            Error::TooManyRanges { count: 11 },
+            Error::TooManyWatchedKeys { count: 11 },
+            Error::TooManyEntries { count: 1001 },
+            Error::ZeroLimit,
+            Error::ZeroBatchSize,
+            Error::ExpireInTooLarge { ms: u128::MAX },
+            Error::NotU64 {
+                op: "sum",
+                index: 0,
+                key: key.clone(),
+            },
+            Error::Sum(SumError::OutOfRange),
+            Error::Selector(SelectorError::StartAfterEnd),
+            Error::Decode(
+                KeyBytes::from(&[0x99u8][..])
+                    .decode()
+                    .expect_err("0x99 is no type code"),
+            ),
+            Error::TransactionConflict { attempts: 10 },
+            Error::Io(IoError::new("syncing f", io::Error::other("gone"))),
+            Error::Locked { path: "/db".into() },
+            Error::TargetExists { path: "/db".into() },
+            Error::InvalidEntry {
+                index: 0,
+                reason: "empty key".into(),
+            },
+            Error::Corrupt {
+                path: "/db/wal".into(),
+                offset: 7,
+                reason: "bad crc".into(),
+            },
+            Error::Closed,
+            Error::unavailable("connection refused"),
+            Error::outcome_unknown("connection reset"),
+            Error::Unsupported {
+                operation: "watch",
+                needs: "the extension",
+            },
+            Error::SnapshotExpired {
+                versionstamp: "0".repeat(20),
+            },
+            Error::Remote {
+                status: 500,
+                message: "boom".into(),
+            },
+            Error::InvalidNumbering {
+                reason: "overlap".into(),
+            },
+            Error::CounterNotU64 { key: key.clone() },
+            Error::CounterExhausted {
+                key,
+                next: 9,
+                count: 2,
+                max: 9,
+            },
+            Error::NumberTooWide {
+                number: 1000,
+                width: 3,
+            },
+            Error::VersionsExhausted { last: u64::MAX },
+        ]
+    }
+
+    #[test]
+    fn every_variant_has_its_decided_class_and_the_predicates_follow_it() {
+        let samples = one_of_each();
+        let mut kinds: Vec<_> = samples.iter().map(std::mem::discriminant).collect();
+        kinds.dedup();
+        assert_eq!(kinds.len(), samples.len(), "one sample per variant");
+        for e in &samples {
+            let class = e.class();
+            assert_eq!(class, expected_class(e), "{e:?}");
+            assert_eq!(crate::Classify::class(e), class);
+            assert_eq!(e.is_transient(), class == ErrorClass::Unavailable, "{e:?}");
+            assert_eq!(e.is_conflict(), class == ErrorClass::Conflict, "{e:?}");
+            assert_eq!(e.is_outcome_unknown(), class == ErrorClass::OutcomeUnknown);
+            assert_eq!(
+                e.is_unique_violation(),
+                class == ErrorClass::UniqueViolation
+            );
+            assert_eq!(e.is_not_found(), class == ErrorClass::NotFound);
+            assert_eq!(e.is_invalid(), class == ErrorClass::Invalid, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_transport_cause_is_the_source_survives_clone_and_does_not_change_the_message() {
+        let refused = io::Error::new(ErrorKind::ConnectionRefused, "connection refused");
+        let err = Error::unavailable("connecting to h: connection refused").with_source(refused);
+        assert_eq!(
+            err.to_string(),
+            "the store is unavailable: connecting to h: connection refused"
+        );
+        let copy = err.clone();
+        for e in [&err, &copy] {
+            let cause = e.source().and_then(|s| s.downcast_ref::<io::Error>());
+            assert_eq!(
+                cause.map(io::Error::kind),
+                Some(ErrorKind::ConnectionRefused)
+            );
+        }
+        assert_eq!(copy, err);
+        assert_ne!(
+            err,
+            Error::unavailable("connecting to h: connection refused")
+        );
+        assert!(Error::unavailable("x").source().is_none());
+        let unknown = Error::outcome_unknown("reset").with_source(io::Error::other("reset"));
+        assert!(unknown.source().is_some());
+        // Only the transport variants carry a cause.
+        assert_eq!(
+            Error::Closed.with_source(io::Error::other("x")),
+            Error::Closed
+        );
     }
 
     #[test]

@@ -84,6 +84,7 @@
 
 mod atomic;
 mod chain_cell;
+mod class;
 mod db;
 pub mod durable;
 mod error;
@@ -128,9 +129,10 @@ pub use atomic::{
     Atomic, AtomicWrite, BoundedSum, Check, CommitResult, Conflict, Expiry, FailedCheck, Mutation,
     MutationKind, RangeCheck, versionstamped_key,
 };
+pub use class::{Classify, ErrorClass};
 pub use db::{CHECKPOINT_AFTER_BYTES_DEFAULT, Database, Options, Stats};
 pub use durable::{Durability, RecoveryReport};
-pub use error::{Error, IoError};
+pub use error::{Cause, Error, IoError};
 pub use key_bytes::KeyBytes;
 pub use list::{ListCursor, ListIter, ListOptions};
 pub use snapshot::Snapshot;

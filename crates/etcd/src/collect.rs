@@ -305,9 +305,7 @@ mod tests {
         assert_eq!(next_pause(&pass(0, 9, false), interval), COLLECT_BUSY_PAUSE);
         assert_eq!(next_pause(&pass(0, 0, false), interval), interval);
         assert_eq!(next_pause(&pass(5, 5, true), interval), interval);
-        let failed = Err(Error::Unavailable {
-            reason: "no leader".into(),
-        });
+        let failed = Err(Error::unavailable("no leader"));
         assert_eq!(next_pause(&failed, interval), interval);
         let short = Duration::from_millis(10);
         assert_eq!(next_pause(&pass(1, 0, false), short), short);

@@ -571,9 +571,9 @@ impl Drop for LaneGuard<'_> {
         }
         let queued = lock(&self.counters.lanes).remove(self.lane);
         for q in queued.into_iter().flatten() {
-            let _ = q.reply.send(Err(Error::Unavailable {
-                reason: "the lane of numbered commits stopped before sending this one".into(),
-            }));
+            let _ = q.reply.send(Err(Error::unavailable(
+                "the lane of numbered commits stopped before sending this one",
+            )));
         }
     }
 }
@@ -632,9 +632,9 @@ pub(crate) async fn commit(
             tokio::spawn(lead(kv, space, Arc::clone(&counters), lane));
         }
         return answer.await.unwrap_or_else(|_| {
-            Err(Error::OutcomeUnknown {
-                reason: "the lane of numbered commits stopped during the commit".into(),
-            })
+            Err(Error::outcome_unknown(
+                "the lane of numbered commits stopped during the commit",
+            ))
         });
     }
     let mut kv = kv;
@@ -801,9 +801,8 @@ impl<'a> Run<'a> {
             .txn(Txn::new().and_then(gets))
             .await
             .map_err(|e| crate::errors::read_error(e, 0))?;
-        let head = header_revision(response.header()).ok_or_else(|| Error::Unavailable {
-            reason: "etcd answered a read without its revision".into(),
-        })?;
+        let head = header_revision(response.header())
+            .ok_or_else(|| Error::unavailable("etcd answered a read without its revision"))?;
         learn(
             &mut self.known,
             &self.space.marker(),
@@ -948,8 +947,8 @@ impl<'a> Run<'a> {
                 return Ok(());
             }
             // Nothing was applied: a refused transaction without its revision is no commit.
-            head = revision.ok_or_else(|| Error::Unavailable {
-                reason: "etcd answered a refused commit without its revision".into(),
+            head = revision.ok_or_else(|| {
+                Error::unavailable("etcd answered a refused commit without its revision")
             })?;
             self.fresh = true;
             self.refused(levels, now, range_changed);
@@ -1079,9 +1078,9 @@ impl<'a> Run<'a> {
         };
         if stamp_of(0).is_none() {
             self.lost = true;
-            return Err(Error::OutcomeUnknown {
-                reason: "etcd answered the commit without its revision".into(),
-            });
+            return Err(Error::outcome_unknown(
+                "etcd answered the commit without its revision",
+            ));
         }
         let committed = self.active.len();
         if !self.counter_keys.is_empty() {

@@ -186,12 +186,12 @@ fn not_sent(s: &Status<'_>) -> bool {
 
 /// A failed read at `revision` (0: the latest) as our error.
 pub(crate) fn read_error(e: etcd_client::Error, revision: i64) -> Error {
-    match status(&e) {
+    let out = match status(&e) {
         Some(s) => read_status(&s, revision),
-        None => Error::Unavailable {
-            reason: e.to_string(),
-        },
-    }
+        None => Error::unavailable(e.to_string()),
+    };
+    // A transport failure keeps the client's error as its source.
+    out.with_source(e)
 }
 
 fn read_status(s: &Status<'_>, revision: i64) -> Error {
@@ -201,37 +201,45 @@ fn read_status(s: &Status<'_>, revision: i64) -> Error {
                 .to_string(),
         };
     }
-    refusal(s).unwrap_or_else(|| Error::Unavailable {
-        reason: format!("etcd read failed ({:?}): {}", s.code(), s.message()),
+    refusal(s).unwrap_or_else(|| {
+        Error::unavailable(format!(
+            "etcd read failed ({:?}): {}",
+            s.code(),
+            s.message()
+        ))
     })
 }
 
 /// A failed commit as our error: a refusal or a request never sent is definite, anything
 /// else is [`Error::OutcomeUnknown`].
 pub(crate) fn write_error(e: etcd_client::Error) -> Error {
-    match status(&e) {
+    let out = match status(&e) {
         Some(s) => write_status(&s),
         // The transport failed before a call (connecting): nothing was sent.
-        None if matches!(e, etcd_client::Error::TransportError(_)) => Error::Unavailable {
-            reason: e.to_string(),
-        },
-        None => Error::OutcomeUnknown {
-            reason: e.to_string(),
-        },
-    }
+        None if matches!(e, etcd_client::Error::TransportError(_)) => {
+            Error::unavailable(e.to_string())
+        }
+        None => Error::outcome_unknown(e.to_string()),
+    };
+    // A transport failure keeps the client's error as its source.
+    out.with_source(e)
 }
 
 fn write_status(s: &Status<'_>) -> Error {
     if let Some(refused) = refusal(s) {
         refused
     } else if not_sent(s) {
-        Error::Unavailable {
-            reason: format!("etcd refused the commit ({:?}): {}", s.code(), s.message()),
-        }
+        Error::unavailable(format!(
+            "etcd refused the commit ({:?}): {}",
+            s.code(),
+            s.message()
+        ))
     } else {
-        Error::OutcomeUnknown {
-            reason: format!("etcd commit failed ({:?}): {}", s.code(), s.message()),
-        }
+        Error::outcome_unknown(format!(
+            "etcd commit failed ({:?}): {}",
+            s.code(),
+            s.message()
+        ))
     }
 }
 
@@ -246,10 +254,11 @@ where
     let mut pause = READ_RETRY_PAUSE;
     loop {
         match attempt().await {
-            Err(Error::Unavailable { reason }) => {
+            Err(Error::Unavailable { reason, source }) => {
                 if start.elapsed() + pause > READ_RETRY_BUDGET {
                     return Err(Error::Unavailable {
                         reason: format!("{reason} (still failing after {READ_RETRY_BUDGET:?})"),
+                        source,
                     });
                 }
                 tokio::time::sleep(pause).await;

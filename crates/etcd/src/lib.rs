@@ -324,12 +324,8 @@ impl EtcdStore {
         });
         let client = rx
             .recv()
-            .map_err(|_| Error::Unavailable {
-                reason: "the client's runtime stopped".into(),
-            })?
-            .map_err(|e| Error::Unavailable {
-                reason: format!("could not connect to etcd: {e}"),
-            })?;
+            .map_err(|_| Error::unavailable("the client's runtime stopped"))?
+            .map_err(|e| Error::unavailable(format!("could not connect to etcd: {e}")))?;
         let kv = client
             .kv_client()
             .max_decoding_message_size(RESPONSE_BYTES_MAX);
@@ -467,9 +463,7 @@ impl EtcdStore {
         &self,
         fut: impl Future<Output = Result<T, Error>> + Send + 'static,
     ) -> Result<T, Error> {
-        self.block_on_or(fut, || Error::Unavailable {
-            reason: "the client's runtime stopped".into(),
-        })
+        self.block_on_or(fut, || Error::unavailable("the client's runtime stopped"))
     }
 
     fn block_on_or<T: Send + 'static>(
@@ -527,8 +521,8 @@ impl Store for EtcdStore {
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
         let task = commit::commit(self.kv(), self.space(), self.counters(), write);
-        self.block_on_or(task, || Error::OutcomeUnknown {
-            reason: "the client's runtime stopped during the commit".into(),
+        self.block_on_or(task, || {
+            Error::outcome_unknown("the client's runtime stopped during the commit")
         })
     }
 
@@ -546,9 +540,9 @@ impl Store for EtcdStore {
         let inner = Arc::clone(&self.inner);
         async move {
             let out = task.await.unwrap_or_else(|e| {
-                Err(Error::OutcomeUnknown {
-                    reason: format!("the commit task stopped: {e}"),
-                })
+                Err(Error::outcome_unknown(format!(
+                    "the commit task stopped: {e}"
+                )))
             });
             drop(inner);
             out

@@ -85,8 +85,8 @@ impl EtcdSnapshot {
         let revision = self.revision().unwrap_or(0);
         u64::try_from(revision)
             .map(Versionstamp::from_version)
-            .map_err(|_| Error::Unavailable {
-                reason: format!("etcd answered a read with revision {revision}"),
+            .map_err(|_| {
+                Error::unavailable(format!("etcd answered a read with revision {revision}"))
             })
     }
 
@@ -230,9 +230,7 @@ pub(crate) async fn get_page(
         .header()
         .map(etcd_client::ResponseHeader::revision)
         .filter(|r| *r > 0)
-        .ok_or_else(|| Error::Unavailable {
-            reason: "etcd answered a read without its revision".into(),
-        })?;
+        .ok_or_else(|| Error::unavailable("etcd answered a read without its revision"))?;
     Ok(Page {
         entries,
         revision,

@@ -1000,7 +1000,7 @@ where
         written: impl FnOnce() -> Option<(Vec<u8>, R)>,
     ) -> Result<R, Error> {
         let reason = match result {
-            Err(Error::Store(tuplekv_engine::Error::OutcomeUnknown { reason })) => reason,
+            Err(Error::Store(tuplekv_engine::Error::OutcomeUnknown { reason, .. })) => reason,
             other => return other,
         };
         let written = written();

@@ -67,9 +67,7 @@ impl Store for Hooked {
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, StoreError> {
         if (self.fail)(&write) {
-            return Err(StoreError::Unavailable {
-                reason: "the power is cut".into(),
-            });
+            return Err(StoreError::unavailable("the power is cut"));
         }
         self.db.commit(write)
     }

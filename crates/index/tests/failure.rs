@@ -77,9 +77,9 @@ impl Store for Faulty {
                 if applied {
                     let _ = Store::commit(&self.db, write)?;
                 }
-                Err(tuplekv_engine::Error::OutcomeUnknown {
-                    reason: "the connection closed (on purpose)".into(),
-                })
+                Err(tuplekv_engine::Error::outcome_unknown(
+                    "the connection closed (on purpose)",
+                ))
             }
             _ => Store::commit(&self.db, write),
         }

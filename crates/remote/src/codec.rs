@@ -256,9 +256,7 @@ pub(crate) struct ReadOutput {
 pub(crate) fn decode_read_output(body: &[u8]) -> Result<ReadOutput, Error> {
     let out = pb::SnapshotReadOutput::decode(body).map_err(malformed)?;
     if out.read_disabled {
-        return Err(Error::Unavailable {
-            reason: "the server has reads disabled".into(),
-        });
+        return Err(Error::unavailable("the server has reads disabled"));
     }
     let ext = tuplekv_wire::SnapshotReadOutputExtension::decode(body)
         .map_err(malformed)?

@@ -86,6 +86,7 @@
 //! must have the URL's scheme: an `https://` store never follows the server to `http://`.
 
 mod codec;
+mod reason;
 mod snapshot;
 mod tls;
 mod transport;
@@ -374,9 +375,7 @@ impl RemoteStore {
         &self,
         fut: impl Future<Output = Result<T, Error>> + Send + 'static,
     ) -> Result<T, Error> {
-        self.block_on_or(fut, || Error::Unavailable {
-            reason: "the client's runtime stopped".into(),
-        })
+        self.block_on_or(fut, || Error::unavailable("the client's runtime stopped"))
     }
 
     /// [`RemoteStore::block_on`] with the error to give if the task is lost before it
@@ -451,7 +450,7 @@ impl RemoteStore {
                 Error::Remote {
                     status: 200,
                     message,
-                } => Error::OutcomeUnknown { reason: message },
+                } => Error::outcome_unknown(message),
                 e => e,
             })
         }
@@ -495,8 +494,8 @@ impl Store for RemoteStore {
     }
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
-        self.block_on_or(self.commit_task(write), || Error::OutcomeUnknown {
-            reason: "the client's runtime stopped during the commit".into(),
+        self.block_on_or(self.commit_task(write), || {
+            Error::outcome_unknown("the client's runtime stopped during the commit")
         })
     }
 
@@ -509,9 +508,9 @@ impl Store for RemoteStore {
         let inner = Arc::clone(&self.inner);
         async move {
             let out = task.await.unwrap_or_else(|e| {
-                Err(Error::OutcomeUnknown {
-                    reason: format!("the commit task stopped: {e}"),
-                })
+                Err(Error::outcome_unknown(format!(
+                    "the commit task stopped: {e}"
+                )))
             });
             // Drop the runtime's owner off this task if it is the last one.
             drop(inner);

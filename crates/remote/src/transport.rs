@@ -17,6 +17,7 @@ use tokio_rustls::rustls::ClientConfig;
 use tuplekv_engine::{Error, Versionstamp};
 
 use crate::RemoteOptions;
+use crate::reason::Reason;
 use crate::tls::{HttpsConnector, TlsFailure};
 
 /// The protocol versions this client speaks (version 1 is older than watch).
@@ -61,9 +62,9 @@ pub(crate) struct Reply {
 /// Why one attempt failed.
 enum Failure {
     /// The request never left (the connection could not be made).
-    NotSent(String),
+    NotSent(Reason),
     /// The request may have been sent, and no answer came.
-    Unknown(String),
+    Unknown(Reason),
     /// The server answered with a non-success status, with what its headers add.
     Status(StatusCode, String, Detail),
     /// The TLS handshake failed in a way retrying cannot fix (an untrusted certificate, a
@@ -91,9 +92,7 @@ impl SessionError {
 
 /// What a request that met a definite TLS failure gives (it was never sent).
 fn tls_unavailable(reason: String) -> Error {
-    Error::Unavailable {
-        reason: format!("TLS: {reason}"),
-    }
+    Error::unavailable(format!("TLS: {reason}"))
 }
 
 /// What a refusal's headers add to its status and text.
@@ -272,7 +271,7 @@ impl Transport {
                 Err(Failure::NotSent(reason) | Failure::Unknown(reason)) => {
                     self.reset_connection();
                     if started.elapsed() + backoff > self.options.retry_for {
-                        return Err(SessionError::Store(Error::Unavailable { reason }));
+                        return Err(SessionError::Store(reason.unavailable()));
                     }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -286,14 +285,14 @@ impl Transport {
             supported_versions: SUPPORTED_VERSIONS,
             tuplekv_extensions: [tuplekv_wire::EXTENSION, tuplekv_wire::NUMBERING_EXTENSION],
         })
-        .map_err(|e| Failure::NotSent(e.to_string()))?;
+        .map_err(|e| Failure::NotSent(e.to_string().into()))?;
         let req = Request::builder()
             .method(Method::POST)
             .uri(self.metadata_url.clone())
             .header(AUTHORIZATION, format!("Bearer {}", self.access_token))
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
-            .map_err(|e| Failure::NotSent(e.to_string()))?;
+            .map_err(|e| Failure::NotSent(e.to_string().into()))?;
         let body = self.round_trip(req).await?;
         let meta: MetadataResponse = serde_json::from_slice(&body).map_err(|e| {
             refused(format!(
@@ -399,7 +398,7 @@ impl Transport {
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| Failure::Unknown(format!("reading the answer: {e}")))?
+                .map_err(|e| Failure::Unknown(format!("reading the answer: {e}").into()))?
                 .to_bytes();
             if status.is_success() {
                 Ok(body)
@@ -413,10 +412,9 @@ impl Transport {
         };
         match tokio::time::timeout(timeout, attempt).await {
             Ok(result) => result,
-            Err(_) => Err(Failure::Unknown(format!(
-                "no answer within {} ms",
-                timeout.as_millis()
-            ))),
+            Err(_) => Err(Failure::Unknown(
+                format!("no answer within {} ms", timeout.as_millis()).into(),
+            )),
         }
     }
 
@@ -450,12 +448,8 @@ impl Transport {
         let req = self.data_request(&session, path, body)?;
         let resp = tokio::time::timeout(self.options.request_timeout, self.client().request(req))
             .await
-            .map_err(|_| Error::Unavailable {
-                reason: "no answer to the watch request".into(),
-            })?
-            .map_err(|e| Error::Unavailable {
-                reason: error_chain(&e),
-            })?;
+            .map_err(|_| Error::unavailable("no answer to the watch request"))?
+            .map_err(|e| Error::unavailable(error_chain(&e)).with_source(e))?;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
@@ -500,27 +494,27 @@ impl Transport {
                     continue;
                 }
                 // tuplekv's 503 (the store is closing) comes before the write is applied.
-                Err(Failure::Status(StatusCode::SERVICE_UNAVAILABLE, message, _)) => message,
+                Err(Failure::Status(StatusCode::SERVICE_UNAVAILABLE, message, _)) => message.into(),
                 // tuplekv's 409: its store lost the answer to the commit (a server over etcd).
                 Err(Failure::Status(StatusCode::CONFLICT, message, _)) if kind == Kind::Write => {
-                    return Err(Error::OutcomeUnknown {
-                        reason: format!("the server does not know the outcome: {message}"),
-                    });
+                    return Err(Error::outcome_unknown(format!(
+                        "the server does not know the outcome: {message}"
+                    )));
                 }
                 // Any other 5xx to a write may come after it was applied (a proxy's 502 or 504
                 // after forwarding it, a server failing after its commit): unknown.
                 Err(Failure::Status(status, message, _))
                     if kind == Kind::Write && status.is_server_error() =>
                 {
-                    return Err(Error::OutcomeUnknown {
-                        reason: format!("the server answered {status}: {message}"),
-                    });
+                    return Err(Error::outcome_unknown(format!(
+                        "the server answered {status}: {message}"
+                    )));
                 }
                 Err(Failure::Status(
                     status @ (StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT),
                     message,
                     _,
-                )) => format!("{status}: {message}"),
+                )) => format!("{status}: {message}").into(),
                 Err(Failure::Status(status, message, detail)) => {
                     return Err(status_error(status, message, detail));
                 }
@@ -529,7 +523,7 @@ impl Transport {
                 Err(Failure::Tls(reason)) => return Err(tls_unavailable(reason)),
                 Err(Failure::Unknown(reason)) if kind == Kind::Write => {
                     self.reset_connection();
-                    return Err(Error::OutcomeUnknown { reason });
+                    return Err(reason.outcome_unknown());
                 }
                 Err(Failure::Unknown(reason)) => {
                     self.reset_connection();
@@ -538,7 +532,7 @@ impl Transport {
             };
             self.forget(&session);
             if started.elapsed() + backoff > self.options.retry_for {
-                return Err(Error::Unavailable { reason });
+                return Err(reason.unavailable());
             }
             tracing::debug!(%reason, path, "retrying a request that did not reach the store");
             tokio::time::sleep(backoff).await;
@@ -623,9 +617,9 @@ fn classify(e: hyper_util::client::legacy::Error) -> Failure {
         source = s.source();
     }
     if e.is_connect() {
-        Failure::NotSent(error_chain(&e))
+        Failure::NotSent(Reason::caused_by(error_chain(&e), e))
     } else {
-        Failure::Unknown(error_chain(&e))
+        Failure::Unknown(Reason::caused_by(error_chain(&e), e))
     }
 }
 

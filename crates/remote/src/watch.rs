@@ -209,15 +209,11 @@ async fn stream(
     loop {
         let frame = tokio::time::timeout(WATCH_SILENCE_MAX, body.frame())
             .await
-            .map_err(|_| Error::Unavailable {
-                reason: "the watch stream went silent".into(),
-            })?;
+            .map_err(|_| Error::unavailable("the watch stream went silent"))?;
         let Some(frame) = frame else {
             return Ok(());
         };
-        let frame = frame.map_err(|e| Error::Unavailable {
-            reason: e.to_string(),
-        })?;
+        let frame = frame.map_err(|e| Error::unavailable(e.to_string()).with_source(e))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };

@@ -178,6 +178,36 @@ fn an_unreachable_server_is_unavailable_after_the_retry_budget() {
     );
 }
 
+#[test]
+fn a_refused_connection_keeps_the_io_error_as_the_source_and_classifies_unavailable() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let options = RemoteOptions {
+        retry_for: Duration::from_millis(50),
+        ..RemoteOptions::default()
+    };
+    let err = RemoteStore::connect_with(&format!("http://127.0.0.1:{port}"), TEST_TOKEN, options)
+        .unwrap_err();
+    let ConnectError::Store(err) = err else {
+        panic!("not a store error: {err:?}")
+    };
+    assert!(err.is_transient(), "{err:?}");
+    assert_eq!(err.class().http_status(), 503);
+    let source = std::error::Error::source(&err).expect("the transport's error is the source");
+    // The chain below it reaches the operating system's refusal.
+    let mut next = Some(source);
+    let mut refused = false;
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        next = e.source();
+    }
+    assert!(refused, "no ConnectionRefused io::Error under {source:?}");
+}
+
 /// A server that speaks plain KV Connect, as denokv does.
 fn plain() -> (Arc<Database>, TestServer, RemoteStore) {
     let db = Arc::new(Database::in_memory());

@@ -585,7 +585,7 @@ fn a_server_back_with_an_untrusted_certificate_makes_requests_unavailable_naming
         Some(addr),
     );
     let err = latest(&store, &key!["u"]).unwrap_err();
-    let Error::Unavailable { reason } = &err else {
+    let Error::Unavailable { reason, .. } = &err else {
         panic!("{err:?}")
     };
     assert!(reason.contains("not signed by a trusted CA"), "{reason}");

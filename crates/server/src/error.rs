@@ -336,9 +336,7 @@ mod tests {
 
     #[test]
     fn a_commit_with_an_unknown_outcome_is_409_never_a_retried_5xx() {
-        let unknown = Error::OutcomeUnknown {
-            reason: "etcd commit failed: request timed out".into(),
-        };
+        let unknown = Error::outcome_unknown("etcd commit failed: request timed out");
         assert_eq!(mapped(unknown), (409, text::OUTCOME_UNKNOWN.to_owned()));
     }
 
@@ -346,9 +344,7 @@ mod tests {
     fn an_unreachable_store_is_503_and_an_unsupported_operation_400() {
         // Clients retry a 5xx: a store that cannot be reached now is worth retrying, an
         // operation it can never do (Deno retries a 500 for ever) is not.
-        let unavailable = Error::Unavailable {
-            reason: "no leader".into(),
-        };
+        let unavailable = Error::unavailable("no leader");
         assert_eq!(mapped(unavailable), (503, text::UNAVAILABLE.to_owned()));
         let unsupported = Error::Unsupported {
             operation: "a second read of one snapshot",

@@ -212,9 +212,7 @@ impl Gate {
             .expect("gate lock");
         match *open {
             true => Ok(()),
-            false => Err(tuplekv_engine::Error::Unavailable {
-                reason: "the gate never opened".into(),
-            }),
+            false => Err(tuplekv_engine::Error::unavailable("the gate never opened")),
         }
     }
 

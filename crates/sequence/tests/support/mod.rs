@@ -132,9 +132,7 @@ impl Store for Faulty {
                 if plan.lost_applied {
                     let _ = self.db.commit(write)?;
                 }
-                return Err(Error::OutcomeUnknown {
-                    reason: "the connection closed (on purpose)".into(),
-                });
+                return Err(Error::outcome_unknown("the connection closed (on purpose)"));
             }
         }
         self.db.commit(write)
