@@ -2,6 +2,7 @@
 
 use thiserror::Error;
 use tuplekv_codec::Key;
+use tuplekv_engine::ErrorClass;
 use tuplekv_engine::limits::KEY_SIZE_MAX_WRITE;
 
 /// Why a collection operation failed. A failed operation writes nothing.
@@ -139,6 +140,58 @@ pub enum Error {
     Store(#[from] tuplekv_engine::Error),
 }
 
+impl Error {
+    /// The error's class: what kind of failure it is, for a caller deciding what to answer or
+    /// whether to retry (see [`ErrorClass`] for each, and [`ErrorClass::http_status`]). A
+    /// store error ([`Error::Store`]) has the engine error's class, so a lost commit answer
+    /// is [`ErrorClass::OutcomeUnknown`] whether it comes as [`Error::OutcomeUnknown`] or
+    /// wrapped.
+    ///
+    /// The predicates ([`is_unique_violation`](Self::is_unique_violation),
+    /// [`is_not_found`](Self::is_not_found), [`is_transient`](Self::is_transient), ...) are
+    /// [`Classify`](tuplekv_engine::Classify)'s, inherent.
+    ///
+    /// # Examples
+    /// ```
+    /// use tuplekv_index::{Collection, Error};
+    /// use tuplekv_engine::{Database, ErrorClass, key};
+    ///
+    /// # fn main() -> Result<(), Error> {
+    /// let users = Collection::builder("users", |u: &(u64, String)| key![u.0])
+    ///     .unique("email", |u| Some(key![u.1.clone()]))
+    ///     .open(Database::in_memory())?;
+    /// users.insert(&(1, "ada@example.com".to_owned()))?;
+    /// let err = users.insert(&(2, "ada@example.com".to_owned())).unwrap_err();
+    /// assert!(err.is_unique_violation());
+    /// assert_eq!(err.class(), ErrorClass::UniqueViolation);
+    /// assert_eq!(err.class().http_status(), 409);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::UniqueViolation { .. } => ErrorClass::UniqueViolation,
+            Error::AlreadyExists { .. } => ErrorClass::AlreadyExists,
+            Error::NotFound { .. } => ErrorClass::NotFound,
+            Error::PrimaryKeyChanged { .. }
+            | Error::UnknownIndex { .. }
+            | Error::Definition(_)
+            | Error::KeyTooLargeForWrite { .. } => ErrorClass::Invalid,
+            // It answers once `backfill` has run: later, not never.
+            Error::IndexNotReady { .. } => ErrorClass::Unavailable,
+            // A record that does not serialise is the program's; one stored by a struct this
+            // one cannot read, the deployment's.
+            Error::Codec { .. } | Error::Incompatible { .. } | Error::Schema { .. } => {
+                ErrorClass::Internal
+            }
+            Error::OutcomeUnknown { .. } => ErrorClass::OutcomeUnknown,
+            Error::Store(e) => e.class(),
+        }
+    }
+}
+
+tuplekv_engine::__impl_classify!(Error);
+
 /// What a record held when re-read after a write with an unknown outcome
 /// ([`Error::OutcomeUnknown`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,5 +215,120 @@ impl std::fmt::Display for Reread {
             Reread::Other => f.write_str("holds another version"),
             Reread::Failed(e) => write!(f, "could not be read ({e})"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tuplekv_codec::key;
+
+    use super::*;
+
+    /// The class each variant must have, decided variant by variant: a new variant does not
+    /// compile here until it has one (and a sample in `one_of_each`).
+    fn expected_class(e: &Error) -> ErrorClass {
+        use ErrorClass as C;
+        match e {
+            Error::UniqueViolation { .. } => C::UniqueViolation,
+            Error::AlreadyExists { .. } => C::AlreadyExists,
+            Error::NotFound { .. } => C::NotFound,
+            Error::PrimaryKeyChanged { .. } => C::Invalid,
+            Error::UnknownIndex { .. } => C::Invalid,
+            Error::IndexNotReady { .. } => C::Unavailable,
+            Error::Definition(_) => C::Invalid,
+            Error::KeyTooLargeForWrite { .. } => C::Invalid,
+            Error::Codec { .. } => C::Internal,
+            Error::Incompatible { .. } => C::Internal,
+            Error::Schema { .. } => C::Internal,
+            Error::OutcomeUnknown { .. } => C::OutcomeUnknown,
+            Error::Store(e) => e.class(),
+        }
+    }
+
+    fn one_of_each() -> Vec<Error> {
+        vec![
+            Error::UniqueViolation {
+                index: "email".into(),
+                value: key!["ada@example.com"],
+                existing_primary_key: key![1],
+            },
+            Error::AlreadyExists {
+                primary_key: key![1],
+            },
+            Error::NotFound {
+                primary_key: key![1],
+            },
+            Error::PrimaryKeyChanged {
+                from: key![1],
+                to: key![2],
+            },
+            Error::UnknownIndex {
+                collection: "users".into(),
+                index: "emial".into(),
+            },
+            Error::IndexNotReady {
+                index: "email".into(),
+            },
+            Error::Definition("duplicate index".into()),
+            Error::KeyTooLargeForWrite {
+                collection: "users".into(),
+                index: None,
+                size: 3000,
+            },
+            Error::Codec {
+                primary_key: key![1],
+                message: "bad".into(),
+            },
+            Error::Incompatible {
+                collection: "users".into(),
+                primary_key: key![1],
+                version: 2,
+                reason: "no field".into(),
+            },
+            Error::Schema {
+                collection: "users".into(),
+                reason: "reordered".into(),
+            },
+            Error::OutcomeUnknown {
+                collection: "users".into(),
+                primary_key: key![1],
+                reason: "connection reset".into(),
+                reread: Reread::Absent,
+            },
+            Error::Store(tuplekv_engine::Error::EmptyKey),
+        ]
+    }
+
+    #[test]
+    fn every_variant_has_its_decided_class_and_the_predicates_follow_it() {
+        let samples = one_of_each();
+        let mut kinds: Vec<_> = samples.iter().map(std::mem::discriminant).collect();
+        kinds.dedup();
+        assert_eq!(kinds.len(), samples.len(), "one sample per variant");
+        for e in &samples {
+            let class = e.class();
+            assert_eq!(class, expected_class(e), "{e:?}");
+            assert_eq!(tuplekv_engine::Classify::class(e), class);
+            assert_eq!(
+                e.is_unique_violation(),
+                class == ErrorClass::UniqueViolation
+            );
+            assert_eq!(e.is_not_found(), class == ErrorClass::NotFound);
+            assert_eq!(e.is_transient(), class == ErrorClass::Unavailable, "{e:?}");
+            assert_eq!(e.is_outcome_unknown(), class == ErrorClass::OutcomeUnknown);
+        }
+    }
+
+    #[test]
+    fn a_wrapped_store_error_classifies_as_the_store_error_does() {
+        let lost = tuplekv_engine::Error::outcome_unknown("connection reset");
+        assert_eq!(Error::Store(lost.clone()).class(), lost.class());
+        assert_eq!(lost.class(), ErrorClass::OutcomeUnknown);
+        assert!(Error::Store(lost).is_outcome_unknown());
+        let conflict = Error::Store(tuplekv_engine::Error::TransactionConflict { attempts: 10 });
+        assert!(conflict.is_conflict());
+        let down = Error::Store(tuplekv_engine::Error::unavailable("no route"));
+        assert!(down.is_transient());
+        assert_eq!(down.class().http_status(), 503);
     }
 }
