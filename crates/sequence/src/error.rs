@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 use tuplekv_codec::EncodeError;
-use tuplekv_engine::Conflict;
+use tuplekv_engine::{Conflict, ErrorClass};
 
 use crate::limits::{FORMAT_SIZE_MAX, NUMBER_MAX, PREFIX_SIZE_MAX, ROOT_SIZE_MAX, WIDTH_MAX};
 use crate::options::Mode;
@@ -143,6 +143,52 @@ pub enum Error {
     Store(#[from] tuplekv_engine::Error),
 }
 
+impl Error {
+    /// The error's class: what kind of failure it is, for a caller deciding what to answer or
+    /// whether to retry (see [`ErrorClass`] for each, and [`ErrorClass::http_status`]). A
+    /// store error ([`Error::Store`]) has the engine error's class, so a commit whose answer
+    /// was lost is [`ErrorClass::OutcomeUnknown`] here as in the engine and in collections.
+    ///
+    /// The predicates ([`is_outcome_unknown`](Self::is_outcome_unknown),
+    /// [`is_conflict`](Self::is_conflict), [`is_transient`](Self::is_transient), ...) are
+    /// [`Classify`](tuplekv_engine::Classify)'s, inherent.
+    ///
+    /// # Examples
+    /// ```
+    /// use tuplekv_engine::{Database, ErrorClass};
+    /// use tuplekv_sequence::Sequences;
+    ///
+    /// let seqs = Sequences::new(Database::in_memory());
+    /// let err = seqs.fast("ORD").unwrap_err(); // never created
+    /// assert!(err.is_not_found());
+    /// assert_eq!(err.class().http_status(), 404);
+    /// ```
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::UnknownSequence { .. } => ErrorClass::NotFound,
+            Error::AlreadyExists { .. } => ErrorClass::AlreadyExists,
+            Error::WrongMode { .. }
+            | Error::InvalidPrefix { .. }
+            | Error::InvalidOptions(_)
+            | Error::RootTooLarge { .. }
+            | Error::InvalidCode { .. }
+            | Error::Encode(_) => ErrorClass::Invalid,
+            Error::Exhausted { .. } => ErrorClass::Exhausted,
+            // The counter went back: the numbers it would hand out may be in use.
+            Error::Duplicate { .. } | Error::CounterWentBack { .. } | Error::Corrupt { .. } => {
+                ErrorClass::Corrupt
+            }
+            Error::CommitPanicked { .. } => ErrorClass::OutcomeUnknown,
+            // The caller's own checks failed, or other handles kept winning the counter.
+            Error::Rejected(_) | Error::Contention { .. } => ErrorClass::Conflict,
+            Error::RecordPanicked { .. } => ErrorClass::Internal,
+            Error::Store(e) => e.class(),
+        }
+    }
+}
+
+tuplekv_engine::__impl_classify!(Error);
+
 /// What makes a prefix invalid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 #[non_exhaustive]
@@ -243,4 +289,114 @@ pub enum CodeError {
     /// The number is above [`NUMBER_MAX`].
     #[error("the number is above {NUMBER_MAX}")]
     TooLarge,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The class each variant must have, decided variant by variant: a new variant does not
+    /// compile here until it has one (and a sample in `one_of_each`).
+    fn expected_class(e: &Error) -> ErrorClass {
+        use ErrorClass as C;
+        match e {
+            Error::UnknownSequence { .. } => C::NotFound,
+            Error::AlreadyExists { .. } => C::AlreadyExists,
+            Error::WrongMode { .. } => C::Invalid,
+            Error::InvalidPrefix { .. } => C::Invalid,
+            Error::InvalidOptions(_) => C::Invalid,
+            Error::RootTooLarge { .. } => C::Invalid,
+            Error::Exhausted { .. } => C::Exhausted,
+            Error::Duplicate { .. } => C::Corrupt,
+            Error::CounterWentBack { .. } => C::Corrupt,
+            Error::CommitPanicked { .. } => C::OutcomeUnknown,
+            Error::Rejected(_) => C::Conflict,
+            Error::RecordPanicked { .. } => C::Internal,
+            Error::InvalidCode { .. } => C::Invalid,
+            Error::Contention { .. } => C::Conflict,
+            Error::Corrupt { .. } => C::Corrupt,
+            Error::Encode(_) => C::Invalid,
+            Error::Store(e) => e.class(),
+        }
+    }
+
+    fn one_of_each() -> Vec<Error> {
+        let prefix = || "ORD".to_owned();
+        vec![
+            Error::UnknownSequence { prefix: prefix() },
+            Error::AlreadyExists { prefix: prefix() },
+            Error::WrongMode {
+                prefix: prefix(),
+                expected: Mode::Fast,
+                actual: Mode::Gapless,
+            },
+            Error::InvalidPrefix {
+                prefix: String::new(),
+                reason: PrefixError::Empty,
+            },
+            Error::InvalidOptions(OptionsError::Width { width: 0 }),
+            Error::RootTooLarge { size: 2000 },
+            Error::Exhausted {
+                prefix: prefix(),
+                max: 999,
+            },
+            Error::Duplicate {
+                prefix: prefix(),
+                number: 7,
+                code: "ORD007".into(),
+            },
+            Error::CounterWentBack {
+                prefix: prefix(),
+                counter: 3,
+                reserved: 10,
+            },
+            Error::CommitPanicked { prefix: prefix() },
+            Error::Rejected(Conflict::default()),
+            Error::RecordPanicked { prefix: prefix() },
+            Error::InvalidCode {
+                prefix: prefix(),
+                code: "ORDx".into(),
+                reason: CodeError::NotDigits,
+            },
+            Error::Contention {
+                prefix: prefix(),
+                attempts: 32,
+            },
+            Error::Corrupt {
+                prefix: prefix(),
+                reason: "not a u64".into(),
+            },
+            Error::Encode(EncodeError::BigIntTooLarge { bytes: 300 }),
+            Error::Store(tuplekv_engine::Error::ValueTooLarge { size: 70_000 }),
+        ]
+    }
+
+    #[test]
+    fn every_variant_has_its_decided_class_and_the_predicates_follow_it() {
+        let samples = one_of_each();
+        let mut kinds: Vec<_> = samples.iter().map(std::mem::discriminant).collect();
+        kinds.dedup();
+        assert_eq!(kinds.len(), samples.len(), "one sample per variant");
+        for e in &samples {
+            let class = e.class();
+            assert_eq!(class, expected_class(e), "{e:?}");
+            assert_eq!(tuplekv_engine::Classify::class(e), class);
+            assert_eq!(e.is_conflict(), class == ErrorClass::Conflict, "{e:?}");
+            assert_eq!(e.is_not_found(), class == ErrorClass::NotFound);
+            assert_eq!(e.is_outcome_unknown(), class == ErrorClass::OutcomeUnknown);
+            assert_eq!(e.is_invalid(), class == ErrorClass::Invalid, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn an_outcome_unknown_store_error_classifies_as_in_the_engine_and_the_index() {
+        let lost = tuplekv_engine::Error::outcome_unknown("connection reset");
+        let wrapped = Error::Store(lost.clone());
+        assert_eq!(wrapped.class(), ErrorClass::OutcomeUnknown);
+        assert_eq!(wrapped.class(), lost.class());
+        assert!(wrapped.is_outcome_unknown());
+        assert!(!wrapped.is_transient());
+        let down = Error::Store(tuplekv_engine::Error::unavailable("no route"));
+        assert!(down.is_transient());
+    }
 }
