@@ -835,6 +835,29 @@ where
 
     /// Inserts a new record.
     ///
+    /// # Examples
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, ListOptions, key};
+    /// # use tuplekv_index::{Collection, Error};
+    /// #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    /// struct User { id: u64, email: String }
+    ///
+    /// let users = Collection::builder("users", |u: &User| key![u.id])
+    ///     .unique("email", |u| Some(key![u.email.clone()]))
+    ///     .open(Database::in_memory())?;
+    /// let ada = User { id: 1, email: "ada@example.com".into() };
+    /// users.insert(&ada)?;
+    /// assert_eq!(users.get(&key![1])?, Some(ada.clone()));
+    /// // The same primary key again, or Ada's email on another record: refused, nothing written.
+    /// assert!(matches!(users.insert(&ada), Err(Error::AlreadyExists { .. })));
+    /// let imposter = User { id: 2, email: "ada@example.com".into() };
+    /// let err = users.insert(&imposter).unwrap_err();
+    /// assert!(err.is_unique_violation());
+    /// assert_eq!(users.get(&key![2])?, None);
+    /// # Ok::<(), Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::AlreadyExists`], [`Error::UniqueViolation`], [`Error::KeyTooLargeForWrite`] for
     /// a primary key or an index value too long for the engine's key limit, a store error (a
@@ -1311,6 +1334,27 @@ where
 
     /// Inserts the record, or replaces the one with its primary key; returns the old one.
     ///
+    /// # Examples
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, ListOptions, key};
+    /// # use tuplekv_index::{Collection, Error};
+    /// #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    /// struct User { id: u64, email: String }
+    ///
+    /// let users = Collection::builder("users", |u: &User| key![u.id])
+    ///     .unique("email", |u| Some(key![u.email.clone()]))
+    ///     .open(Database::in_memory())?;
+    /// let ada = User { id: 1, email: "ada@example.com".into() };
+    /// assert_eq!(users.upsert(&ada)?, None); // inserted
+    /// let moved = User { id: 1, email: "ada@lovelace.org".into() };
+    /// assert_eq!(users.upsert(&moved)?, Some(ada)); // replaced: the old record comes back
+    /// // The index follows: the old email is free, the new one finds the record.
+    /// assert_eq!(users.get_by("email", &key!["ada@example.com"])?, None);
+    /// assert_eq!(users.get_by("email", &key!["ada@lovelace.org"])?, Some((key![1], moved)));
+    /// # Ok::<(), Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Collection::insert`], without [`Error::AlreadyExists`].
     pub fn upsert(&self, record: &T) -> Result<Option<T>, Error> {
@@ -1406,6 +1450,27 @@ where
 
     /// Deletes the record at `pk` and its index entries; returns it.
     ///
+    /// # Examples
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, ListOptions, key};
+    /// # use tuplekv_index::{Collection, Error};
+    /// #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    /// struct User { id: u64, email: String }
+    ///
+    /// let users = Collection::builder("users", |u: &User| key![u.id])
+    ///     .unique("email", |u| Some(key![u.email.clone()]))
+    ///     .open(Database::in_memory())?;
+    /// let ada = User { id: 1, email: "ada@example.com".into() };
+    /// users.insert(&ada)?;
+    /// assert_eq!(users.delete(&key![1])?, Some(ada.clone()));
+    /// assert_eq!(users.delete(&key![1])?, None); // nothing there any more
+    /// // Its unique entry went with it: the email is free again.
+    /// assert_eq!(users.get_by("email", &key!["ada@example.com"])?, None);
+    /// users.insert(&User { id: 2, ..ada })?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::KeyTooLargeForWrite`] for a primary key too long for the engine's key limit (no
     /// such record can exist), a store error, or a conflict past the retry bound.
@@ -1427,6 +1492,24 @@ where
     }
 
     /// The record at `pk`.
+    ///
+    /// # Examples
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, ListOptions, key};
+    /// # use tuplekv_index::{Collection, Error};
+    /// #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    /// struct User { id: u64, email: String }
+    ///
+    /// let users = Collection::builder("users", |u: &User| key![u.id])
+    ///     .unique("email", |u| Some(key![u.email.clone()]))
+    ///     .open(Database::in_memory())?;
+    /// let ada = User { id: 1, email: "ada@example.com".into() };
+    /// users.insert(&ada)?;
+    /// assert_eq!(users.get(&key![1])?, Some(ada));
+    /// assert_eq!(users.get(&key![2])?, None);
+    /// # Ok::<(), Error>(())
+    /// ```
     ///
     /// # Errors
     /// A store error, or a stored record that does not decode.
@@ -1502,6 +1585,27 @@ where
     }
 
     /// The record whose unique index `index` has `value`, with its primary key.
+    ///
+    /// # Examples
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, ListOptions, key};
+    /// # use tuplekv_index::{Collection, Error};
+    /// #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    /// struct User { id: u64, email: String }
+    ///
+    /// let users = Collection::builder("users", |u: &User| key![u.id])
+    ///     .unique("email", |u| Some(key![u.email.clone()]))
+    ///     .open(Database::in_memory())?;
+    /// let ada = User { id: 1, email: "ada@example.com".into() };
+    /// users.insert(&ada)?;
+    /// let found = users.get_by("email", &key!["ada@example.com"])?;
+    /// assert_eq!(found, Some((key![1], ada)));
+    /// assert_eq!(users.get_by("email", &key!["bob@example.com"])?, None);
+    /// // A name the collection does not declare is refused.
+    /// assert!(matches!(users.get_by("emial", &key!["x"]), Err(Error::UnknownIndex { .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::UnknownIndex`] (also for a non-unique index), [`Error::IndexNotReady`], or a
@@ -1729,6 +1833,32 @@ where
     }
 
     /// Every record, in primary-key order.
+    ///
+    /// # Examples
+    /// Two records per page, following the cursor:
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tuplekv_engine::{Database, ListOptions, key};
+    /// # use tuplekv_index::{Collection, Error};
+    /// #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    /// struct User { id: u64, email: String }
+    ///
+    /// let users = Collection::builder("users", |u: &User| key![u.id])
+    ///     .unique("email", |u| Some(key![u.email.clone()]))
+    ///     .open(Database::in_memory())?;
+    /// let ada = User { id: 1, email: "ada@example.com".into() };
+    /// for id in [3, 1, 2] {
+    ///     users.insert(&User { id, email: format!("user{id}@example.com") })?;
+    /// }
+    /// let first = users.list(ListOptions { limit: Some(2), ..Default::default() })?;
+    /// let ids: Vec<u64> = first.items.iter().map(|(_, u)| u.id).collect();
+    /// assert_eq!(ids, [1, 2]); // primary-key order
+    /// let rest = users.list(ListOptions { cursor: first.cursor, ..Default::default() })?;
+    /// assert_eq!(rest.items.len(), 1);
+    /// assert!(rest.cursor.is_none()); // no limit: nothing more to page through
+    /// # let _ = ada;
+    /// # Ok::<(), Error>(())
+    /// ```
     ///
     /// # Errors
     /// Bad options or a store error.

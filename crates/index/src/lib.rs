@@ -31,6 +31,29 @@
 //! # Ok::<(), Error>(())
 //! ```
 //!
+//! # Index names as constants
+//! An index is named by a string where it is declared and where it is queried, so a typo in a
+//! query is a run-time error ([`Error::UnknownIndex`], from the query: the collection cannot
+//! know at `open` which names its queries will use). Declare each name once as an
+//! [`IndexName`] constant and use it in both places: a typo is then a compile error.
+//!
+//! ```
+//! use tuplekv_engine::{Database, key};
+//! use tuplekv_index::{Collection, Error, IndexName};
+//!
+//! const BY_EMAIL: IndexName = IndexName::new("email");
+//!
+//! let users = Collection::builder("users", |u: &(u64, String)| key![u.0])
+//!     .unique(&BY_EMAIL, |u| Some(key![u.1.clone()]))
+//!     .open(Database::in_memory())?;
+//! users.insert(&(1, "ada@example.com".to_owned()))?;
+//! assert!(users.get_by(&BY_EMAIL, &key!["ada@example.com"])?.is_some());
+//! // A plain string still works, and a misspelt one is refused when the query runs.
+//! assert!(users.get_by("email", &key!["ada@example.com"])?.is_some());
+//! assert!(matches!(users.get_by("emial", &key!["x"]), Err(Error::UnknownIndex { .. })));
+//! # Ok::<(), Error>(())
+//! ```
+//!
 //! # Key layout
 //! | key | value |
 //! |---|---|
@@ -230,6 +253,7 @@ mod entry;
 mod error;
 mod evolve;
 mod maintain;
+mod name;
 mod record;
 mod schema;
 
@@ -239,4 +263,5 @@ pub use evolve::{MIGRATE_BATCH_DEFAULT, MigrationProgress, MigrationReport};
 pub use maintain::{
     BACKFILL_BATCH_DEFAULT, BackfillReport, Duplicate, Finding, Problem, Progress, VerifyReport,
 };
+pub use name::IndexName;
 pub use record::{ENVELOPE_TAG, RecordFormat};
