@@ -131,7 +131,20 @@ pub struct RemoteOptions {
     pub connect_timeout: Duration,
     /// How long a request that did not reach the store is retried before
     /// [`Error::Unavailable`] (a server restart takes about a second); the metadata exchange
-    /// a request may need first has a budget of its own. Default [`RETRY_FOR_DEFAULT`].
+    /// a request may need first has a budget of its own. Default [`RETRY_FOR_DEFAULT`], 5 s.
+    ///
+    /// During an outage every request waits this long (plus up to one
+    /// [`connect_timeout`](Self::connect_timeout) or [`request_timeout`](Self::request_timeout)
+    /// for its last attempt) before it fails, so choose it from what waits on the request:
+    /// - a service answering HTTP: below its own deadline, less the time the handler needs to
+    ///   answer 503 (a load balancer that gives up on a request after 10 s, or a client that
+    ///   does, gets nothing useful from a store that retries for 30 s). The default, 5 s, rides
+    ///   out a server restart and a brief network fault, and fails fast enough to answer
+    ///   within the usual proxy and client timeouts;
+    /// - a readiness probe that reads the store: give it a store of its own whose
+    ///   `retry_for` is below the probe's timeout, so the probe fails instead of timing out;
+    /// - a batch job or a worker with no one waiting: longer (a minute) waits out a failover
+    ///   instead of failing the job.
     pub retry_for: Duration,
     /// How often an idle connection is pinged, to find a dead server. Default
     /// [`KEEP_ALIVE_INTERVAL_DEFAULT`].
@@ -154,7 +167,8 @@ pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 /// [`RemoteOptions::connect_timeout`]'s default.
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(3);
 /// [`RemoteOptions::retry_for`]'s default.
-pub const RETRY_FOR_DEFAULT: Duration = Duration::from_secs(30);
+/// Five seconds: see that field for why, and how to choose another.
+pub const RETRY_FOR_DEFAULT: Duration = Duration::from_secs(5);
 /// [`RemoteOptions::keep_alive_interval`]'s default.
 pub const KEEP_ALIVE_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);
 /// [`RemoteOptions::io_threads`]'s default.
