@@ -1,7 +1,8 @@
 //! tuplekv: an ordered, transactional key-value store in the style of Deno KV, and the layers
 //! applications put on top of it: typed collections with unique and secondary indexes, and
 //! per-prefix code sequences. Data lives in memory, with a write-ahead log on disk when the
-//! store is opened on a directory; a [`RemoteStore`] shares one store between app servers.
+//! store is opened on a directory; with the `remote` feature, a `RemoteStore` shares one store
+//! between app servers.
 //!
 //! # A collection with a unique index, and codes from a sequence
 //! A [`Collection`] stores serde records and keeps their indexes in the record's own commit,
@@ -68,11 +69,55 @@
 //! - typed collections with secondary indexes: [`Collection`] ([`index`]), including how
 //!   records evolve when their struct changes;
 //! - per-prefix code sequences: [`Sequences`] ([`sequence`]);
-//! - a client for a shared store ([`remote`]): [`RemoteStore`] is a [`Store`] on a
-//!   `tuplekv serve` (or any KV Connect) server, so collections and sequences run unchanged on
-//!   many app servers at once;
+//! - errors a handler can map: every error type here ([`Error`], [`index::Error`],
+//!   [`sequence::Error`]) has a [`class`](Error::class), an [`ErrorClass`] with a suggested
+//!   [HTTP status](ErrorClass::http_status), and the predicates of [`Classify`]
+//!   (`is_transient`, `is_conflict`, `is_outcome_unknown`, `is_unique_violation`, ...);
+//! - with the `remote` feature, a client for a shared store (`tuplekv::remote`):
+//!   `RemoteStore` is a [`Store`] on a `tuplekv serve` (or any KV Connect) server, so
+//!   collections and sequences run unchanged on many app servers at once;
 //! - with the `etcd` feature, a store that outlives its machine (`tuplekv::etcd`):
 //!   `EtcdStore` is a [`Store`] on a replicated etcd cluster.
+//!
+//! # Errors in a service
+//! One match on the class answers any of them; an outcome that is unknown (a remote commit
+//! whose answer was lost) classifies the same whichever crate reports it:
+//!
+//! ```
+//! use tuplekv::{ErrorClass, key};
+//! use tuplekv::index::Collection;
+//!
+//! fn status(class: ErrorClass) -> u16 {
+//!     match class {
+//!         ErrorClass::UniqueViolation => 409, // "that email is taken"
+//!         ErrorClass::OutcomeUnknown => 409,  // read before resending
+//!         other => other.http_status(),
+//!     }
+//! }
+//!
+//! let users = Collection::builder("users", |u: &(u64, String)| key![u.0])
+//!     .unique("email", |u| Some(key![u.1.clone()]))
+//!     .open(tuplekv::Database::in_memory())?;
+//! users.insert(&(1, "ada@example.com".to_owned()))?;
+//! let err = users.insert(&(2, "ada@example.com".to_owned())).unwrap_err();
+//! assert_eq!(status(err.class()), 409);
+//! let lost = tuplekv::Error::outcome_unknown("connection reset");
+//! assert_eq!(tuplekv::index::Error::Store(lost.clone()).class(), ErrorClass::OutcomeUnknown);
+//! assert_eq!(tuplekv::sequence::Error::Store(lost).class(), ErrorClass::OutcomeUnknown);
+//! # Ok::<(), tuplekv::index::Error>(())
+//! ```
+//!
+//! # Features
+//! The defaults are the embedded store alone: no async runtime, no network client.
+//!
+//! | feature | what it brings | extra crates (`cargo tree -e normal`) |
+//! |---|---|---|
+//! | (default) | [`Database`] in memory or durable, collections, sequences | none: 45 crates in all |
+//! | `remote` | `tuplekv::remote`, `RemoteStore`, `RemoteOptions`: the client of a shared `tuplekv serve` | 91 (tokio, hyper, h2, rustls, prost, denokv_proto, ...) |
+//! | `etcd` | `tuplekv::etcd`, `EtcdStore`: the store on an etcd cluster; building it needs `protoc` | 55 (tokio, tonic, prost, etcd-client, ...) |
+//!
+//! CI's `deps-embedded` step (`cargo xtask ci`) fails if the default build ever pulls in an
+//! async runtime or a network crate.
 
 pub use tuplekv_codec as codec;
 pub use tuplekv_codec::{
@@ -82,8 +127,9 @@ pub use tuplekv_codec::{
 pub use tuplekv_engine as engine;
 pub use tuplekv_engine::limits;
 pub use tuplekv_engine::{
-    CommitResult, Conflict, Database, Durability, Entry, Error, Expiry, FailedCheck, IoError,
-    KeyWatch, ListCursor, ListIter, ListOptions, Options, ReadView, RecoveryReport, Snapshot,
+    Atomic, AtomicWrite, Cause, Check, Classify, CommitResult, Conflict, Database, Durability,
+    Entry, Error, ErrorClass, Expiry, FailedCheck, Health, IoError, KeyBytes, KeyWatch, ListCursor,
+    ListIter, ListOptions, Mutation, MutationKind, Options, ReadView, RecoveryReport, Snapshot,
     Stats, Store, Transaction, TransactionOptions, Value, Versionstamp, Watch, WatchUpdate,
 };
 #[cfg(feature = "etcd")]
@@ -91,13 +137,17 @@ pub use tuplekv_etcd as etcd;
 #[cfg(feature = "etcd")]
 pub use tuplekv_etcd::EtcdStore;
 pub use tuplekv_index as index;
-pub use tuplekv_index::{Collection, RecordFormat};
+pub use tuplekv_index::{Collection, IndexName, RecordFormat};
+#[cfg(feature = "remote")]
 pub use tuplekv_remote as remote;
-pub use tuplekv_remote::RemoteStore;
+#[cfg(feature = "remote")]
+pub use tuplekv_remote::{RemoteOptions, RemoteStore};
 pub use tuplekv_sequence as sequence;
 pub use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
 
-/// The README's example, compiled and run as a doctest so it cannot go stale.
-#[cfg(doctest)]
+/// The README's examples, compiled (and the embedded one run) as doctests so they cannot go
+/// stale. One uses `RemoteStore`, so they need the `remote` feature: CI's `facade-features`
+/// step runs them (`cargo test -p tuplekv --all-features`).
+#[cfg(all(doctest, feature = "remote"))]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctest;

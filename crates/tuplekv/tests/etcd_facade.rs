@@ -1,6 +1,6 @@
 //! The facade with its `etcd` feature: `tuplekv::EtcdStore` carries a typed collection with a
 //! unique index and a code sequence unchanged, on a 3-member etcd cluster the test starts on
-//! loopback ports and stops. CI runs it with `cargo test -p tuplekv --features etcd`.
+//! loopback ports and stops. CI runs it with `cargo test -p tuplekv --all-features`.
 #![cfg(feature = "etcd")]
 
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@
 //! through, restarted on the same port and data directory. Afterwards the store itself is
 //! checked: no code twice, no gap in the gapless numbers, no email twice, the index clean.
 //!
-//! `cargo run --release -p tuplekv --example app_servers`
+//! `cargo run --release -p tuplekv --features remote --example app_servers`
 //!
 //! The processes are this binary run again with `--role server` or `--role app` (see
 //! `scenario.rs`, which `tests/app_servers.rs` runs too, in a smaller configuration).
