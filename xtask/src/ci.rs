@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use crate::{cmd, miri};
+use crate::{cmd, deps, miri};
 
 /// Options of `cargo xtask ci`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,6 +31,8 @@ enum Action {
     Command(Command),
     /// `cargo xtask miri` without its fallback (the `asan` step ran the same tests).
     Miri,
+    /// The embedded facade's dependency check ([`deps::check_embedded`]).
+    DepsEmbedded,
 }
 
 impl Step {
@@ -45,12 +47,13 @@ impl Step {
         match self.action {
             Action::Command(mut command) => cmd::run(&mut command),
             Action::Miri => miri::run(miri::Fallback::AlreadyChecked),
+            Action::DepsEmbedded => deps::check_embedded(),
         }
     }
 }
 
-/// The facade's optional `etcd` feature, as a workspace-wide `--features` value.
-const FACADE_ETCD: &str = "tuplekv/etcd";
+/// The facade's optional features (`remote`, `etcd`), as a workspace-wide `--features` value.
+const FACADE_FEATURES: &str = "tuplekv/remote,tuplekv/etcd";
 
 /// The steps `ci` runs, in order.
 fn steps(args: &CiArgs) -> Vec<Step> {
@@ -60,14 +63,14 @@ fn steps(args: &CiArgs) -> Vec<Step> {
     fmt.args(["fmt", "--all", "--", "--check"]);
     steps.push(Step::command("fmt", fmt));
 
-    // The facade's `etcd` feature too: nothing else in the workspace turns it on.
+    // The facade's features too: nothing else in the workspace turns them on.
     let mut clippy = cmd::cargo();
     clippy.args([
         "clippy",
         "--workspace",
         "--all-targets",
         "--features",
-        FACADE_ETCD,
+        FACADE_FEATURES,
         "--",
         "-D",
         "warnings",
@@ -79,25 +82,29 @@ fn steps(args: &CiArgs) -> Vec<Step> {
         test.args(["test", "--workspace"]);
         steps.push(Step::command("test", test));
     }
-    // The facade's `etcd` feature, which `cargo test --workspace` leaves off (so also with
-    // `--skip-tests`, which skips that command only).
+    // The facade with its features (`remote`: the app-servers scenario and the README's
+    // examples; `etcd`: its etcd test), which `cargo test --workspace` leaves off (so also
+    // with `--skip-tests`, which skips that command only).
     {
         let mut facade = cmd::cargo();
-        facade.args([
-            "test",
-            "-p",
-            "tuplekv",
-            "--features",
-            "etcd",
-            "--test",
-            "etcd_facade",
-        ]);
-        steps.push(Step::command("facade-etcd", facade));
+        facade.args(["test", "-p", "tuplekv", "--all-features"]);
+        steps.push(Step::command("facade-features", facade));
     }
+    // And without them: the embedded facade builds no runtime or network crate.
+    steps.push(Step {
+        name: "deps-embedded",
+        action: Action::DepsEmbedded,
+    });
 
     let mut doc = cmd::cargo();
-    doc.args(["doc", "--workspace", "--no-deps", "--features", FACADE_ETCD])
-        .env("RUSTDOCFLAGS", "-D warnings");
+    doc.args([
+        "doc",
+        "--workspace",
+        "--no-deps",
+        "--features",
+        FACADE_FEATURES,
+    ])
+    .env("RUSTDOCFLAGS", "-D warnings");
     steps.push(Step::command("doc", doc));
 
     // The model test again, with the engine on crossbeam's SkipMap instead of its own
@@ -200,18 +207,20 @@ mod tests {
         match &steps.iter().find(|s| s.name == name).expect("step").action {
             Action::Command(command) => cmd::display(command),
             Action::Miri => "cargo xtask miri".to_owned(),
+            Action::DepsEmbedded => "deps-embedded".to_owned(),
         }
     }
 
     #[test]
-    fn runs_fmt_clippy_test_doc_ref_map_clients_tls_etcd_asan_miri_in_order() {
+    fn runs_fmt_clippy_test_facade_deps_doc_ref_map_clients_tls_etcd_asan_miri_in_order() {
         assert_eq!(
             names(&CiArgs::default()),
             [
                 "fmt",
                 "clippy",
                 "test",
-                "facade-etcd",
+                "facade-features",
+                "deps-embedded",
                 "doc",
                 "ref-map",
                 "clients",
@@ -230,7 +239,8 @@ mod tests {
             [
                 "fmt",
                 "clippy",
-                "facade-etcd",
+                "facade-features",
+                "deps-embedded",
                 "doc",
                 "ref-map",
                 "clients",
@@ -239,6 +249,16 @@ mod tests {
                 "asan"
             ]
         );
+    }
+
+    #[test]
+    fn the_facade_step_tests_every_feature() {
+        let steps = steps(&CiArgs::default());
+        assert_eq!(
+            command_of(&steps, "facade-features"),
+            "cargo test -p tuplekv --all-features"
+        );
+        assert!(command_of(&steps, "clippy").contains("tuplekv/remote,tuplekv/etcd"));
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod ci;
 mod clients;
 mod cmd;
 mod conformance;
+mod deps;
 mod etcd_cluster;
 mod fuzz;
 mod handoff;
@@ -76,10 +77,13 @@ cargo xtask ci [--skip-tests] [--skip-miri]
 
 Runs, from the workspace root, stopping at the first failure:
     cargo fmt --all -- --check
-    cargo clippy --workspace --all-targets --features tuplekv/etcd -- -D warnings
+    cargo clippy --workspace --all-targets --features tuplekv/remote,tuplekv/etcd -- -D warnings
     cargo test --workspace                      (left out with --skip-tests)
-    cargo test -p tuplekv --features etcd --test etcd_facade
-    RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps --features tuplekv/etcd
+    cargo test -p tuplekv --all-features        (the facade's remote and etcd features)
+    cargo tree -p tuplekv -e normal,build --prefix none
+                                                (deps-embedded: fails if the default facade
+                                                 builds tokio, hyper, h2, rustls, prost, ...)
+    RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps --features tuplekv/remote,tuplekv/etcd
     cargo test -p tuplekv-engine --features reference-keymap --test model
     cargo xtask conformance --against tuplekv   (the real Deno and Node clients)
     cargo xtask conformance --against tuplekv --tls    (the same, over TLS)
