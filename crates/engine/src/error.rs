@@ -365,7 +365,7 @@ impl Error {
 crate::__impl_classify!(Error);
 
 /// The error a transport failure carries as its [`source`](std::error::Error::source)
-/// ([`Error::Unavailable`], [`Error::OutcomeUnknown`]), shared so that [`Error`] stays `Clone`.
+/// ([`Error::Unavailable`], [`Error::OutcomeUnknown`]), shared so that [`Error`](enum@Error) stays `Clone`.
 ///
 /// It dereferences to the error itself, which is what `source()` returns: downcast that to
 /// the transport's type (`std::io::Error`, say). Two causes are equal when their messages are.
