@@ -358,6 +358,9 @@ impl Error {
             Error::Unsupported { .. } => ErrorClass::Unsupported,
             Error::Decode(_) | Error::Corrupt { .. } => ErrorClass::Corrupt,
             Error::Io(_) | Error::Locked { .. } | Error::Remote { .. } => ErrorClass::Internal,
+            // `Suspended` never leaves an async operation; passing the rounds bound is the
+            // operation's code, not its input.
+            Error::Suspended | Error::TooManyRounds { .. } => ErrorClass::Internal,
         }
     }
 }
@@ -592,6 +595,8 @@ mod tests {
             Error::CounterExhausted { .. } => C::Exhausted,
             Error::NumberTooWide { .. } => C::Exhausted,
             Error::VersionsExhausted { .. } => C::Exhausted,
+            Error::Suspended => C::Internal,
+            Error::TooManyRounds { .. } => C::Internal,
         }
     }
 
@@ -666,6 +671,8 @@ mod tests {
                 width: 3,
             },
             Error::VersionsExhausted { last: u64::MAX },
+            Error::Suspended,
+            Error::TooManyRounds { rounds: 10_000 },
         ]
     }
 
