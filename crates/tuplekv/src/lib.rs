@@ -112,7 +112,7 @@
 //!
 //! | feature | what it brings | extra crates (`cargo tree -e normal`) |
 //! |---|---|---|
-//! | (default) | [`Database`] in memory or durable, collections, sequences | none: 45 crates in all |
+//! | (default) | [`Database`] in memory or durable, collections, sequences | none: 46 crates in all |
 //! | `remote` | `tuplekv::remote`, `RemoteStore`, `RemoteOptions`: the client of a shared `tuplekv serve` | 91 (tokio, hyper, h2, rustls, prost, denokv_proto, ...) |
 //! | `etcd` | `tuplekv::etcd`, `EtcdStore`: the store on an etcd cluster; building it needs `protoc` | 55 (tokio, tonic, prost, etcd-client, ...) |
 //!
