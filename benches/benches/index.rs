@@ -502,9 +502,73 @@ fn evolution(c: &mut Criterion) {
     g.finish();
 }
 
+/// The async twins against the blocking operations, on the in-memory store where both run
+/// inline: the cost of running an operation through `replay::run` (one round, its calls
+/// recorded) rather than directly. Each pair alternates rounds like the groups above.
+fn async_twins(c: &mut Criterion, s: &Stores) {
+    let mut g = c.benchmark_group("index/async");
+    rounds(&mut g);
+    let records = s.records;
+    let mut n = 0u64;
+    for round in ROUNDS {
+        s.settle();
+        g.bench_function(BenchmarkId::new("get_by_email/blocking", round), |b| {
+            b.iter(|| {
+                n += 1;
+                let email = format!("user{}@example.com", n % records);
+                assert!(matches!(s.ours.get_by("email", &key![email]), Ok(Some(_))));
+            })
+        });
+        g.bench_function(BenchmarkId::new("get_by_email/async", round), |b| {
+            b.iter(|| {
+                n += 1;
+                let email = key![format!("user{}@example.com", n % records)];
+                let got = pollster::block_on(s.ours.get_by_async("email", &email));
+                assert!(matches!(got, Ok(Some(_))));
+            })
+        });
+        s.settle();
+        g.bench_function(BenchmarkId::new("update_color/blocking", round), |b| {
+            b.iter(|| {
+                n += 1;
+                let res = s.ours.update(&key![n % records], |mut u| {
+                    u.color = COLORS[(n % 3) as usize].to_owned();
+                    u
+                });
+                assert!(res.is_ok());
+            })
+        });
+        s.settle();
+        g.bench_function(BenchmarkId::new("update_color/async", round), |b| {
+            b.iter(|| {
+                n += 1;
+                let pk = key![n % records];
+                let res = pollster::block_on(s.ours.update_async(&pk, |mut u| {
+                    u.color = COLORS[(n % 3) as usize].to_owned();
+                    u
+                }));
+                assert!(res.is_ok());
+            })
+        });
+        s.settle();
+        g.bench_function(BenchmarkId::new("insert/blocking", round), |b| {
+            b.iter(|| assert!(s.ours.insert(&user(s.next())).is_ok()))
+        });
+        s.settle();
+        g.bench_function(BenchmarkId::new("insert/async", round), |b| {
+            b.iter(|| {
+                let u = user(s.next());
+                assert!(pollster::block_on(s.ours.insert_async(&u)).is_ok());
+            })
+        });
+    }
+    g.finish();
+}
+
 fn index(c: &mut Criterion) {
     let [(small, small_name), (large, large_name)] = SIZES;
     let s = Stores::preloaded(small);
+    async_twins(c, &s);
     update_color(c, &s, small_name);
     get_by_email(c, &s);
     delete(c, &s);

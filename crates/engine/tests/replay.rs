@@ -2,103 +2,26 @@
 //! and commit is answered only after the caller's task was suspended once, they return what
 //! the blocking operation returns, make each commit once, and stop at their limits.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 
 use tuplekv_engine::limits::REPLAY_ROUNDS_MAX;
 use tuplekv_engine::replay::{self, Replay};
 use tuplekv_engine::{
-    AtomicWrite, ByteRange, CommitResult, Database, Entry, Error, Key, KeyBytes, ListCursor,
-    ListOptions, ReadView, Selector, Snapshot, Store, TransactionOptions, Versionstamp, Watch, key,
+    Database, Entry, Error, ListCursor, ListOptions, ReadView, Selector, Store, TransactionOptions,
+    key,
 };
+use tuplekv_testkit::contract::backends::Waiting;
 
-/// Resolves to `value` on its second poll: the task is suspended once, as on a network read.
-struct YieldOnce<T>(Option<T>, bool);
+/// An in-memory database whose async reads and commits each wait once.
+type Slow = Waiting;
 
-impl<T: Unpin> Future for YieldOnce<T> {
-    type Output = T;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        if self.1 {
-            Poll::Ready(self.0.take().expect("polled after ready"))
-        } else {
-            self.1 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
-}
-
-fn later<T: Unpin>(value: T) -> YieldOnce<T> {
-    YieldOnce(Some(value), false)
-}
-
-/// A database whose async reads and commits all wait once, counting the commits it makes.
-#[derive(Clone)]
-struct Slow {
-    db: Database,
-    commits: Arc<AtomicUsize>,
-}
-
-impl Slow {
-    fn new() -> Self {
-        Slow {
-            db: Database::in_memory(),
-            commits: Arc::new(AtomicUsize::new(0)),
-        }
-    }
-}
-
-impl Store for Slow {
-    type Snapshot = Snapshot;
-    type Watch = Watch;
-
-    fn snapshot(&self) -> Snapshot {
-        self.db.snapshot()
-    }
-    fn watch_raw(&self, keys: Vec<KeyBytes>) -> Result<Watch, Error> {
-        self.db.watch_raw(keys)
-    }
-    fn snapshot_versionstamp(snapshot: &Snapshot) -> Versionstamp {
-        Database::snapshot_versionstamp(snapshot)
-    }
-    fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
-        self.commits.fetch_add(1, Ordering::SeqCst);
-        self.db.commit(write)
-    }
-    fn commit_async(
-        &self,
-        write: AtomicWrite,
-    ) -> impl Future<Output = Result<CommitResult, Error>> + Send + 'static {
-        later(self.commit(write))
-    }
-    fn get_raw_async(
-        snapshot: &Snapshot,
-        key: &[u8],
-    ) -> impl Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<> {
-        later(snapshot.get_raw(key))
-    }
-    fn scan_async(
-        snapshot: &Snapshot,
-        range: &ByteRange,
-        reverse: bool,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<Entry>, Error>> + Send + 'static + use<> {
-        later(snapshot.scan(range, reverse, limit))
-    }
-    fn get_latest_raw_async(
-        &self,
-        key: &[u8],
-    ) -> impl Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<> {
-        later(self.db.get_latest_raw(key))
-    }
+fn slow() -> Slow {
+    Waiting::new(Database::in_memory())
 }
 
 fn counter(store: &Slow) -> u64 {
     store
-        .db
+        .database()
         .get(&key!["n"])
         .expect("read")
         .and_then(|e| e.value.as_u64())
@@ -116,21 +39,17 @@ fn increment<S: Store>(tx: &mut tuplekv_engine::Transaction<'_, S>) -> Result<u6
 
 #[test]
 fn an_async_transaction_over_a_waiting_store_reads_commits_once_and_returns_its_value() {
-    let store = Slow::new();
-    store.db.set(&key!["n"], 41u64).expect("seed");
+    let store = slow();
+    store.database().set(&key!["n"], 41u64).expect("seed");
     let out = pollster::block_on(store.transaction_async(increment));
     assert_eq!(out, Ok(42));
     assert_eq!(counter(&store), 42);
-    assert_eq!(
-        store.commits.load(Ordering::SeqCst),
-        1,
-        "one commit, made in one round"
-    );
+    assert_eq!(store.commits(), 1, "one commit, made in one round");
 }
 
 #[test]
 fn async_transactions_from_many_threads_serialize_like_blocking_ones() {
-    let store = Slow::new();
+    let store = slow();
     let threads = 4;
     let each = 50;
     std::thread::scope(|s| {
@@ -156,12 +75,12 @@ fn async_transactions_from_many_threads_serialize_like_blocking_ones() {
 
 #[test]
 fn get_async_and_list_async_return_what_the_blocking_reads_return() {
-    let store = Slow::new();
+    let store = slow();
     for i in 0..7u64 {
-        store.db.set(&key!["k", i], i).expect("seed");
+        store.database().set(&key!["k", i], i).expect("seed");
     }
     let got = pollster::block_on(store.get_async(&key!["k", 3u64])).expect("read");
-    assert_eq!(got, store.db.get(&key!["k", 3u64]).expect("read"));
+    assert_eq!(got, store.database().get(&key!["k", 3u64]).expect("read"));
     let missing = pollster::block_on(store.get_async(&key!["nope"])).expect("read");
     assert_eq!(missing, None);
 
@@ -173,7 +92,7 @@ fn get_async_and_list_async_return_what_the_blocking_reads_return() {
     };
     let page = pollster::block_on(store.list_async(&selector, options.clone())).expect("list");
     let blocking: Vec<Entry> = store
-        .db
+        .database()
         .list(&selector, options)
         .expect("list")
         .collect::<Result<_, _>>()
@@ -192,12 +111,12 @@ fn get_async_and_list_async_return_what_the_blocking_reads_return() {
 
     let keys = [key!["k", 1u64], key!["none"], key!["k", 6u64]];
     let many = pollster::block_on(store.get_many_async(&keys)).expect("get_many");
-    assert_eq!(many, store.db.get_many(&keys).expect("get_many"));
+    assert_eq!(many, store.database().get_many(&keys).expect("get_many"));
 }
 
 #[test]
 fn an_oversized_key_is_refused_by_get_async_without_a_read() {
-    let store = Slow::new();
+    let store = slow();
     let big = key![vec![0u8; 3000]];
     let err = pollster::block_on(store.get_async(&big)).expect_err("too large");
     assert!(matches!(err, Error::KeyTooLargeForRead { .. }), "{err:?}");
@@ -205,13 +124,13 @@ fn an_oversized_key_is_refused_by_get_async_without_a_read() {
 
 #[test]
 fn a_conflicting_async_transaction_backs_off_and_runs_again() {
-    let store = Slow::new();
+    let store = slow();
     let interfered = AtomicUsize::new(0);
     let out = pollster::block_on(store.transaction_async(|tx| {
         let n = increment(tx)?;
         // The first attempt's read is made stale behind its back: its commit conflicts.
         if interfered.fetch_add(1, Ordering::SeqCst) == 0 {
-            store.db.set(&key!["n"], 100u64).expect("interfere");
+            store.database().set(&key!["n"], 100u64).expect("interfere");
         }
         Ok::<_, Error>(n)
     }));
@@ -225,7 +144,7 @@ fn a_conflicting_async_transaction_backs_off_and_runs_again() {
 
 #[test]
 fn an_operation_that_reads_at_the_round_limit_succeeds_and_one_past_it_is_refused() {
-    let store = Slow::new();
+    let store = slow();
     // Each read is a round of its own; the last round answers nothing new.
     let reads = |n: usize| {
         move |s: &Replay<'_, Slow>| -> Result<usize, Error> {
@@ -249,8 +168,8 @@ fn an_operation_that_reads_at_the_round_limit_succeeds_and_one_past_it_is_refuse
 
 #[test]
 fn a_round_that_skips_a_recorded_read_before_any_commit_goes_on_with_fresh_calls() {
-    let store = Slow::new();
-    store.db.set(&key!["a"], 1u64).expect("seed");
+    let store = slow();
+    store.database().set(&key!["a"], 1u64).expect("seed");
     let rounds = AtomicUsize::new(0);
     let out = pollster::block_on(replay::run(&store, |s| -> Result<u64, Error> {
         // A process-wide cache would do this: the first round reads `a`, later ones do not.
@@ -266,18 +185,18 @@ fn a_round_that_skips_a_recorded_read_before_any_commit_goes_on_with_fresh_calls
     assert_eq!(out, Ok(2));
     assert_eq!(
         store
-            .db
+            .database()
             .get(&key!["b"])
             .expect("read")
             .map(|e| e.value.as_u64()),
         Some(Some(2))
     );
-    assert_eq!(store.commits.load(Ordering::SeqCst), 1);
+    assert_eq!(store.commits(), 1);
 }
 
 #[test]
 fn a_round_whose_calls_change_after_a_commit_fails_instead_of_reusing_its_answer() {
-    let store = Slow::new();
+    let store = slow();
     let rounds = AtomicUsize::new(0);
     let out = pollster::block_on(replay::run(&store, |s| -> Result<(), Error> {
         let round = rounds.fetch_add(1, Ordering::SeqCst);
@@ -287,7 +206,7 @@ fn a_round_whose_calls_change_after_a_commit_fails_instead_of_reusing_its_answer
         Ok(())
     }));
     assert!(matches!(out, Err(Error::Unsupported { .. })), "{out:?}");
-    assert_eq!(store.commits.load(Ordering::SeqCst), 1, "never made twice");
+    assert_eq!(store.commits(), 1, "never made twice");
 }
 
 #[test]
@@ -304,13 +223,12 @@ fn over_the_in_memory_database_an_async_operation_takes_one_round() {
         1,
         "every call answered inline"
     );
-    let _: Option<Key> = None;
 }
 
 #[test]
 fn async_operations_are_send_so_a_multi_threaded_runtime_can_spawn_them() {
     fn assert_send<T: Send>(_: &T) {}
-    let store = Slow::new();
+    let store = slow();
     let selector = Selector::prefix(&key!["k"]);
     let keys = [key!["k"]];
     assert_send(&store.transaction_async(increment));

@@ -224,6 +224,7 @@
 //! declared again without having been dropped would answer from stale entries: drop it first
 //! (on a handle that declares it, `drop_index` rebuilds it: building until `backfill`).
 
+mod asynchronous;
 mod collection;
 mod entry;
 mod error;

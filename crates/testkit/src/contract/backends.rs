@@ -1,7 +1,8 @@
 //! The backends of the engine itself, for the contract suites: the in-memory and the durable
 //! [`Database`], and [`NoSnapshots`], the engine behind the interface of a plain KV Connect
 //! server (no snapshot serves two reads, no range checks), so the suites' paths for such
-//! stores run without a network.
+//! stores run without a network, and [`WaitingStores`], whose async calls wait as a
+//! network's do.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -205,5 +206,138 @@ impl Store for LatestOnly {
             });
         }
         self.db.commit(write)
+    }
+}
+
+/// Fresh in-memory databases behind [`Waiting`]: every async read and commit waits once, as
+/// over a network, so each async operation of the suites runs in many rounds
+/// (`tuplekv_engine::replay`) while its blocking twin runs as on [`InMemory`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WaitingStores;
+
+impl Backend for WaitingStores {
+    type Store = Waiting;
+
+    fn name(&self) -> &str {
+        "waiting"
+    }
+
+    fn open(&self) -> Waiting {
+        Waiting::new(Database::in_memory())
+    }
+}
+
+/// A [`Database`] whose async reads and commits ([`Store::get_raw_async`],
+/// [`Store::scan_async`], [`Store::get_latest_raw_async`], [`Store::commit_async`]) are
+/// answered only after the task awaiting them was suspended once; the blocking ones answer
+/// at once. It counts the commits made through it.
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    db: Database,
+    commits: Arc<AtomicUsize>,
+}
+
+impl Waiting {
+    /// `db` behind waiting async calls.
+    pub fn new(db: Database) -> Waiting {
+        Waiting {
+            db,
+            commits: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// The database underneath.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// How many commits were made through this store (blocking or async).
+    pub fn commits(&self) -> usize {
+        self.commits.load(Ordering::SeqCst)
+    }
+}
+
+/// Resolves to its value on its second poll, waking its task after the first.
+struct YieldOnce<T>(Option<T>, bool);
+
+impl<T: Unpin> std::future::Future for YieldOnce<T> {
+    type Output = T;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<T> {
+        if self.1 {
+            match self.0.take() {
+                Some(value) => std::task::Poll::Ready(value),
+                None => std::task::Poll::Pending,
+            }
+        } else {
+            self.1 = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    }
+}
+
+fn later<T: Unpin>(value: T) -> YieldOnce<T> {
+    YieldOnce(Some(value), false)
+}
+
+impl Store for Waiting {
+    type Snapshot = tuplekv_engine::Snapshot;
+    type Watch = Watch;
+
+    fn snapshot(&self) -> Self::Snapshot {
+        self.db.snapshot()
+    }
+
+    fn watch_raw(&self, keys: Vec<KeyBytes>) -> Result<Watch, Error> {
+        self.db.watch_raw(keys)
+    }
+
+    fn snapshot_versionstamp(snapshot: &Self::Snapshot) -> Versionstamp {
+        Database::snapshot_versionstamp(snapshot)
+    }
+
+    fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        self.db.get_latest_raw(key)
+    }
+
+    fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        self.db.commit(write)
+    }
+
+    fn commit_async(
+        &self,
+        write: AtomicWrite,
+    ) -> impl std::future::Future<Output = Result<CommitResult, Error>> + Send + 'static {
+        later(self.commit(write))
+    }
+
+    fn get_raw_async(
+        snapshot: &Self::Snapshot,
+        key: &[u8],
+    ) -> impl std::future::Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<>
+    {
+        later(snapshot.get_raw(key))
+    }
+
+    fn scan_async(
+        snapshot: &Self::Snapshot,
+        range: &ByteRange,
+        reverse: bool,
+        limit: usize,
+    ) -> impl std::future::Future<Output = Result<Vec<Entry>, Error>> + Send + 'static + use<> {
+        later(snapshot.scan(range, reverse, limit))
+    }
+
+    fn get_latest_raw_async(
+        &self,
+        key: &[u8],
+    ) -> impl std::future::Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<>
+    {
+        later(self.db.get_latest_raw(key))
     }
 }

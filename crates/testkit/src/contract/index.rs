@@ -25,6 +25,7 @@ use tuplekv_index::{Collection, Error, Page};
 
 use super::{Backend, DUMP_MAX};
 use crate::config::proptest_config;
+use crate::executor::block_on;
 
 /// Cases of [`collection_matches_a_reference_model`] (`TUPLEKV_PROPTEST_CASES` overrides).
 pub const MODEL_CASES: u32 = 64;
@@ -174,21 +175,86 @@ impl Model {
     }
 }
 
-fn run<S: Store>(c: &Collection<Item, S>, op: &Op) -> Outcome {
-    let change = |id: u8, f: &dyn Fn(&mut Item)| {
-        c.update(&key![id], |mut i| {
+/// Which of the collection's two APIs an operation runs through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Calls {
+    /// `insert`, `update`, ...
+    Blocking,
+    /// `insert_async`, `update_async`, ..., each run to completion on the calling thread.
+    Async,
+}
+
+fn run_as<S: Store>(c: &Collection<Item, S>, op: &Op, calls: Calls) -> Outcome {
+    let change = |id: u8, f: &(dyn Fn(&mut Item) + Sync)| {
+        let edit = |mut i: Item| {
             f(&mut i);
             i
-        })
+        };
+        match calls {
+            Calls::Blocking => c.update(&key![id], edit),
+            Calls::Async => block_on(c.update_async(&key![id], edit)),
+        }
         .map(Some)
     };
-    match op {
-        Op::Insert(i) => c.insert(i).map(|()| None),
-        Op::Upsert(i) => c.upsert(i),
-        Op::Recolor(id, color) => change(*id, &|i| i.color = *color),
-        Op::Recode(id, code) => change(*id, &|i| i.code = *code),
-        Op::Delete(id) => c.delete(&key![*id]),
+    match (op, calls) {
+        (Op::Insert(i), Calls::Blocking) => c.insert(i).map(|()| None),
+        (Op::Insert(i), Calls::Async) => block_on(c.insert_async(i)).map(|()| None),
+        (Op::Upsert(i), Calls::Blocking) => c.upsert(i),
+        (Op::Upsert(i), Calls::Async) => block_on(c.upsert_async(i)),
+        (Op::Recolor(id, color), _) => change(*id, &|i| i.color = *color),
+        (Op::Recode(id, code), _) => change(*id, &|i| i.code = *code),
+        (Op::Delete(id), Calls::Blocking) => c.delete(&key![*id]),
+        (Op::Delete(id), Calls::Async) => block_on(c.delete_async(&key![*id])),
     }
+}
+
+/// Every async query answers what its blocking twin answers (which the model checks).
+fn check_async_queries<S: Store>(c: &Collection<Item, S>) -> Result<(), TestCaseError> {
+    for id in 0..IDS {
+        let pk = key![id];
+        prop_assert_eq!(
+            ok(block_on(c.get_async(&pk)), "get_async")?,
+            ok(c.get(&pk), "get")?
+        );
+    }
+    let options = ListOptions {
+        limit: Some(2),
+        ..ListOptions::default()
+    };
+    prop_assert_eq!(
+        ok(block_on(c.list_async(options.clone())), "list_async")?,
+        ok(c.list(options.clone()), "list")?
+    );
+    for code in 0..CODES {
+        let value = key![code];
+        prop_assert_eq!(
+            ok(block_on(c.get_by_async("code", &value)), "get_by_async")?,
+            ok(c.get_by("code", &value), "get_by")?
+        );
+    }
+    for color in 0..COLORS {
+        let value = key![color];
+        prop_assert_eq!(
+            ok(
+                block_on(c.list_by_async("color", &value, options.clone())),
+                "list_by_async"
+            )?,
+            ok(c.list_by("color", &value, options.clone()), "list_by")?
+        );
+        prop_assert_eq!(
+            ok(block_on(c.count_async("color", &value)), "count_async")?,
+            ok(c.count("color", &value), "count")?
+        );
+    }
+    let (start, end) = (key![0u8], key![CODES]);
+    prop_assert_eq!(
+        ok(
+            block_on(c.list_range_async("code", &start, &end, options.clone())),
+            "list_range_async"
+        )?,
+        ok(c.list_range("code", &start, &end, options), "list_range")?
+    );
+    Ok(())
 }
 
 fn ids(page: &Page<Item>) -> Vec<u8> {
@@ -334,11 +400,26 @@ pub(crate) fn run_cases<T: Strategy>(
 /// ways, `count`, `list`) equals the model, and at the end [`Collection::verify`] finds
 /// nothing wrong.
 pub fn collection_matches_a_reference_model<B: Backend>(backend: &B) {
+    model_test(backend, Calls::Blocking);
+}
+
+/// [`collection_matches_a_reference_model`] through the async API (`insert_async`,
+/// `update_async`, ...), each operation awaited on the calling thread; after each one, every
+/// async query answers what its blocking twin does.
+pub fn async_collection_matches_a_reference_model<B: Backend>(backend: &B) {
+    model_test(backend, Calls::Async);
+}
+
+fn model_test<B: Backend>(backend: &B, calls: Calls) {
     let snapshots = backend.has_snapshots();
     let cost = backend.cost();
+    let file = match calls {
+        Calls::Blocking => "contract-index-model.txt",
+        Calls::Async => "contract-index-model-async.txt",
+    };
     run_cases(
         cost.pick(MODEL_CASES, MODEL_CASES_REMOTE),
-        "contract-index-model.txt",
+        file,
         backend.name(),
         prop::collection::vec(op(), 1..cost.pick(MODEL_OPS_MAX, MODEL_OPS_MAX_REMOTE)),
         |ops| {
@@ -346,10 +427,13 @@ pub fn collection_matches_a_reference_model<B: Backend>(backend: &B) {
             let mut model = Model::default();
             for op in &ops {
                 let want = model.apply(op);
-                let got = run(&c, op);
+                let got = run_as(&c, op, calls);
                 prop_assert_eq!(got, want, "{:?}", op);
                 if snapshots {
                     check_queries(&c, &model)?;
+                    if calls == Calls::Async {
+                        check_async_queries(&c)?;
+                    }
                 } else {
                     check_records(&c, &model)?;
                 }
@@ -363,8 +447,12 @@ pub fn collection_matches_a_reference_model<B: Backend>(backend: &B) {
     );
 }
 
-fn run_racing<S: Store>(c: &Collection<Item, S>, op: &Op) -> Result<(), TestCaseError> {
-    match run(c, op) {
+fn run_racing<S: Store>(
+    c: &Collection<Item, S>,
+    op: &Op,
+    calls: Calls,
+) -> Result<(), TestCaseError> {
+    match run_as(c, op, calls) {
         Ok(_)
         | Err(
             Error::UniqueViolation { .. } | Error::AlreadyExists { .. } | Error::NotFound { .. },
@@ -445,12 +533,17 @@ fn check_concurrent_writers<S: Store>(
     c: &Collection<Item, S>,
     snapshots: bool,
     ops: &[Vec<Op>],
+    calls: Calls,
 ) -> Result<(), TestCaseError> {
     std::thread::scope(|s| {
         let handles: Vec<_> = ops
             .iter()
             .map(|thread_ops| {
-                s.spawn(move || thread_ops.iter().try_for_each(|op| run_racing(c, op)))
+                s.spawn(move || {
+                    thread_ops
+                        .iter()
+                        .try_for_each(|op| run_racing(c, op, calls))
+                })
             })
             .collect();
         handles.into_iter().try_for_each(|h| {
@@ -515,7 +608,28 @@ pub fn concurrent_writers_keep_indexes_in_step<B: Backend>(backend: &B) {
         "contract-index-concurrent.txt",
         backend.name(),
         prop::collection::vec(writer, WRITER_THREADS),
-        |ops| check_concurrent_writers(&collection(backend.open(), 1000), snapshots, &ops),
+        |ops| {
+            let c = collection(backend.open(), 1000);
+            check_concurrent_writers(&c, snapshots, &ops, Calls::Blocking)
+        },
+    );
+}
+
+/// [`concurrent_writers_keep_indexes_in_step`] with every thread writing through the async
+/// API, and the same checks afterwards.
+pub fn async_concurrent_writers_keep_indexes_in_step<B: Backend>(backend: &B) {
+    let snapshots = backend.has_snapshots();
+    let cost = backend.cost();
+    let writer = prop::collection::vec(op(), 1..cost.pick(WRITER_OPS_MAX, WRITER_OPS_MAX_REMOTE));
+    run_cases(
+        cost.pick(CONCURRENT_CASES, CONCURRENT_CASES_REMOTE),
+        "contract-index-concurrent-async.txt",
+        backend.name(),
+        prop::collection::vec(writer, WRITER_THREADS),
+        |ops| {
+            let c = collection(backend.open(), 1000);
+            check_concurrent_writers(&c, snapshots, &ops, Calls::Async)
+        },
     );
 }
 
@@ -525,7 +639,8 @@ pub fn concurrent_writers_keep_indexes_in_step<B: Backend>(backend: &B) {
 pub fn recorded_concurrent_histories_keep_indexes_in_step<B: Backend>(backend: &B) {
     for (n, ops) in recorded_histories().iter().enumerate() {
         let c = collection(backend.open(), 1000);
-        if let Err(e) = check_concurrent_writers(&c, backend.has_snapshots(), ops) {
+        if let Err(e) = check_concurrent_writers(&c, backend.has_snapshots(), ops, Calls::Blocking)
+        {
             panic!("on the {} backend, history {n}: {e}", backend.name());
         }
     }
@@ -740,7 +855,9 @@ macro_rules! index_contract_tests {
             $backend;
             $crate::contract::index;
             collection_matches_a_reference_model,
+            async_collection_matches_a_reference_model,
             concurrent_writers_keep_indexes_in_step,
+            async_concurrent_writers_keep_indexes_in_step,
             recorded_concurrent_histories_keep_indexes_in_step,
             racing_inserts_of_one_unique_value_have_one_winner,
             racing_upserts_and_deletes_keep_unique_values_unique,
