@@ -60,15 +60,17 @@ use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tuplekv_engine::codec::encode_key;
 use tuplekv_engine::{Store, key};
 use tuplekv_index::Collection;
-use tuplekv_sequence::{FastSequence, GaplessSequence, Mode as SequenceMode, SequenceOptions, Sequences};
+use tuplekv_sequence::{
+    FastSequence, GaplessSequence, Mode as SequenceMode, SequenceOptions, Sequences,
+};
 
 #[allow(unused_imports, reason = "until the async API lands on main")]
-use pending_async::{CollectionAsync as _, FastAsync as _, GaplessAsync as _};
+use pending_async::{FastAsync as _, GaplessAsync as _};
 pub use running::RunningService;
 pub use store::{AnyStore, StoreChoice, StoreError};
 
@@ -189,7 +191,9 @@ pub struct App<S: Store> {
 
 impl<S: Store> std::fmt::Debug for App<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("App").field("mode", &self.mode).finish_non_exhaustive()
+        f.debug_struct("App")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
     }
 }
 
@@ -306,19 +310,30 @@ async fn health() -> &'static str {
     "ok"
 }
 
-async fn create_user<S: ServiceStore>(State(app): Shared<S>, body: Bytes) -> Result<Response, ApiError> {
+async fn create_user<S: ServiceStore>(
+    State(app): Shared<S>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let NewUser { email, name } = parse(&body)?;
     let id = match app.mode {
         Mode::Blocking => {
             blocking(&app, move |app| {
-                let user = User { id: app.user_ids.next()?.number(), email, name };
+                let user = User {
+                    id: app.user_ids.next()?.number(),
+                    email,
+                    name,
+                };
                 app.users.insert(&user)?;
                 Ok(user.id)
             })
             .await?
         }
         Mode::Async => {
-            let user = User { id: app.user_ids.next_async().await?.number(), email, name };
+            let user = User {
+                id: app.user_ids.next_async().await?.number(),
+                email,
+                name,
+            };
             app.users.insert_async(&user).await?;
             user.id
         }
@@ -339,12 +354,19 @@ async fn user_by_email<S: ServiceStore>(
     Ok(json(StatusCode::OK, &user))
 }
 
-async fn create_invoice<S: ServiceStore>(State(app): Shared<S>, body: Bytes) -> Result<Response, ApiError> {
+async fn create_invoice<S: ServiceStore>(
+    State(app): Shared<S>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let NewInvoice { customer, amount } = parse(&body)?;
     // The record is built for the code the store gives it: the code goes in verbatim (a key
     // part and a JSON string), so the store numbers the commit itself.
     let build = move |code: &str, record: &mut tuplekv_sequence::Record| {
-        let invoice = Invoice { code: code.to_owned(), customer: customer.clone(), amount };
+        let invoice = Invoice {
+            code: code.to_owned(),
+            customer: customer.clone(),
+            amount,
+        };
         let bytes = serde_json::to_vec(&invoice).unwrap_or_default();
         let at = key!["invoices", code];
         record.check(&at, None).set(&at, bytes);
@@ -362,21 +384,37 @@ async fn create_invoice<S: ServiceStore>(State(app): Shared<S>, body: Bytes) -> 
             (issued.code(), issued.number())
         }
     };
-    Ok(created(&serde_json::json!({ "code": code, "number": number })))
+    Ok(created(
+        &serde_json::json!({ "code": code, "number": number }),
+    ))
 }
 
-async fn invoice<S: ServiceStore>(State(app): Shared<S>, Path(number): Path<u64>) -> Result<Response, ApiError> {
+async fn invoice<S: ServiceStore>(
+    State(app): Shared<S>,
+    Path(number): Path<u64>,
+) -> Result<Response, ApiError> {
     let at = key!["invoices", app.invoices.format().format(number)];
     let entry = match app.mode {
-        Mode::Blocking => blocking(&app, move |app| Ok(app.store.get_latest_raw(&encode_key(&at))?)).await?,
+        Mode::Blocking => {
+            blocking(&app, move |app| {
+                Ok(app.store.get_latest_raw(&encode_key(&at))?)
+            })
+            .await?
+        }
         Mode::Async => app.store.get_async(&at).await?,
     };
     let entry = entry.ok_or(ApiError::NotFound)?;
-    let bytes = entry.value.as_bytes().ok_or_else(|| ApiError::Internal("not bytes".into()))?;
+    let bytes = entry
+        .value
+        .as_bytes()
+        .ok_or_else(|| ApiError::Internal("not bytes".into()))?;
     Ok(json_bytes(StatusCode::OK, bytes.to_vec()))
 }
 
-async fn create_order<S: ServiceStore>(State(app): Shared<S>, body: Bytes) -> Result<Response, ApiError> {
+async fn create_order<S: ServiceStore>(
+    State(app): Shared<S>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let NewOrder { customer } = parse(&body)?;
     let code = match app.mode {
         Mode::Blocking => {
@@ -389,7 +427,11 @@ async fn create_order<S: ServiceStore>(State(app): Shared<S>, body: Bytes) -> Re
         }
         Mode::Async => {
             let code = app.orders.next_async().await?.code();
-            committed(app.store.commit_async(order_write(&app.store, &code, customer)).await?)?;
+            committed(
+                app.store
+                    .commit_async(order_write(&app.store, &code, customer))
+                    .await?,
+            )?;
             code
         }
     };
@@ -398,10 +440,18 @@ async fn create_order<S: ServiceStore>(State(app): Shared<S>, body: Bytes) -> Re
 
 /// The write of an order: its record under `["orders", code]`, which must be absent.
 fn order_write<S: Store>(store: &S, code: &str, customer: String) -> tuplekv_engine::AtomicWrite {
-    let order = Order { code: code.to_owned(), customer };
+    let order = Order {
+        code: code.to_owned(),
+        customer,
+    };
     let at = key!["orders", code];
     let bytes = serde_json::to_vec(&order).unwrap_or_default();
-    store.atomic().check(&at, None).set(&at, bytes).as_write().clone()
+    store
+        .atomic()
+        .check(&at, None)
+        .set(&at, bytes)
+        .as_write()
+        .clone()
 }
 
 /// An order's commit fails its check only if its code was used before: never, for a fast
@@ -489,7 +539,9 @@ impl From<tuplekv_index::Error> for ApiError {
     fn from(e: tuplekv_index::Error) -> ApiError {
         use tuplekv_index::Error as E;
         match e {
-            E::UniqueViolation { .. } | E::AlreadyExists { .. } => ApiError::Conflict(e.to_string()),
+            E::UniqueViolation { .. } | E::AlreadyExists { .. } => {
+                ApiError::Conflict(e.to_string())
+            }
             E::OutcomeUnknown { .. } => ApiError::Unavailable(e.to_string()),
             E::Store(e) => e.into(),
             e => ApiError::Internal(e.to_string()),

@@ -37,7 +37,10 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--store" => {
                 store = Some(match value(&mut it, "--store")?.as_str() {
                     "memory" => (StoreChoice::Memory, None),
-                    "dir" => (StoreChoice::Dir(value(&mut it, "--store dir")?.into()), None),
+                    "dir" => (
+                        StoreChoice::Dir(value(&mut it, "--store dir")?.into()),
+                        None,
+                    ),
                     "remote" => (StoreChoice::Memory, Some(value(&mut it, "--store remote")?)),
                     other => return Err(format!("unknown store `{other}`")),
                 });
@@ -53,7 +56,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
                 let secs: f64 = value(&mut it, "--retry-for")?
                     .parse()
                     .map_err(|e| format!("--retry-for: {e}"))?;
-                retry_for = Duration::try_from_secs_f64(secs).map_err(|e| format!("--retry-for: {e}"))?;
+                retry_for =
+                    Duration::try_from_secs_f64(secs).map_err(|e| format!("--retry-for: {e}"))?;
             }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
@@ -84,7 +88,9 @@ async fn run<S: ServiceStore>(store: S, mode: Mode, addr: SocketAddr) -> Result<
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    serve(app, listener, shutdown).await.map_err(|e| e.to_string())
+    serve(app, listener, shutdown)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {

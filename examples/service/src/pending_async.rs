@@ -1,39 +1,12 @@
-//! Stand-ins for the async API of the index and sequence crates until it lands: each runs
+//! Stand-ins for the async API of the sequence crate until it lands: each runs
 //! the blocking method with [`tokio::task::block_in_place`] (the runtime moves its other
 //! tasks off the worker meanwhile), so [`Mode::Async`](crate::Mode::Async) handlers compile
 //! and behave today. Inherent methods of the same name win over these once they exist.
 
 use std::future::Future;
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use tuplekv_engine::{Key, Store};
-use tuplekv_index::{Collection, Error as IndexError};
+use tuplekv_engine::Store;
 use tuplekv_sequence::{Error as SequenceError, FastSequence, GaplessSequence, Issued, Record};
-
-/// `Collection::insert_async` and `get_by_async`.
-pub(crate) trait CollectionAsync<T> {
-    fn insert_async(&self, record: &T) -> impl Future<Output = Result<(), IndexError>> + Send;
-    fn get_by_async(
-        &self,
-        index: &str,
-        value: &Key,
-    ) -> impl Future<Output = Result<Option<(Key, T)>, IndexError>> + Send;
-}
-
-impl<T: Serialize + DeserializeOwned + Send, S: Store> CollectionAsync<T> for Collection<T, S> {
-    fn insert_async(&self, record: &T) -> impl Future<Output = Result<(), IndexError>> + Send {
-        std::future::ready(tokio::task::block_in_place(|| self.insert(record)))
-    }
-
-    fn get_by_async(
-        &self,
-        index: &str,
-        value: &Key,
-    ) -> impl Future<Output = Result<Option<(Key, T)>, IndexError>> + Send {
-        std::future::ready(tokio::task::block_in_place(|| self.get_by(index, value)))
-    }
-}
 
 /// `FastSequence::next_async`.
 pub(crate) trait FastAsync {

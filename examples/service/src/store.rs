@@ -59,8 +59,8 @@ impl StoreChoice {
                     retry_for: *retry_for,
                     ..RemoteOptions::default()
                 };
-                let store = RemoteStore::connect_with(url, token, options)
-                    .map_err(StoreError::Remote)?;
+                let store =
+                    RemoteStore::connect_with(url, token, options).map_err(StoreError::Remote)?;
                 AnyStore::Remote(store)
             }
         })

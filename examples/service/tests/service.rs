@@ -7,11 +7,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
+use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 use tuplekv_engine::Database;
 use tuplekv_example_service::client::Client;
@@ -30,13 +30,7 @@ const RETRY_FOR: Duration = Duration::from_secs(2);
 
 /// The tests take turns: each measures how the service responds, and two at once on two
 /// cores would measure each other.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 fn start<S: ServiceStore>(store: S, mode: Mode) -> RunningService {
     let app = App::open(store, mode).expect("the service opens its collection and sequences");
@@ -67,16 +61,25 @@ async fn client_run(addr: SocketAddr, c: usize) -> Seen {
     for round in 0..ROUNDS {
         let email = format!("user{}-{round}@example.com", c % (CLIENTS / SHARING));
         let reply = client
-            .post("/users", &json!({ "email": email, "name": format!("client {c}") }))
+            .post(
+                "/users",
+                &json!({ "email": email, "name": format!("client {c}") }),
+            )
             .await
             .expect("POST /users");
-        let id = (reply.status == StatusCode::CREATED)
-            .then(|| reply.json::<Value>().expect("json")["id"].as_u64().expect("an id"));
+        let id = (reply.status == StatusCode::CREATED).then(|| {
+            reply.json::<Value>().expect("json")["id"]
+                .as_u64()
+                .expect("an id")
+        });
         seen.users.push((email, reply.status, id));
 
         let (customer, amount) = (format!("customer {c}"), (c * 1000 + round) as u64);
         let reply = client
-            .post("/invoices", &json!({ "customer": customer, "amount": amount }))
+            .post(
+                "/invoices",
+                &json!({ "customer": customer, "amount": amount }),
+            )
             .await
             .expect("POST /invoices");
         assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
@@ -91,7 +94,8 @@ async fn client_run(addr: SocketAddr, c: usize) -> Seen {
             .expect("POST /orders");
         assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
         let body: Value = reply.json().expect("json");
-        seen.orders.push(body["code"].as_str().expect("a code").to_owned());
+        seen.orders
+            .push(body["code"].as_str().expect("a code").to_owned());
     }
     seen
 }
@@ -135,14 +139,21 @@ async fn drive_and_check(addr: SocketAddr, context: &str) {
     }
 
     // Gapless invoices: the numbers are exactly 1..=n, each stored with its own record.
-    let invoices: Vec<_> = all.iter().flat_map(|s| s.invoices.iter().cloned()).collect();
+    let invoices: Vec<_> = all
+        .iter()
+        .flat_map(|s| s.invoices.iter().cloned())
+        .collect();
     let n = invoices.len() as u64;
     let numbers: Vec<u64> = {
         let mut v: Vec<u64> = invoices.iter().map(|i| i.0).collect();
         v.sort_unstable();
         v
     };
-    assert_eq!(numbers, (1..=n).collect::<Vec<_>>(), "{context}: invoice numbers");
+    assert_eq!(
+        numbers,
+        (1..=n).collect::<Vec<_>>(),
+        "{context}: invoice numbers"
+    );
     for (number, code, customer, amount) in &invoices {
         let reply = client
             .get(&format!("/invoices/{number}"))
@@ -160,13 +171,21 @@ async fn drive_and_check(addr: SocketAddr, context: &str) {
         .get(&format!("/invoices/{}", n + 1))
         .await
         .expect("GET invoice");
-    assert_eq!(past.status, StatusCode::NOT_FOUND, "{context}: no invoice past n");
+    assert_eq!(
+        past.status,
+        StatusCode::NOT_FOUND,
+        "{context}: no invoice past n"
+    );
 
     // Order codes: all distinct.
     let orders: Vec<&String> = all.iter().flat_map(|s| &s.orders).collect();
     let distinct: HashSet<&String> = orders.iter().copied().collect();
     assert_eq!(orders.len(), CLIENTS * ROUNDS, "{context}");
-    assert_eq!(distinct.len(), orders.len(), "{context}: an order code repeated");
+    assert_eq!(
+        distinct.len(),
+        orders.len(),
+        "{context}: an order code repeated"
+    );
 
     let health = client.get("/health").await.expect("GET /health");
     assert_eq!(health.status, StatusCode::OK);
@@ -174,7 +193,7 @@ async fn drive_and_check(addr: SocketAddr, context: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invariants_hold_with_64_clients_embedded_and_remote_in_both_modes() {
-    let _turn = one_at_a_time();
+    let _turn = ONE_AT_A_TIME.lock().await;
     for mode in Mode::ALL {
         let service = start(Database::in_memory(), mode);
         drive_and_check(service.addr(), &format!("memory, {}", mode.name())).await;
@@ -215,7 +234,7 @@ impl Balancer {
         let task = tokio::spawn(async move {
             let mut i = 0usize;
             while let Ok((mut inbound, _)) = listener.accept().await {
-                let to = if i % 2 == 0 { one } else { two };
+                let to = if i.is_multiple_of(2) { one } else { two };
                 i += 1;
                 tokio::spawn(async move {
                     if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
@@ -244,7 +263,10 @@ async fn store_request(addr: SocketAddr, i: usize) -> (String, StatusCode, Durat
         0 => (
             "POST /users",
             client
-                .post("/users", &json!({ "email": format!("outage{i}@example.com"), "name": "x" }))
+                .post(
+                    "/users",
+                    &json!({ "email": format!("outage{i}@example.com"), "name": "x" }),
+                )
                 .await,
         ),
         1 => (
@@ -255,7 +277,9 @@ async fn store_request(addr: SocketAddr, i: usize) -> (String, StatusCode, Durat
         ),
         2 => (
             "POST /orders",
-            client.post("/orders", &json!({ "customer": "outage" })).await,
+            client
+                .post("/orders", &json!({ "customer": "outage" }))
+                .await,
         ),
         _ => ("GET /invoices/1", client.get("/invoices/1").await),
     };
@@ -277,7 +301,11 @@ async fn health_answers_while_the_store_is_unreachable(mode: Mode) {
         .await
         .expect("POST /invoices");
     assert_eq!(first.status, StatusCode::CREATED, "{context}");
-    assert_eq!(first.json::<Value>().expect("json")["number"], 1, "{context}");
+    assert_eq!(
+        first.json::<Value>().expect("json")["number"],
+        1,
+        "{context}"
+    );
 
     // The server goes away: its connections are dropped and its port refuses new ones.
     kv.kill();
@@ -350,16 +378,27 @@ async fn health_answers_while_the_store_is_unreachable(mode: Mode) {
             break;
         }
     }
-    assert_eq!(number, Some(2), "{context}: after the restart: {statuses:?}");
+    assert_eq!(
+        number,
+        Some(2),
+        "{context}: after the restart: {statuses:?}"
+    );
     for path in ["/users/by-email/nobody@example.com", "/invoices/3"] {
         let reply = client.get(path).await.expect("GET");
         assert_eq!(reply.status, StatusCode::NOT_FOUND, "{context}: {path}");
     }
     let reply = client
-        .post("/users", &json!({ "email": "after@example.com", "name": "after" }))
+        .post(
+            "/users",
+            &json!({ "email": "after@example.com", "name": "after" }),
+        )
         .await
         .expect("POST /users");
-    assert_eq!(reply.status, StatusCode::CREATED, "{context}: a user after the restart");
+    assert_eq!(
+        reply.status,
+        StatusCode::CREATED,
+        "{context}: a user after the restart"
+    );
     drop(client);
     service.stop();
     kv.kill();
@@ -367,12 +406,12 @@ async fn health_answers_while_the_store_is_unreachable(mode: Mode) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_answers_while_the_remote_store_is_unreachable_async() {
-    let _turn = one_at_a_time();
+    let _turn = ONE_AT_A_TIME.lock().await;
     health_answers_while_the_store_is_unreachable(Mode::Async).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_answers_while_the_remote_store_is_unreachable_blocking() {
-    let _turn = one_at_a_time();
+    let _turn = ONE_AT_A_TIME.lock().await;
     health_answers_while_the_store_is_unreachable(Mode::Blocking).await;
 }
