@@ -13,7 +13,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{bench_etcd, bench_remote, bench_server, cmd, handoff, perf_doc, report};
+use crate::{
+    bench_etcd, bench_remote, bench_server, bench_service, cmd, handoff, perf_doc, report,
+};
 
 /// The package holding the benches.
 const PACKAGE: &str = "tuplekv-benches";
@@ -166,8 +168,8 @@ impl Drop for Redis {
 /// Runs the requested bench groups in order, stopping at the first failure, then writes the
 /// report of what this run measured.
 pub(crate) fn run(args: &BenchArgs) -> Result<()> {
-    // `server` and `remote` are not criterion groups: they start servers and processes
-    // (bench_server.rs, bench_remote.rs).
+    // `server`, `remote`, `etcd` and `service` are not criterion groups: they start servers
+    // and processes (bench_server.rs, bench_remote.rs, bench_etcd.rs, bench_service.rs).
     for (group, run_group) in [
         (
             bench_server::GROUP,
@@ -175,6 +177,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
         ),
         (bench_remote::GROUP, bench_remote::run),
         (bench_etcd::GROUP, bench_etcd::run),
+        (bench_service::GROUP, bench_service::run),
     ] {
         if args.groups.iter().any(|g| g == group) {
             let rest: Vec<String> = args

@@ -10,6 +10,7 @@ mod bench;
 mod bench_etcd;
 mod bench_remote;
 mod bench_server;
+mod bench_service;
 mod ci;
 mod clients;
 mod cmd;
@@ -56,7 +57,8 @@ COMMANDS:
     bench [--quick] [GROUP...]    run criterion bench groups (default: all of them);
                                   the group `server` compares KV Connect servers,
                                   `remote` code sequences through `RemoteStore`,
-                                  `etcd` tuplekv on a 3-member etcd cluster
+                                  `etcd` tuplekv on a 3-member etcd cluster,
+                                  `service` the example axum service under 64 clients
     soak [--cases N] [--skip-asan] [--skip-tsan] [--skip-loom]
                                   long runs: many property cases, crash and stress rounds,
                                   the engine under AddressSanitizer and ThreadSanitizer, loom
@@ -172,6 +174,13 @@ threads of checked commits through `EtcdStore` beside raw etcd transactions with
 client (the overhead ratio, goal >= 0.8), codes in fast and gapless mode, and Redis `INCR`;
 with the leader's WAL fsyncs from etcd's /metrics. Report: target/bench-reports/etcd.md
 (about 1.5 minutes once built).
+
+The group `service` (never run by default) builds the load generator `service-load` of the
+example service (examples/service) in release mode and runs it: the service in process on an
+embedded in-memory database, an embedded durable one (sync) and an in-process `tuplekv serve`
+through `RemoteStore`, each with blocking handlers (in `spawn_blocking`) and async ones, under
+64 HTTP/1.1 keep-alive clients per scenario (users, invoices, orders, reads). Report:
+target/bench-reports/service.md (about a minute; `--quick`: 1 s per scenario).
 
 OPTIONS:
     --quick    criterion's `--quick` with short warm-up/measurement: a smoke run of about 5

@@ -1,0 +1,41 @@
+//! `cargo xtask bench service`: the example service (`examples/service`) under 64 HTTP/1.1
+//! keep-alive clients, embedded (in memory, durable with sync commits) and through an
+//! in-process `tuplekv serve`, with its handlers calling tuplekv's blocking API in
+//! `spawn_blocking` and its async API.
+//!
+//! Builds the load generator `service-load` in release mode and runs it; it starts the
+//! service (and the KV server) in its own process, so nothing else needs installing. The
+//! markdown table goes to standard output and `target/bench-reports/service.md` (about 50 s;
+//! `--quick`: 1 s per scenario, about 20 s).
+
+use std::process::Command;
+use std::time::SystemTime;
+
+use anyhow::Result;
+
+use crate::bench_server::{build_release, load_average, publish};
+use crate::cmd;
+
+/// The name `cargo xtask bench` routes here.
+pub(crate) const GROUP: &str = "service";
+/// The package of the example service.
+const PACKAGE: &str = "tuplekv-example-service";
+/// Its load generator.
+const LOAD_BIN: &str = "service-load";
+
+/// Runs `cargo xtask bench service` (with `--quick`: a smoke run).
+pub(crate) fn run(quick: bool) -> Result<()> {
+    let started = SystemTime::now();
+    let load = build_release(PACKAGE, LOAD_BIN)?;
+    let load_before = load_average();
+    let seconds = if quick { "1" } else { "2" };
+    let table = cmd::output(Command::new(&load).args(["--seconds", seconds]))?;
+    let report = format!(
+        "# The example service under load\n\n\
+         `cargo xtask bench service{}`: `{LOAD_BIN}` (examples/service/src/bin/service-load.rs). \
+         Load average before: {load_before}, after: {}.\n\n{table}",
+        if quick { " --quick" } else { "" },
+        load_average()
+    );
+    publish(&report, GROUP, started)
+}
