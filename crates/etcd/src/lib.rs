@@ -78,6 +78,23 @@
 //! The store runs its own small tokio runtime; the blocking [`Store`] methods wait on it from
 //! any thread (never from inside a runtime's task).
 //!
+//! # Async use
+//! Every read and commit also has a future that waits without holding a thread
+//! ([`Store::get_raw_async`], [`Store::scan_async`], [`Store::snapshot_versionstamp_async`],
+//! [`Store::get_latest_raw_async`], [`Store::commit_async`]): each etcd request runs as a
+//! task of the store's runtime, and the caller's task (on any runtime or executor) awaits its
+//! answer, so [`Store::get_async`], [`Store::list_async`] and [`Store::transaction_async`]
+//! never block it, even on a current-thread runtime. A snapshot's first read fixes its
+//! revision whether it is async or blocking. Dropping a read's future aborts its request; a
+//! commit, once started, runs to its end.
+//!
+//! The store does not offer to run on the caller's runtime (yet): `etcd-client`'s channels
+//! spawn their connection workers with `tokio::spawn` on whichever runtime connects them,
+//! outside the store's reach (it could not abort them with its last handle, only wait for
+//! every clone of the client to go), and its blocking methods, which the layers above call,
+//! would need the care `tuplekv-remote` takes on such a runtime. The two threads of its own
+//! runtime are the cost; the async methods above already never block the caller's.
+//!
 //! [`MutationKind::SetSuffixVersionstampedKey`]: tuplekv_engine::MutationKind::SetSuffixVersionstampedKey
 //! [`AtomicWrite::numbering`]: tuplekv_engine::AtomicWrite::numbering
 
