@@ -197,7 +197,8 @@ pub struct RemoteOptions {
     /// How often an idle connection is pinged, to find a dead server. Default
     /// [`KEEP_ALIVE_INTERVAL_DEFAULT`].
     pub keep_alive_interval: Duration,
-    /// Threads of the client's own runtime (at most [`IO_THREADS_MAX`]). Default
+    /// Threads of the client's own runtime (at most [`IO_THREADS_MAX`]); unused by
+    /// [`RemoteStore::connect_async`], which runs on the caller's. Default
     /// [`IO_THREADS_DEFAULT`].
     pub io_threads: usize,
     /// PEM files of CA certificates an `https://` server's certificate may be signed by,
