@@ -78,6 +78,23 @@
 //! The store runs its own small tokio runtime; the blocking [`Store`] methods wait on it from
 //! any thread (never from inside a runtime's task).
 //!
+//! # Async use
+//! Every read and commit also has a future that waits without holding a thread
+//! ([`Store::get_raw_async`], [`Store::scan_async`], [`Store::snapshot_versionstamp_async`],
+//! [`Store::get_latest_raw_async`], [`Store::commit_async`]): each etcd request runs as a
+//! task of the store's runtime, and the caller's task (on any runtime or executor) awaits its
+//! answer, so [`Store::get_async`], [`Store::list_async`] and [`Store::transaction_async`]
+//! never block it, even on a current-thread runtime. A snapshot's first read fixes its
+//! revision whether it is async or blocking. Dropping a read's future aborts its request; a
+//! commit, once started, runs to its end.
+//!
+//! The store does not offer to run on the caller's runtime (yet): `etcd-client`'s channels
+//! spawn their connection workers with `tokio::spawn` on whichever runtime connects them,
+//! outside the store's reach (it could not abort them with its last handle, only wait for
+//! every clone of the client to go), and its blocking methods, which the layers above call,
+//! would need the care `tuplekv-remote` takes on such a runtime. The two threads of its own
+//! runtime are the cost; the async methods above already never block the caller's.
+//!
 //! [`MutationKind::SetSuffixVersionstampedKey`]: tuplekv_engine::MutationKind::SetSuffixVersionstampedKey
 //! [`AtomicWrite::numbering`]: tuplekv_engine::AtomicWrite::numbering
 
@@ -477,6 +494,84 @@ impl EtcdStore {
         });
         rx.recv().unwrap_or_else(|_| Err(lost()))
     }
+
+    /// Runs `fut` as a task of the store's runtime, and answers it without holding a thread
+    /// (on any executor); dropping the answer's future aborts the task. Holds the store (and
+    /// its runtime) until the task is done; the task itself never holds the store.
+    pub(crate) fn run_async<T, F>(
+        &self,
+        fut: F,
+    ) -> impl Future<Output = Result<T, Error>> + Send + 'static + use<T, F>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+    {
+        self.run_async_or(fut, || Error::unavailable("the client's runtime stopped"))
+    }
+
+    /// [`EtcdStore::run_async`] with the error to give if the task is lost.
+    fn run_async_or<T, F, L>(
+        &self,
+        fut: F,
+        lost: L,
+    ) -> impl Future<Output = Result<T, Error>> + Send + 'static + use<T, F, L>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+        L: FnOnce() -> Error + Send + 'static,
+    {
+        let task = AbortOnDrop(self.inner.handle.spawn(fut));
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let out = match task.await {
+                Ok(out) => out,
+                Err(_) => Err(lost()),
+            };
+            // Dropped here, off the store's runtime (see `Inner`).
+            drop(inner);
+            out
+        }
+    }
+}
+
+/// A task's handle that aborts the task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Polls `future` to its end on this thread, parking between polls: for the blocking reads,
+/// whose futures only wait for tasks of the store's runtime.
+pub(crate) fn wait<F: Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
 }
 
 impl Store for EtcdStore {
@@ -512,6 +607,35 @@ impl Store for EtcdStore {
         tuplekv_engine::ReadView::get_raw(&EtcdSnapshot::new(self.clone(), true), key)
     }
 
+    fn get_raw_async(
+        snapshot: &EtcdSnapshot,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<> {
+        snapshot.get_raw_async(key)
+    }
+
+    fn scan_async(
+        snapshot: &EtcdSnapshot,
+        range: &tuplekv_engine::ByteRange,
+        reverse: bool,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Entry>, Error>> + Send + 'static + use<> {
+        snapshot.scan_async(range, reverse, limit)
+    }
+
+    fn snapshot_versionstamp_async(
+        snapshot: &EtcdSnapshot,
+    ) -> impl Future<Output = Result<Versionstamp, Error>> + Send + 'static + use<> {
+        snapshot.try_versionstamp_async()
+    }
+
+    fn get_latest_raw_async(
+        &self,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<> {
+        EtcdSnapshot::new(self.clone(), true).get_raw_async(key)
+    }
+
     /// A count-only, linearizable read of the store's marker (so a cluster without a quorum
     /// is not ready), bounded by [`HEALTH_CHECK_TIMEOUT`]; its answer is reused for
     /// [`HEALTH_CACHE_TTL`]. Blocks the calling thread (never call it from a runtime's task).
@@ -536,7 +660,8 @@ impl Store for EtcdStore {
             self.counters(),
             write,
         ));
-        // Keeps the runtime alive until the commit is done.
+        // Keeps the runtime alive until the commit is done. Not aborted if the future is
+        // dropped: a commit that was sent runs to its end.
         let inner = Arc::clone(&self.inner);
         async move {
             let out = task.await.unwrap_or_else(|e| {

@@ -8,7 +8,7 @@ use tuplekv_engine::{ByteRange, Entry, Error, KeyBytes, ReadView, Versionstamp};
 
 use crate::envelope;
 use crate::errors::{read_error, retry_read};
-use crate::{EtcdStore, Space, now_ms};
+use crate::{EtcdStore, Space, now_ms, wait};
 
 /// Most keys a page of a scan asks etcd for when tombstones made the last page come short
 /// (a page asks at least for what the scan still needs).
@@ -68,20 +68,26 @@ impl EtcdSnapshot {
     /// The failure of that read, once retried within the read budget.
     pub(crate) fn try_versionstamp(&self) -> Result<Versionstamp, Error> {
         if self.revision().is_none() {
-            let space = self.store.space();
-            let marker = space.marker();
-            self.read(|kv, revision| {
-                Box::pin(get_page(
-                    kv,
-                    space.clone(),
-                    marker.clone(),
-                    None,
-                    revision,
-                    1,
-                    false,
-                ))
-            })?;
+            wait(self.fix_revision())?;
         }
+        self.versionstamp()
+    }
+
+    /// [`EtcdSnapshot::try_versionstamp`] as a future that waits without a thread.
+    pub(crate) fn try_versionstamp_async(
+        &self,
+    ) -> impl Future<Output = Result<Versionstamp, Error>> + Send + 'static + use<> {
+        let snapshot = self.clone();
+        async move {
+            if snapshot.revision().is_none() {
+                snapshot.fix_revision().await?;
+            }
+            snapshot.versionstamp()
+        }
+    }
+
+    /// The fixed revision as a stamp.
+    fn versionstamp(&self) -> Result<Versionstamp, Error> {
         let revision = self.revision().unwrap_or(0);
         u64::try_from(revision)
             .map(Versionstamp::from_version)
@@ -90,13 +96,34 @@ impl EtcdSnapshot {
             })
     }
 
-    /// Runs one read at this snapshot's revision (fixing it from the answer on the first).
-    fn read(&self, request: impl Fn(KvClient, i64) -> Read) -> Result<Page, Error> {
+    /// Fixes the revision with a read of the store's marker key.
+    async fn fix_revision(&self) -> Result<(), Error> {
+        let space = self.store.space();
+        let marker = space.marker();
+        self.read(|kv, revision| {
+            Box::pin(get_page(
+                kv,
+                space.clone(),
+                marker.clone(),
+                None,
+                revision,
+                1,
+                false,
+            ))
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Runs one read at this snapshot's revision (fixing it from the answer on the first),
+    /// each request a task of the store's runtime.
+    async fn read(&self, request: impl Fn(KvClient, i64) -> Read) -> Result<Page, Error> {
         loop {
             let fixed = self.revision();
             let page = self
                 .store
-                .block_on(request(self.store.kv(), fixed.unwrap_or(0)))?;
+                .run_async(request(self.store.kv(), fixed.unwrap_or(0)))
+                .await?;
             if self.latest || fixed.is_some() {
                 return Ok(page);
             }
@@ -106,30 +133,55 @@ impl EtcdSnapshot {
             }
         }
     }
-}
 
-impl ReadView for EtcdSnapshot {
-    fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+    /// [`ReadView::get_raw`] as a future that waits without a thread.
+    pub(crate) fn get_raw_async(
+        &self,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<> {
+        let (snapshot, key) = (self.clone(), key.to_vec());
+        async move { snapshot.get(&key).await }
+    }
+
+    /// [`ReadView::scan`] as a future that waits without a thread.
+    pub(crate) fn scan_async(
+        &self,
+        range: &ByteRange,
+        reverse: bool,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Entry>, Error>> + Send + 'static + use<> {
+        let (snapshot, range) = (self.clone(), range.clone());
+        async move { snapshot.scan_pages(&range, reverse, limit).await }
+    }
+
+    async fn get(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
         if key.len() > KEY_SIZE_MAX_READ {
             return Err(Error::KeyTooLargeForRead { size: key.len() });
         }
         let space = self.store.space();
         let target = space.data(key);
-        let page = self.read(|kv, revision| {
-            Box::pin(get_page(
-                kv,
-                space.clone(),
-                target.clone(),
-                None,
-                revision,
-                1,
-                false,
-            ))
-        })?;
+        let page = self
+            .read(|kv, revision| {
+                Box::pin(get_page(
+                    kv,
+                    space.clone(),
+                    target.clone(),
+                    None,
+                    revision,
+                    1,
+                    false,
+                ))
+            })
+            .await?;
         Ok(page.entries.into_iter().next())
     }
 
-    fn scan(&self, range: &ByteRange, reverse: bool, limit: usize) -> Result<Vec<Entry>, Error> {
+    async fn scan_pages(
+        &self,
+        range: &ByteRange,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<Entry>, Error> {
         for bound in [&range.start, &range.end] {
             if bound.len() > KEY_SIZE_MAX_READ {
                 return Err(Error::KeyTooLargeForRead { size: bound.len() });
@@ -150,17 +202,19 @@ impl ReadView for EtcdSnapshot {
                 .saturating_sub(out.len())
                 .max(page_size.saturating_mul(2).min(SCAN_PAGE_MAX));
             let want = page_size;
-            let page = self.read(|kv, revision| {
-                Box::pin(get_page(
-                    kv,
-                    space.clone(),
-                    start.clone(),
-                    Some(end.clone()),
-                    revision,
-                    want,
-                    reverse,
-                ))
-            })?;
+            let page = self
+                .read(|kv, revision| {
+                    Box::pin(get_page(
+                        kv,
+                        space.clone(),
+                        start.clone(),
+                        Some(end.clone()),
+                        revision,
+                        want,
+                        reverse,
+                    ))
+                })
+                .await?;
             out.extend(page.entries);
             let Some(last) = page.last else { break };
             if out.len() >= limit || !page.more {
@@ -175,6 +229,18 @@ impl ReadView for EtcdSnapshot {
         }
         out.truncate(limit);
         Ok(out)
+    }
+}
+
+/// The blocking reads wait on this thread for the async ones, whose requests run on the
+/// store's runtime.
+impl ReadView for EtcdSnapshot {
+    fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        wait(self.get(key))
+    }
+
+    fn scan(&self, range: &ByteRange, reverse: bool, limit: usize) -> Result<Vec<Entry>, Error> {
+        wait(self.scan_pages(range, reverse, limit))
     }
 }
 

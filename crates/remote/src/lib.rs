@@ -46,12 +46,72 @@
 //!
 //! # How it talks
 //! One HTTP/2 connection carries every request as its own stream, so concurrent threads
-//! share it; it is re-established after a fault. For an `http://` URL it is h2c (HTTP/2 in
-//! clear text, with prior knowledge); for `https://` it is HTTP/2 over TLS (see below). The
-//! client runs its own small tokio runtime ([`RemoteOptions::io_threads`]); the blocking
-//! [`Store`] methods wait on it from any thread, and [`Store::commit_async`] awaits it
-//! without blocking. The metadata exchange is renewed a minute before its token expires,
-//! and again after a 401.
+//! and tasks share it; it is re-established after a fault. For an `http://` URL it is h2c
+//! (HTTP/2 in clear text, with prior knowledge); for `https://` it is HTTP/2 over TLS (see
+//! below). The metadata exchange is renewed a minute before its token expires, and again
+//! after a 401.
+//!
+//! The connection and every request run on a tokio runtime, **the store's runtime**:
+//! - [`RemoteStore::connect`] / [`RemoteStore::connect_with`] start the store's own small
+//!   runtime ([`RemoteOptions::io_threads`] threads), whatever thread they are called on;
+//! - [`RemoteStore::connect_async`] runs the store on the runtime it is awaited on (the
+//!   application's), starting no thread: the connection, its keep-alive and any watch are
+//!   tasks of that runtime.
+//!
+//! Either way the last handle (with the store's snapshots, watches and futures, which hold
+//! one) stops what the store spawned: its own runtime is shut down, or its tasks on the
+//! caller's runtime are aborted. Retries and their backoff wait on tokio timers.
+//!
+//! # Async use
+//! Every read and commit of the [`Store`] trait has a future that waits without holding a
+//! thread: [`Store::get_raw_async`], [`Store::scan_async`],
+//! [`Store::snapshot_versionstamp_async`], [`Store::get_latest_raw_async`] and
+//! [`Store::commit_async`], so the engine's async operations ([`Store::get_async`],
+//! [`Store::list_async`], [`Store::transaction_async`], `tuplekv_engine::replay::run`) never
+//! block the task that awaits them. Each future is `Send + 'static`: awaited on the store's
+//! runtime it runs in place; awaited anywhere else (another runtime, another executor) it
+//! runs as a task of the store's runtime and its caller waits for the answer. A snapshot's
+//! first read fixes its state whether it is async or blocking, and concurrent first reads
+//! wait for one of them, so every read of one snapshot sees one state.
+//!
+//! ```no_run
+//! use tuplekv_engine::{Error, Store, key};
+//! use tuplekv_remote::{RemoteOptions, RemoteStore};
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let options = RemoteOptions::default();
+//!     let store = RemoteStore::connect_async("http://127.0.0.1:4512", "a-long-secret-token", options)
+//!         .await?;
+//!     // The same closure a blocking transaction takes; it runs again if it must.
+//!     let visits = store
+//!         .transaction_async(|tx| {
+//!             let n = tx.get(&key!["visits"])?.and_then(|e| e.value.as_u64()).unwrap_or(0);
+//!             tx.set(&key!["visits"], n + 1);
+//!             Ok::<_, Error>(n + 1)
+//!         })
+//!         .await?;
+//!     println!("visit {visits}");
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The blocking methods wait for the store's runtime, so where they are called decides
+//! what they do:
+//! - **on a thread outside the store's runtime** (no runtime, another runtime, a plain
+//!   thread): they wait on a channel for the answer, as with the store's own runtime;
+//! - **on a worker of the store's runtime when it is multi-thread**: they wait inside
+//!   [`tokio::task::block_in_place`], which hands the worker's other tasks to another
+//!   thread first, so the connection keeps running;
+//! - **on the thread that drives the store's runtime when it is current-thread** (its
+//!   `block_on` and its tasks): waiting there would wait for the thread itself, so they
+//!   fail at once with [`Error::Unsupported`], doing nothing. Use the async methods there,
+//!   or call the blocking ones from [`tokio::task::spawn_blocking`] (that runtime's
+//!   blocking threads wait on a channel, as above). The store knows that thread as the one
+//!   it has seen running its futures (from `connect_async` on).
+//!
+//! [`RemoteWatch::next_blocking`] always waits on this thread: call it outside the store's
+//! runtime, and [`KeyWatch::next`](tuplekv_engine::KeyWatch::next) on it.
 //!
 //! # TLS
 //! An `https://HOST:PORT` URL (`tuplekv serve --tls-cert … --tls-key …`, or a TLS proxy in
@@ -87,6 +147,7 @@
 
 mod codec;
 mod reason;
+mod runtime;
 mod snapshot;
 mod tls;
 mod transport;
@@ -108,6 +169,7 @@ pub use snapshot::RemoteSnapshot;
 pub use watch::{RemoteWatch, WATCH_SILENCE_MAX};
 
 use crate::codec::{decode_write_output, encode_write};
+use crate::runtime::{Caller, Spawner, Tasks, blocking_on_driver};
 use crate::snapshot::{Purpose, get_many_raw};
 use crate::transport::{Kind, SessionError, Transport};
 
@@ -149,7 +211,8 @@ pub struct RemoteOptions {
     /// How often an idle connection is pinged, to find a dead server. Default
     /// [`KEEP_ALIVE_INTERVAL_DEFAULT`].
     pub keep_alive_interval: Duration,
-    /// Threads of the client's own runtime (at most [`IO_THREADS_MAX`]). Default
+    /// Threads of the client's own runtime (at most [`IO_THREADS_MAX`]); unused by
+    /// [`RemoteStore::connect_async`], which runs on the caller's. Default
     /// [`IO_THREADS_DEFAULT`].
     pub io_threads: usize,
     /// PEM files of CA certificates an `https://` server's certificate may be signed by,
@@ -269,21 +332,30 @@ pub enum ConnectError {
     /// The client's runtime could not start.
     #[error("could not start the client's runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// [`RemoteStore::connect_async`] was polled outside a tokio runtime: it runs the store
+    /// on the runtime it is awaited on.
+    #[error("RemoteStore::connect_async must be awaited on a tokio runtime")]
+    NoRuntime,
     /// The metadata exchange failed (the server is unreachable, or refused the token).
     #[error(transparent)]
     Store(#[from] Error),
 }
 
-/// Owns the runtime; dropped with the last handle, snapshot or watch (each holds a handle).
+/// Owns the runtime (the store's own, or its tasks on the caller's); dropped with the last
+/// handle, snapshot, watch or future (each holds a handle). The tasks it spawns hold the
+/// transport, never this.
 struct Inner {
+    /// The store's own runtime; `None` on the caller's ([`RemoteStore::connect_async`]).
     runtime: Option<tokio::runtime::Runtime>,
-    handle: tokio::runtime::Handle,
+    /// The tasks spawned on the runtime, aborted when this goes.
+    tasks: Arc<Tasks>,
     transport: Arc<Transport>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // Never blocks, so the last handle may be dropped anywhere (even on a runtime).
+        self.tasks.close();
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
         }
@@ -325,6 +397,67 @@ impl RemoteStore {
         access_token: &str,
         options: RemoteOptions,
     ) -> Result<RemoteStore, ConnectError> {
+        let (uri, options, tls) = RemoteStore::prepare(url, options)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.io_threads)
+            .thread_name("tuplekv-remote")
+            .enable_all()
+            .build()
+            .map_err(ConnectError::Runtime)?;
+        let handle = runtime.handle().clone();
+        let store = RemoteStore::on(Some(runtime), handle, uri, access_token, options, tls);
+        let establish = store.establish(url);
+        store.block_on(establish)??;
+        Ok(store)
+    }
+
+    /// [`RemoteStore::connect_with`] on the runtime it is awaited on: the store starts no
+    /// thread, its connection and every request run as tasks of that runtime (which must
+    /// have IO and time enabled), and [`RemoteOptions::io_threads`] is unused. The tasks
+    /// stop when the last handle (and the last snapshot, watch or future of the store) is
+    /// dropped. See "Async use" in the crate docs for what blocking calls do on such a
+    /// store.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tuplekv_remote::{RemoteOptions, RemoteStore};
+    ///
+    /// let store =
+    ///     RemoteStore::connect_async("http://127.0.0.1:4512", "a-long-secret-token", RemoteOptions::default())
+    ///         .await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ConnectError`]; [`ConnectError::NoRuntime`] outside a tokio runtime.
+    pub async fn connect_async(
+        url: &str,
+        access_token: &str,
+        options: RemoteOptions,
+    ) -> Result<RemoteStore, ConnectError> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| ConnectError::NoRuntime)?;
+        let (uri, options, tls) = RemoteStore::prepare(url, options)?;
+        let store = RemoteStore::on(None, handle, uri, access_token, options, tls);
+        store.inner.tasks.note_driver();
+        store.run_async(store.establish(url)).await??;
+        Ok(store)
+    }
+
+    /// The URL and options checked, with the TLS configuration an `https://` URL needs.
+    #[allow(clippy::type_complexity)]
+    fn prepare(
+        url: &str,
+        options: RemoteOptions,
+    ) -> Result<
+        (
+            Uri,
+            RemoteOptions,
+            Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+        ),
+        ConnectError,
+    > {
         let invalid = |reason| ConnectError::InvalidUrl {
             url: url.to_owned(),
             reason,
@@ -344,36 +477,51 @@ impl RemoteStore {
         } else {
             None
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(options.io_threads)
-            .thread_name("tuplekv-remote")
-            .enable_all()
-            .build()
-            .map_err(ConnectError::Runtime)?;
-        let handle = runtime.handle().clone();
-        let transport = Arc::new(Transport::new(uri, access_token.to_owned(), options, tls));
-        let store = RemoteStore {
+        Ok((uri, options, tls))
+    }
+
+    /// A store whose work runs on `handle`'s runtime (`runtime`, when it is the store's own).
+    fn on(
+        runtime: Option<tokio::runtime::Runtime>,
+        handle: tokio::runtime::Handle,
+        uri: Uri,
+        access_token: &str,
+        options: RemoteOptions,
+        tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    ) -> RemoteStore {
+        let tasks = Arc::new(Tasks::new(handle));
+        let spawner = Spawner(Arc::clone(&tasks));
+        let transport = Arc::new(Transport::new(
+            uri,
+            access_token.to_owned(),
+            options,
+            tls,
+            spawner,
+        ));
+        RemoteStore {
             inner: Arc::new(Inner {
-                runtime: Some(runtime),
-                handle,
+                runtime,
+                tasks,
                 transport,
             }),
-        };
-        let transport = Arc::clone(&store.inner.transport);
-        let tls_failure = store.block_on(async move {
+        }
+    }
+
+    /// The first metadata exchange, a definite TLS failure told apart (as
+    /// [`ConnectError::Tls`]).
+    fn establish(
+        &self,
+        url: &str,
+    ) -> impl Future<Output = Result<Result<(), ConnectError>, Error>> + Send + 'static {
+        let transport = Arc::clone(&self.inner.transport);
+        let url = url.to_owned();
+        async move {
             match transport.establish().await {
-                Ok(_) => Ok(None),
-                Err(SessionError::Tls(reason)) => Ok(Some(reason)),
+                Ok(_) => Ok(Ok(())),
+                Err(SessionError::Tls(reason)) => Ok(Err(ConnectError::Tls { url, reason })),
                 Err(SessionError::Store(e)) => Err(e),
             }
-        })?;
-        if let Some(reason) = tls_failure {
-            return Err(ConnectError::Tls {
-                url: url.to_owned(),
-                reason,
-            });
         }
-        Ok(store)
     }
 
     /// Whether the server speaks tuplekv's extension (as of the last metadata exchange).
@@ -393,17 +541,73 @@ impl RemoteStore {
     }
 
     /// [`RemoteStore::block_on`] with the error to give if the task is lost before it
-    /// answers (for a write: its outcome is unknown).
+    /// answers (for a write: its outcome is unknown). Where the calling thread stands to the
+    /// store's runtime decides how it waits (see "Async use" in the crate docs): in place
+    /// on a multi-thread runtime's worker, not at all on the thread that drives its
+    /// current-thread runtime, on a channel elsewhere.
     fn block_on_or<T: Send + 'static>(
         &self,
         fut: impl Future<Output = Result<T, Error>> + Send + 'static,
         lost: impl FnOnce() -> Error,
     ) -> Result<T, Error> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.inner.handle.spawn(async move {
-            let _ = tx.send(fut.await);
-        });
-        rx.recv().unwrap_or_else(|_| Err(lost()))
+        let wait = || {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let _ = self.inner.tasks.spawn(async move {
+                let _ = tx.send(fut.await);
+            });
+            rx.recv().unwrap_or_else(|_| Err(lost()))
+        };
+        match self.inner.tasks.caller() {
+            Caller::Driver => Err(blocking_on_driver()),
+            Caller::MultiThread => tokio::task::block_in_place(wait),
+            Caller::Outside | Caller::Beside => wait(),
+        }
+    }
+
+    /// `fut` as a future that runs on the store's runtime and waits there without holding a
+    /// thread: awaited in place when it is polled on that runtime, else spawned there.
+    /// Holds the store while it runs.
+    pub(crate) fn run_async<T, F>(
+        &self,
+        fut: F,
+    ) -> impl Future<Output = Result<T, Error>> + Send + 'static + use<T, F>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+    {
+        self.run_async_or(fut, || Error::unavailable("the client's runtime stopped"))
+    }
+
+    /// [`RemoteStore::run_async`] with the error to give if the task is lost before it
+    /// answers.
+    fn run_async_or<T, F, L>(
+        &self,
+        fut: F,
+        lost: L,
+    ) -> impl Future<Output = Result<T, Error>> + Send + 'static + use<T, F, L>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+        L: FnOnce() -> Error + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let out = match inner.tasks.caller() {
+                Caller::Outside => inner
+                    .tasks
+                    .spawn_joined(fut)
+                    .await
+                    .unwrap_or_else(|| Err(lost())),
+                Caller::Driver | Caller::Beside => {
+                    inner.tasks.note_driver();
+                    fut.await
+                }
+                Caller::MultiThread => fut.await,
+            };
+            // Dropped here, off the store's runtime when it is its own (see `Inner`).
+            drop(inner);
+            out
+        }
     }
 
     fn snapshot_with(&self, purpose: Purpose) -> RemoteSnapshot {
@@ -507,6 +711,36 @@ impl Store for RemoteStore {
         tuplekv_engine::ReadView::get_raw(&view, key)
     }
 
+    fn get_raw_async(
+        snapshot: &RemoteSnapshot,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<> {
+        snapshot.get_raw_async(key)
+    }
+
+    fn scan_async(
+        snapshot: &RemoteSnapshot,
+        range: &tuplekv_engine::ByteRange,
+        reverse: bool,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Entry>, Error>> + Send + 'static + use<> {
+        snapshot.scan_async(range, reverse, limit)
+    }
+
+    fn snapshot_versionstamp_async(
+        snapshot: &RemoteSnapshot,
+    ) -> impl Future<Output = Result<Versionstamp, Error>> + Send + 'static + use<> {
+        snapshot.try_versionstamp_async()
+    }
+
+    fn get_latest_raw_async(
+        &self,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<> {
+        // One plain read: no snapshot is held for it.
+        self.snapshot_with(Purpose::Latest).get_raw_async(key)
+    }
+
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
         self.block_on_or(self.commit_task(write), || {
             Error::outcome_unknown("the client's runtime stopped during the commit")
@@ -517,19 +751,9 @@ impl Store for RemoteStore {
         &self,
         write: AtomicWrite,
     ) -> impl Future<Output = Result<CommitResult, Error>> + Send + 'static {
-        let task = self.inner.handle.spawn(self.commit_task(write));
-        // Keeps the runtime alive until the commit is done.
-        let inner = Arc::clone(&self.inner);
-        async move {
-            let out = task.await.unwrap_or_else(|e| {
-                Err(Error::outcome_unknown(format!(
-                    "the commit task stopped: {e}"
-                )))
-            });
-            // Drop the runtime's owner off this task if it is the last one.
-            drop(inner);
-            out
-        }
+        self.run_async_or(self.commit_task(write), || {
+            Error::outcome_unknown("the commit task stopped")
+        })
     }
 
     fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<Entry>>, Error> {

@@ -1,5 +1,6 @@
 //! [`RemoteSnapshot`]: a [`ReadView`] over the network.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use denokv_proto::datapath as pb;
@@ -41,13 +42,22 @@ enum State {
 /// A consistent view of a remote store (see the crate docs for what each server offers).
 ///
 /// Cheap to create: nothing is sent until the first read. With tuplekv's extension the first
-/// read fixes the state every later read of this snapshot (and its clones) sees; the server
+/// read fixes the state every later read of this snapshot (and its clones) sees, whether it
+/// is blocking or async: concurrent first reads wait for one of them to fix it. The server
 /// holds that state until the last clone is dropped (or it stays idle too long). Against a
 /// server without the extension a snapshot serves one read, and a second fails with
 /// [`Error::Unsupported`].
 #[derive(Clone)]
 pub struct RemoteSnapshot {
     store: RemoteStore,
+    reader: Reader,
+}
+
+/// What a snapshot's reads need, without the store's handle: the futures that read run on
+/// the store's runtime, and must never be what keeps it alive (its last owner would drop it
+/// there).
+#[derive(Clone)]
+struct Reader {
     purpose: Purpose,
     state: Arc<Shared>,
 }
@@ -55,15 +65,28 @@ pub struct RemoteSnapshot {
 /// What clones share; the last one to go releases the server's hold.
 struct Shared {
     state: Mutex<State>,
+    /// Held by a read that would fix the state (the first), so that concurrent first reads,
+    /// blocking or async, agree on one state.
+    fixing: tokio::sync::Mutex<()>,
     /// The id of this snapshot's hold on the server (random, so a retried request holds
     /// once and a release removes exactly this hold).
     hold_id: u64,
     transport: Arc<Transport>,
 }
 
+impl Shared {
+    fn current(&self) -> State {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, state: State) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
+    }
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let State::At(v) = *self.state.lock().unwrap_or_else(PoisonError::into_inner) {
+        if let State::At(v) = self.current() {
             self.transport.release(v, self.hold_id);
         }
     }
@@ -72,8 +95,8 @@ impl Drop for Shared {
 impl std::fmt::Debug for RemoteSnapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteSnapshot")
-            .field("purpose", &self.purpose)
-            .field("state", &*self.lock())
+            .field("purpose", &self.reader.purpose)
+            .field("state", &self.reader.state.current())
             .finish_non_exhaustive()
     }
 }
@@ -87,26 +110,22 @@ impl RemoteSnapshot {
         };
         RemoteSnapshot {
             store,
-            purpose,
-            state: Arc::new(Shared {
-                state: Mutex::new(initial),
-                hold_id: fastrand::u64(..),
-                transport,
-            }),
+            reader: Reader {
+                purpose,
+                state: Arc::new(Shared {
+                    state: Mutex::new(initial),
+                    fixing: tokio::sync::Mutex::new(()),
+                    hold_id: fastrand::u64(..),
+                    transport,
+                }),
+            },
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The versionstamp this snapshot reads at, if it has fixed one (a held snapshot after
     /// its first read).
     pub fn versionstamp(&self) -> Option<Versionstamp> {
-        match *self.lock() {
+        match self.reader.state.current() {
             State::At(v) => Some(v),
             _ => None,
         }
@@ -115,7 +134,7 @@ impl RemoteSnapshot {
     /// Whether every read so far saw one state (`false` once a transaction's snapshot has
     /// read without the extension).
     pub(crate) fn one_state(&self) -> bool {
-        *self.lock() != State::Latest
+        self.reader.state.current() != State::Latest
     }
 
     /// The versionstamp, fixing it now (one request) if no read has yet. `ZERO` when it
@@ -129,30 +148,83 @@ impl RemoteSnapshot {
     /// [`RemoteSnapshot::versionstamp_or_fix`], with the failure of the read that would fix
     /// the state instead of [`Versionstamp::ZERO`].
     pub(crate) fn try_versionstamp(&self) -> Result<Versionstamp, Error> {
-        if let Some(v) = self.versionstamp() {
-            return Ok(v);
+        match self.reader.state.current() {
+            State::At(v) => Ok(v),
+            State::Unread => self.store.block_on(self.reader.clone().versionstamp()),
+            State::Spent | State::Latest => Ok(Versionstamp::ZERO),
         }
-        let held = matches!(*self.lock(), State::Unread) && self.store.extension()?;
+    }
+
+    /// [`RemoteSnapshot::try_versionstamp`] as a future that waits without a thread.
+    pub(crate) fn try_versionstamp_async(
+        &self,
+    ) -> impl Future<Output = Result<Versionstamp, Error>> + Send + 'static + use<> {
+        self.store.run_async(self.reader.clone().versionstamp())
+    }
+
+    /// [`ReadView::get_raw`] as a future that waits without a thread.
+    pub(crate) fn get_raw_async(
+        &self,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<> {
+        self.store.run_async(self.reader.clone().get(key.to_vec()))
+    }
+
+    /// [`ReadView::scan`] as a future that waits without a thread.
+    pub(crate) fn scan_async(
+        &self,
+        range: &ByteRange,
+        reverse: bool,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Entry>, Error>> + Send + 'static + use<> {
+        self.store
+            .run_async(self.reader.clone().scan(range.clone(), reverse, limit))
+    }
+}
+
+impl Reader {
+    /// The versionstamp, fixing it with a read of nothing if no read has.
+    async fn versionstamp(self) -> Result<Versionstamp, Error> {
+        let held = match self.state.current() {
+            State::At(v) => return Ok(v),
+            State::Unread => self.state.transport.session().await?.extension,
+            State::Spent | State::Latest => false,
+        };
         if !held {
             return Ok(Versionstamp::ZERO);
         }
-        self.read(Vec::new())?;
-        Ok(self.versionstamp().unwrap_or(Versionstamp::ZERO))
+        self.read(Vec::new()).await?;
+        Ok(match self.state.current() {
+            State::At(v) => v,
+            _ => Versionstamp::ZERO,
+        })
     }
 
     /// One snapshot read of `ranges`, as this snapshot's state says; the first read decides
     /// the state from what the server offers.
-    fn read(&self, ranges: Vec<pb::ReadRange>) -> Result<Vec<Vec<Entry>>, Error> {
-        // Held across the request, so the first reads of clones fix one state.
-        let mut state = self.lock();
-        let transport = &self.state.transport;
-        let extension = match *state {
-            State::Unread if self.store.extension()? => Some(tuplekv_wire::ReadExtension {
-                hold: true,
-                hold_id: self.state.hold_id,
-                release: transport.take_releases(),
-                ..Default::default()
-            }),
+    async fn read(&self, ranges: Vec<pb::ReadRange>) -> Result<Vec<Vec<Entry>>, Error> {
+        let shared = &self.state;
+        let mut state = shared.current();
+        // Held across the request by a read that would fix the state, so the first reads of
+        // clones fix one state: the others wait here, then read at it.
+        let _fixing = match state {
+            State::Unread => {
+                let guard = shared.fixing.lock().await;
+                state = shared.current();
+                Some(guard)
+            }
+            _ => None,
+        };
+        let transport = &shared.transport;
+        let extension = match state {
+            State::Unread if transport.session().await?.extension => {
+                Some(tuplekv_wire::ReadExtension {
+                    hold: true,
+                    hold_id: shared.hold_id,
+                    release: transport.take_releases(),
+                    ..Default::default()
+                })
+            }
             State::At(v) => Some(tuplekv_wire::ReadExtension {
                 at: v.as_bytes().to_vec(),
                 release: transport.take_releases(),
@@ -168,13 +240,10 @@ impl RemoteSnapshot {
         };
         let held = extension.is_some();
         let body = encode_read(ranges, extension);
-        let transport = Arc::clone(transport);
-        let out: ReadOutput = self.store.block_on(async move {
-            let (_, reply) = transport.call("snapshot_read", body, Kind::Read).await?;
-            decode_read_output(&reply.body)
-        })?;
-        if *state == State::Unread {
-            *state = match (held, out.versionstamp, self.purpose) {
+        let (_, reply) = transport.call("snapshot_read", body, Kind::Read).await?;
+        let out: ReadOutput = decode_read_output(&reply.body)?;
+        if state == State::Unread {
+            shared.set(match (held, out.versionstamp, self.purpose) {
                 (true, Some(v), _) => State::At(v),
                 (true, None, _) => {
                     return Err(Error::Remote {
@@ -186,39 +255,36 @@ impl RemoteSnapshot {
                 }
                 (false, _, Purpose::Transaction) => State::Latest,
                 (false, _, _) => State::Spent,
-            };
+            });
         }
         Ok(out.ranges)
     }
-}
 
-/// A read range's bounds checked against the read key limit.
-fn check_bound(key: &[u8]) -> Result<(), Error> {
-    if key.len() > KEY_SIZE_MAX_READ {
-        return Err(Error::KeyTooLargeForRead { size: key.len() });
-    }
-    Ok(())
-}
-
-impl ReadView for RemoteSnapshot {
-    fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
-        check_bound(key)?;
-        let Some(range) = key_range(key) else {
+    /// The entry at `key`.
+    async fn get(self, key: Vec<u8>) -> Result<Option<Entry>, Error> {
+        check_bound(&key)?;
+        let Some(range) = key_range(&key) else {
             return Ok(None);
         };
-        let ranges = self.read(vec![range])?;
+        let ranges = self.read(vec![range]).await?;
         Ok(ranges
             .into_iter()
             .next()
             .and_then(|r| r.into_iter().next())
-            .filter(|e| e.key.as_slice() == key))
+            .filter(|e| e.key.as_slice() == key.as_slice()))
     }
 
-    fn scan(&self, range: &ByteRange, reverse: bool, limit: usize) -> Result<Vec<Entry>, Error> {
+    /// Up to `limit` entries of `range`, in batches of at most [`LIST_BATCH_SIZE_MAX`].
+    async fn scan(
+        self,
+        range: ByteRange,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<Entry>, Error> {
         check_bound(&range.start)?;
         check_bound(&range.end)?;
         let mut out = Vec::new();
-        let (mut start, mut end) = (range.start.clone(), range.end.clone());
+        let (mut start, mut end) = (range.start, range.end);
         while out.len() < limit && start < end {
             let want = (limit - out.len()).min(LIST_BATCH_SIZE_MAX);
             let batch = self
@@ -227,7 +293,8 @@ impl ReadView for RemoteSnapshot {
                     end: end.clone(),
                     limit: i32::try_from(want).unwrap_or(i32::MAX),
                     reverse,
-                }])?
+                }])
+                .await?
                 .into_iter()
                 .next()
                 .unwrap_or_default();
@@ -246,6 +313,28 @@ impl ReadView for RemoteSnapshot {
             }
         }
         Ok(out)
+    }
+}
+
+/// A read range's bounds checked against the read key limit.
+fn check_bound(key: &[u8]) -> Result<(), Error> {
+    if key.len() > KEY_SIZE_MAX_READ {
+        return Err(Error::KeyTooLargeForRead { size: key.len() });
+    }
+    Ok(())
+}
+
+impl ReadView for RemoteSnapshot {
+    fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        check_bound(key)?;
+        self.store.block_on(self.reader.clone().get(key.to_vec()))
+    }
+
+    fn scan(&self, range: &ByteRange, reverse: bool, limit: usize) -> Result<Vec<Entry>, Error> {
+        check_bound(&range.start)?;
+        check_bound(&range.end)?;
+        self.store
+            .block_on(self.reader.clone().scan(range.clone(), reverse, limit))
     }
 
     fn reads_one_state(&self) -> bool {
@@ -290,7 +379,11 @@ pub(crate) fn get_many_raw(
     let asked: Vec<pb::ReadRange> = ranges.iter().flatten().cloned().collect();
     let mut out = match asked.is_empty() {
         true => Vec::new().into_iter(),
-        false => snapshot.read(asked)?.into_iter(),
+        false => {
+            let reader = snapshot.reader.clone();
+            let read = async move { reader.read(asked).await };
+            snapshot.store.block_on(read)?.into_iter()
+        }
     };
     Ok(keys
         .iter()

@@ -1,5 +1,6 @@
 //! HTTP/2 to the server: the metadata exchange (and its renewal), and data path requests with
-//! the retry rules of the crate docs. Everything here runs on the store's own runtime.
+//! the retry rules of the crate docs. Everything here runs on the store's runtime (its own,
+//! or the caller's), whose tasks hyper spawns through the store's [`Spawner`].
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -11,13 +12,14 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use serde::{Deserialize, Serialize};
 use tokio_rustls::rustls::ClientConfig;
 use tuplekv_engine::{Error, Versionstamp};
 
 use crate::RemoteOptions;
 use crate::reason::Reason;
+use crate::runtime::Spawner;
 use crate::tls::{HttpsConnector, TlsFailure};
 
 /// The protocol versions this client speaks (version 1 is older than watch).
@@ -127,6 +129,8 @@ pub(crate) struct Transport {
     client: Mutex<HttpClient>,
     /// For an `https://` store, the TLS configuration every connection shakes hands with.
     tls: Option<Arc<ClientConfig>>,
+    /// Spawns the client's tasks among the store's.
+    spawner: Spawner,
     metadata_url: Uri,
     access_token: String,
     pub(crate) options: RemoteOptions,
@@ -161,16 +165,19 @@ struct Endpoint {
 }
 
 impl Transport {
-    /// A transport to `metadata_url`, over TLS with `tls` when it is an `https://` URL.
+    /// A transport to `metadata_url`, over TLS with `tls` when it is an `https://` URL,
+    /// whose client spawns its tasks with `spawner`.
     pub(crate) fn new(
         metadata_url: Uri,
         access_token: String,
         options: RemoteOptions,
         tls: Option<Arc<ClientConfig>>,
+        spawner: Spawner,
     ) -> Self {
         Transport {
-            client: Mutex::new(build_client(&options, tls.as_ref())),
+            client: Mutex::new(build_client(&options, tls.as_ref(), &spawner)),
             tls,
+            spawner,
             metadata_url,
             access_token,
             options,
@@ -191,7 +198,7 @@ impl Transport {
     /// make the next writes' outcomes unknown too.
     fn reset_connection(&self) {
         *self.client.lock().unwrap_or_else(PoisonError::into_inner) =
-            build_client(&self.options, self.tls.as_ref());
+            build_client(&self.options, self.tls.as_ref(), &self.spawner);
     }
 
     /// The metadata URL the store was opened with.
@@ -547,12 +554,17 @@ fn refused(message: String) -> Failure {
 }
 
 /// A client that speaks HTTP/2 only, with this store's timeouts: h2c, or over TLS with
-/// `tls` (the handshake within [`RemoteOptions::connect_timeout`] too).
-fn build_client(options: &RemoteOptions, tls: Option<&Arc<ClientConfig>>) -> HttpClient {
+/// `tls` (the handshake within [`RemoteOptions::connect_timeout`] too), spawning its tasks
+/// with `spawner`.
+fn build_client(
+    options: &RemoteOptions,
+    tls: Option<&Arc<ClientConfig>>,
+    spawner: &Spawner,
+) -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(options.connect_timeout));
-    let mut builder = Client::builder(TokioExecutor::new());
+    let mut builder = Client::builder(spawner.clone());
     builder
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())

@@ -117,7 +117,6 @@ impl RemoteWatch {
     }
 
     pub(crate) fn start(store: &crate::RemoteStore, keys: Vec<KeyBytes>) -> Self {
-        let runtime = &store.inner.handle;
         let transport = Arc::clone(&store.inner.transport);
         let shared = Arc::new(Mutex::new(Shared::default()));
         let body = Bytes::from(
@@ -129,9 +128,10 @@ impl RemoteWatch {
             }
             .encode_to_vec(),
         );
-        let task = runtime
-            .spawn(run(transport, body, keys.len(), Arc::clone(&shared)))
-            .abort_handle();
+        let task = store
+            .inner
+            .tasks
+            .spawn(run(transport, body, keys.len(), Arc::clone(&shared)));
         RemoteWatch {
             shared,
             task,
