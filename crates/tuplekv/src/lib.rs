@@ -69,6 +69,10 @@
 //! - typed collections with secondary indexes: [`Collection`] ([`index`]), including how
 //!   records evolve when their struct changes;
 //! - per-prefix code sequences: [`Sequences`] ([`sequence`]);
+//! - async twins of what a handler calls (`get_async`, `list_async`, `transaction_async` on
+//!   any [`Store`]; `insert_async`, `get_by_async`, ... on a [`Collection`]; `next_async` on
+//!   a sequence), which hold no thread while the store waits: the blocking code run in
+//!   rounds ([`replay`]); `docs/async.md` is the guide;
 //! - errors a handler can map: every error type here ([`Error`], [`index::Error`],
 //!   [`sequence::Error`]) has a [`class`](Error::class), an [`ErrorClass`] with a suggested
 //!   [HTTP status](ErrorClass::http_status), and the predicates of [`Classify`]
@@ -126,10 +130,11 @@ pub use tuplekv_codec::{
 };
 pub use tuplekv_engine as engine;
 pub use tuplekv_engine::limits;
+pub use tuplekv_engine::replay;
 pub use tuplekv_engine::{
     Atomic, AtomicWrite, Cause, Check, Classify, CommitResult, Conflict, Database, Durability,
     Entry, Error, ErrorClass, Expiry, FailedCheck, Health, IoError, KeyBytes, KeyWatch, ListCursor,
-    ListIter, ListOptions, Mutation, MutationKind, Options, ReadView, RecoveryReport, Snapshot,
+    ListIter, ListOptions, ListPage, Mutation, MutationKind, Options, ReadView, RecoveryReport, Snapshot,
     Stats, Store, Transaction, TransactionOptions, Value, Versionstamp, Watch, WatchUpdate,
 };
 #[cfg(feature = "etcd")]

@@ -341,3 +341,67 @@ impl Store for Waiting {
         later(self.db.get_latest_raw(key))
     }
 }
+
+/// A [`Database`] that can lose the answer of its next commit: once armed
+/// ([`LosesAnswers::lose_next_answer`]), the next commit that commits is made, and then
+/// reported as [`Error::OutcomeUnknown`], as when a remote store's connection fails after the
+/// write was sent. For tests of what callers do with an unknown outcome.
+#[derive(Debug, Clone)]
+pub struct LosesAnswers {
+    db: Database,
+    armed: Arc<AtomicBool>,
+}
+
+impl LosesAnswers {
+    /// `db`, answering every commit until armed.
+    pub fn new(db: Database) -> LosesAnswers {
+        LosesAnswers {
+            db,
+            armed: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The database underneath.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// The next commit that commits is reported as an unknown outcome.
+    pub fn lose_next_answer(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    fn answer(&self, result: Result<CommitResult, Error>) -> Result<CommitResult, Error> {
+        match result {
+            Ok(CommitResult::Committed { .. }) if self.armed.swap(false, Ordering::SeqCst) => Err(
+                Error::outcome_unknown("the connection failed before the commit's answer came"),
+            ),
+            other => other,
+        }
+    }
+}
+
+impl Store for LosesAnswers {
+    type Snapshot = tuplekv_engine::Snapshot;
+    type Watch = Watch;
+
+    fn snapshot(&self) -> Self::Snapshot {
+        self.db.snapshot()
+    }
+
+    fn watch_raw(&self, keys: Vec<KeyBytes>) -> Result<Watch, Error> {
+        self.db.watch_raw(keys)
+    }
+
+    fn snapshot_versionstamp(snapshot: &Self::Snapshot) -> Versionstamp {
+        Database::snapshot_versionstamp(snapshot)
+    }
+
+    fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        self.db.get_latest_raw(key)
+    }
+
+    fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
+        self.answer(self.db.commit(write))
+    }
+}
