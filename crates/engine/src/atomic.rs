@@ -16,7 +16,7 @@ use crate::store::Store;
 use crate::value::{Value, Versionstamp};
 
 /// A condition on the current state of one key, evaluated at commit time.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Check {
     /// The encoded key.
     pub key: KeyBytes,
@@ -31,7 +31,7 @@ pub struct Check {
 /// returned, and a commit at or after it conflicts, because one of them has disappeared since.
 /// Carrying the deadline in the check (rather than finding the expired version at commit
 /// time) lets reclamation drop expired values without waiting for readers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RangeCheck {
     /// First encoded key of the range (inclusive).
     pub start: KeyBytes,
@@ -44,7 +44,7 @@ pub struct RangeCheck {
 }
 
 /// When a value set by a mutation stops being visible.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Expiry {
     /// This long after the commit (one clock reading per commit, so values set together
     /// expire together). At most [`EXPIRE_IN_MAX_MS`](crate::limits::EXPIRE_IN_MAX_MS).
@@ -55,7 +55,7 @@ pub enum Expiry {
 }
 
 /// The operand and bounds of a [`MutationKind::SumBounded`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BoundedSum {
     /// A `U64`, or a V8-serialised number or bigint.
     pub operand: Value,
@@ -68,7 +68,7 @@ pub struct BoundedSum {
 }
 
 /// What a mutation does to its key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum MutationKind {
     /// Store a value; with an expiry, the value disappears at its deadline.
     Set {
@@ -144,7 +144,7 @@ pub fn versionstamped_key(prefix: &[u8], versionstamp: Versionstamp) -> KeyBytes
 }
 
 /// One change to one key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Mutation {
     /// The encoded key.
     pub key: KeyBytes,
@@ -153,7 +153,7 @@ pub struct Mutation {
 }
 
 /// The data of one atomic commit: checks first, then mutations in order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct AtomicWrite {
     /// Conditions that must all hold, or nothing is written.
     pub checks: Vec<Check>,

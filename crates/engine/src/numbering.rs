@@ -53,7 +53,7 @@ use crate::value::Value;
 /// assert!(db.get(&key!["invoices", "INV00001"])?.is_some());
 /// # Ok::<(), tuplekv_engine::Error>(())
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Numbering {
     /// The counters, at most [`COUNTERS_PER_COMMIT_MAX`].
     pub counters: Vec<CounterClaim>,
@@ -71,7 +71,7 @@ impl Numbering {
 /// Numbers taken from one counter: `next, next + 1, …, next + count - 1`, where `next` is the
 /// counter's value (a `U64`) or, if the key is absent, `start`. The counter is set to
 /// `next + count` in the same commit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CounterClaim {
     /// The counter's encoded key. No check or mutation of the commit may name it.
     pub key: KeyBytes,
@@ -99,7 +99,7 @@ pub enum SlotTarget {
 }
 
 /// How a number is written into its slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NumberForm {
     /// Replaces `width` placeholder bytes, each an ASCII digit, with the number in decimal,
     /// zero-padded to `width` (1 to [`NUMBER_WIDTH_MAX`]). A number with more digits makes
@@ -144,7 +144,7 @@ const U64_DIGITS: usize = 20;
 const INT_PART_LEN_MAX: usize = 9;
 
 /// One number written into one place of the commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NumberSlot {
     /// The index of its counter in [`Numbering::counters`].
     pub counter: u32,

@@ -91,7 +91,8 @@ enum Call {
     Latest {
         key: KeyBytes,
     },
-    Commit(Box<AtomicWrite>),
+    /// A commit, by a fingerprint of its write (a hash: the write is not kept).
+    Commit(u64),
     Backoff,
 }
 
@@ -316,6 +317,15 @@ impl<S: Store> ReadView for ReplaySnapshot<S> {
     }
 }
 
+/// A hash of everything a write commits: a later round's commit is taken for the recorded one
+/// only if it hashes the same.
+fn fingerprint(write: &AtomicWrite) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    write.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// Boxes a store's future as an answer's.
 fn boxed<T: 'static>(
     future: impl Future<Output = T> + Send + 'static,
@@ -369,7 +379,7 @@ impl<S: Store> Store for Replay<'_, S> {
         if state.suspended() {
             return Err(Error::Suspended);
         }
-        let call = Call::Commit(Box::new(write.clone()));
+        let call = Call::Commit(fingerprint(&write));
         let answer = state.call(call, |_| {
             boxed(self.store.commit_async(write), Answer::Commit)
         });
