@@ -186,9 +186,10 @@ impl<S: Store> FastSequence<S> {
 
     /// [`FastSequence::next`] for async callers: the same numbers, with the same guarantees,
     /// but a block reservation is awaited without holding a thread (see the
-    /// [module](self) docs). Most calls take a number from the current block and are ready at
-    /// once; one call per block waits for the store's commit, and the calls that find the
-    /// block used up meanwhile wait for that one reservation instead of making their own.
+    /// [crate docs](crate#async-services)). Most calls take a number from the current block
+    /// and are ready at once; one call per block waits for the store's commit, and the calls
+    /// that find the block used up meanwhile wait for that one reservation instead of making
+    /// their own.
     ///
     /// Dropping the future while it waits uses no number; a reservation it was making is
     /// abandoned (if it committed, its block is skipped: a gap, never a repeat), and another
@@ -254,7 +255,9 @@ impl<S: Store> FastSequence<S> {
                     return Ok(n);
                 }
                 // The block is used up and none is prefetched: a failed draw uses no number.
-                self.reserve_async().await?;
+                // Boxed: the reservation's state (a replay) is large, and keeping it out of
+                // this future keeps the lock-free path's future small.
+                Box::pin(self.reserve_async()).await?;
             }
         }
     }

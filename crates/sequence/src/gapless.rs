@@ -35,7 +35,9 @@
 //!
 //! A dropped async future takes nothing back: its request, once queued (at the first poll),
 //! is committed with its number in its batch and recorded by its uniqueness key, so the
-//! sequence has no gap; only the result is lost, like a response lost on the network.
+//! sequence has no gap; only the result is lost, like a response lost on the network. (If
+//! the handle is dropped before that batch is led, the request is dropped uncommitted, and
+//! uses no number.)
 //!
 //! # When a commit fails
 //! - The counter's check failed (another handle committed): read it again, renumber, retry.
@@ -226,7 +228,7 @@ pub struct GaplessStats {
 /// # Async requesters
 /// [`GaplessSequence::next_async`], [`GaplessSequence::next_with_async`] and
 /// [`GaplessSequence::next_coded_async`] join the same queue as blocking requests and are
-/// combined with them into the same batches; see the [module](self) docs.
+/// combined with them into the same batches; see the [crate docs](crate#async-services).
 pub struct GaplessSequence<S> {
     inner: Arc<GaplessInner<S>>,
 }
@@ -548,13 +550,15 @@ impl<S: Store> GaplessSequence<S> {
 impl<S: Store + 'static> GaplessSequence<S> {
     /// [`GaplessSequence::next`] for async callers: the same number, committed the same way,
     /// in the same batches as blocking requests, without holding a thread while the batch is
-    /// led (see the [module](self) docs).
+    /// led (see the [crate docs](crate#async-services)).
     ///
     /// The request is queued when the future is first polled. Dropping the future after
     /// that does not take the request back: it is committed with its number in its batch
     /// like any other (a number is used, and its uniqueness key records it: no gap), and
     /// only its result is lost, as a lost response would be. Dropping it before the first
-    /// poll does nothing.
+    /// poll does nothing. If the handle itself (every clone) is dropped before such an
+    /// orphaned request's batch is led, the request is dropped with it, uncommitted: it uses
+    /// no number either.
     ///
     /// ```
     /// use tuplekv_engine::Database;
