@@ -3,7 +3,8 @@
 //! the in-memory and the durable (`Sync`) engine (one handle shared; and in memory a handle
 //! per requester, numbered by the store and, the old mode, by checking the counter), beside Redis `INCR` over loopback (one
 //! connection per requester, unpipelined; `cargo xtask bench` starts the server) and the
-//! guide's read-check-set counter on `denokv_sqlite` in memory.
+//! guide's read-check-set counter on `denokv_sqlite` in memory. And the async twins beside the
+//! blocking calls, one caller in memory (`sequence/async_next`).
 
 use std::hint::black_box;
 use std::sync::Mutex;
@@ -221,11 +222,64 @@ fn gapless(c: &mut Criterion) {
     g.finish();
 }
 
+/// Polls `f` with a waker that does nothing until it is ready: for futures that are ready at
+/// once (a fast sequence's `next_async` over the in-memory engine always is), this measures
+/// the future's own cost, with no executor around it.
+fn poll_now<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}
+
+/// The async twins beside the blocking calls, one caller, on the in-memory engine: fast
+/// `next_async` polled directly (the overhead of the future over `next`), and gapless
+/// `next_async` on a current-thread tokio runtime (its batch led by the handle's leader
+/// thread, so it includes that thread handoff).
+fn async_next(c: &mut Criterion) {
+    let seqs = Sequences::new(Database::in_memory());
+    let gapless = SequenceOptions {
+        mode: Mode::Gapless,
+        ..SequenceOptions::default()
+    };
+    let created = seqs
+        .create("INFO", SequenceOptions::default())
+        .and_then(|()| seqs.create("TKT", gapless));
+    if let Err(e) = created {
+        skip("sequence/async_next", "tuplekv", &e.to_string());
+        return;
+    }
+    let (Ok(info), Ok(tkt)) = (seqs.fast("INFO"), seqs.gapless("TKT")) else {
+        return;
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
+        return;
+    };
+    let mut g = c.benchmark_group("sequence/async_next");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("fast/blocking", |b| {
+        b.iter(|| black_box(info.next_number().ok()));
+    });
+    g.bench_function("fast/async", |b| {
+        b.iter(|| black_box(poll_now(info.next_number_async()).ok()));
+    });
+    g.bench_function("gapless/blocking", |b| {
+        b.iter(|| black_box(tkt.next().ok().map(|i| i.number())));
+    });
+    g.bench_function("gapless/async", |b| {
+        b.iter(|| black_box(rt.block_on(tkt.next_async()).ok().map(|i| i.number())));
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = fast, gapless
+    targets = fast, gapless, async_next
 }
 criterion_main!(benches);

@@ -99,6 +99,28 @@ pub enum Error {
         /// The prefix.
         prefix: String,
     },
+    /// A gapless request's batch was sent to the store and its answer lost
+    /// ([`tuplekv_engine::Error::OutcomeUnknown`]): the request committed, with the number
+    /// and code given here, or nothing of it did. Look the code's record up before retrying
+    /// (retrying blindly may commit the record twice, under two numbers).
+    #[error(
+        "whether {} of {prefix:?} committed is unknown: {reason}",
+        .code.as_deref().unwrap_or("a request")
+    )]
+    OutcomeUnknown {
+        /// The prefix.
+        prefix: String,
+        /// The number the request has if its batch committed: `Some` when the handle
+        /// numbered the batch itself ([`Numbering::Checked`](crate::Numbering::Checked), and
+        /// every request the checked path serves); `None` when the store was to number it
+        /// ([`Numbering::Store`](crate::Numbering::Store)), whose answer, with the numbers,
+        /// is what was lost.
+        number: Option<u64>,
+        /// The code of `number`.
+        code: Option<String>,
+        /// The store's reason.
+        reason: String,
+    },
     /// The caller's own checks in the record failed; nothing was written and no number used.
     #[error("the record's checks failed ({} of them); no number was used", .0.failed_checks.len())]
     Rejected(Conflict),

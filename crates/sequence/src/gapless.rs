@@ -14,6 +14,31 @@
 //! true, a request whose checks touch a key an earlier request of the batch writes waits for
 //! the next batch, and a batch stays within the engine's per-commit limits.
 //!
+//! # Async requesters
+//! An async request ([`GaplessSequence::next_async`] and its two twins) joins the same queue
+//! as blocking ones, so both kinds are combined into the same batches, and waits for its
+//! result with its task's waker: it holds no thread, neither a runtime worker nor a
+//! blocking-pool thread, while its batch is led. An async request never leads. When the
+//! lead falls to one (the queue was idle, or the request is at its front when a batch ends),
+//! it goes to the handle's *leader thread* instead, which leads that batch with the blocking
+//! code and passes the lead on as any leader does, to a blocking requester at the front or
+//! to itself. The thread is started by the first async request on the handle, holds the
+//! handle only while it leads, and ends once the handle (every clone) is dropped; it waits on
+//! the store's commits, the way the engine's flusher thread waits on the log's syncs.
+//!
+//! Why a thread and not the async task: leading means committing and then finishing other
+//! requesters' requests, which is a side effect a [`tuplekv_engine::replay`] round cannot
+//! have (a round may run again), and a leader future that its caller drops half-way would
+//! leave the batch without a leader. A thread that leads with the code blocking leaders
+//! run has neither problem, and costs one parked thread per handle that serves async
+//! requests.
+//!
+//! A dropped async future takes nothing back: its request, once queued (at the first poll),
+//! is committed with its number in its batch and recorded by its uniqueness key, so the
+//! sequence has no gap; only the result is lost, like a response lost on the network. (If
+//! the handle is dropped before that batch is led, the request is dropped uncommitted, and
+//! uses no number.)
+//!
 //! # When a commit fails
 //! - The counter's check failed (another handle committed): read it again, renumber, retry.
 //! - Some requests' own checks failed: those requests fail with [`Error::Rejected`]; the rest
@@ -24,12 +49,19 @@
 //!   by one, so only the culprit gets the error.
 //! - The store panicked: the panic reaches the leader's caller, and a guard (`LeadGuard`)
 //!   fails the batch's other requests with [`Error::CommitPanicked`] and hands the lead on, so
-//!   nobody waits forever for a leader that is gone.
+//!   nobody waits forever for a leader that is gone. On the leader thread of async requests
+//!   the panic is caught, and the thread goes on leading.
+//! - The commit's answer was lost ([`tuplekv_engine::Error::OutcomeUnknown`]): each request
+//!   fails with [`Error::OutcomeUnknown`], carrying the number and code it has if the batch
+//!   committed when the handle numbered the batch itself, so the caller can look its record
+//!   up. Nothing is resent.
 
 use std::collections::{HashSet, VecDeque};
+use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::task::{Poll, Waker};
 
 use tuplekv_engine::limits::NUMBER_SLOTS_MAX;
 use tuplekv_engine::numbering::{
@@ -96,20 +128,49 @@ enum State {
     Done(Result<u64, Error>),
 }
 
+/// One caller's request: its record, and where its result goes. A blocking requester waits on
+/// `ready`; an async one leaves its task's waker in `waker`. Whoever changes `state` wakes
+/// both ([`Request::notify`]).
 struct Request {
     build: Mutex<Builder>,
     state: Mutex<State>,
     ready: Condvar,
+    /// The task of an async requester, to wake when its state changes.
+    waker: Mutex<Option<Waker>>,
+    /// Made by an async requester, which never leads: the lead goes to the handle's leader
+    /// thread instead.
+    is_async: bool,
 }
 
 impl Request {
+    fn new(build: Builder, is_async: bool) -> Self {
+        Request {
+            build: Mutex::new(build),
+            state: Mutex::new(State::Waiting),
+            ready: Condvar::new(),
+            waker: Mutex::new(None),
+            is_async,
+        }
+    }
+
     fn coded(&self) -> bool {
         matches!(*lock(&self.build), Builder::Coded(_))
     }
 
     fn finish(&self, result: Result<u64, Error>) {
         *lock(&self.state) = State::Done(result);
+        self.notify();
+    }
+
+    /// Wakes the requester after its state changed (set with the state's lock, released
+    /// since). An async requester stores its waker while it holds the state's lock, after
+    /// looking at the state, so either it saw the change or its waker is there to take.
+    fn notify(&self) {
         self.ready.notify_one();
+        let waker = lock(&self.waker).take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 }
 
@@ -158,7 +219,31 @@ pub struct GaplessStats {
 /// assert!(db.get(&key!["invoices", "INV00001"])?.is_some());
 /// # Ok::<(), tuplekv_sequence::Error>(())
 /// ```
+///
+/// # Sharing
+/// A handle is cheap to clone: a clone is the same handle (an `Arc` inside), whose requests
+/// join the same queue and share batches, so there is no need to wrap it in an `Arc`. Open
+/// another handle ([`Sequences::gapless`](crate::Sequences::gapless)) for an independent one.
+///
+/// # Async requesters
+/// [`GaplessSequence::next_async`], [`GaplessSequence::next_with_async`] and
+/// [`GaplessSequence::next_coded_async`] join the same queue as blocking requests and are
+/// combined with them into the same batches; see the [crate docs](crate#async-services).
 pub struct GaplessSequence<S> {
+    inner: Arc<GaplessInner<S>>,
+}
+
+impl<S> Clone for GaplessSequence<S> {
+    /// The same handle: the clone's requests join the same batches.
+    fn clone(&self) -> Self {
+        GaplessSequence {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+/// What the clones of a handle share.
+struct GaplessInner<S> {
     core: Core<S>,
     queue: Mutex<Queue>,
     /// The counter as the last commit of this handle left it, so a leader need not read it.
@@ -168,15 +253,74 @@ pub struct GaplessSequence<S> {
     conflicts: AtomicU64,
     counter_conflicts: AtomicU64,
     store_numbered: AtomicU64,
-    numbering: Numbering,
+    /// Set when the handle numbers its commits itself ([`Numbering::Checked`]).
+    checked: AtomicBool,
     /// Cleared once the store answered a numbered commit with `Unsupported`.
     store_numbers: AtomicBool,
+    /// Itself, for the leader thread, which must not keep the handle alive.
+    me: Weak<GaplessInner<S>>,
+    /// The leader thread of async requests, started by the first (`None`: it could not be
+    /// started, and async requests lead in place).
+    leader: OnceLock<Option<Arc<Leader>>>,
+}
+
+/// How a handle wakes its leader thread.
+#[derive(Default)]
+struct Leader {
+    state: Mutex<LeaderState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct LeaderState {
+    /// The lead is the thread's: the queue's front request is an async one.
+    lead: bool,
+    /// The handle is gone.
+    stop: bool,
+}
+
+impl Leader {
+    fn signal(&self, change: impl FnOnce(&mut LeaderState)) {
+        change(&mut lock(&self.state));
+        self.wake.notify_one();
+    }
+}
+
+impl<S> Drop for GaplessInner<S> {
+    fn drop(&mut self) {
+        if let Some(Some(leader)) = self.leader.get() {
+            leader.signal(|st| st.stop = true);
+        }
+    }
+}
+
+/// The leader thread's loop: leads a batch each time the lead is handed to it, until the
+/// handle is dropped. It holds the handle only while it leads.
+fn lead_async_batches<S: Store>(seq: &Weak<GaplessInner<S>>, leader: &Leader) {
+    loop {
+        {
+            let mut st = lock(&leader.state);
+            while !st.lead && !st.stop {
+                st = leader.wake.wait(st).unwrap_or_else(PoisonError::into_inner);
+            }
+            if st.stop {
+                return;
+            }
+            st.lead = false;
+        }
+        let Some(seq) = seq.upgrade() else {
+            return;
+        };
+        // A panicking store: `LeadGuard` failed the batch's requests with `CommitPanicked`
+        // and passed the lead on; the thread keeps leading.
+        let _ = catch_unwind(AssertUnwindSafe(|| seq.lead()));
+    }
 }
 
 impl<S> std::fmt::Debug for GaplessSequence<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GaplessSequence")
-            .field("prefix", &self.core.def.prefix)
+            .field("prefix", &self.inner.core.def.prefix)
             .field("stats", &self.stats())
             .finish()
     }
@@ -200,8 +344,49 @@ struct Part {
 }
 
 impl<S> GaplessSequence<S> {
-    /// Statistics of this handle.
+    /// Statistics of this handle (shared by its clones).
     pub fn stats(&self) -> GaplessStats {
+        self.inner.stats()
+    }
+
+    /// How this handle numbers its commits.
+    pub fn numbering(&self) -> Numbering {
+        if self.inner.checked.load(Ordering::Relaxed) {
+            Numbering::Checked
+        } else {
+            Numbering::Store
+        }
+    }
+
+    /// This handle, numbering its commits as `numbering` says (by default
+    /// [`Numbering::Store`]). Its clones, which are the same handle, number theirs the same
+    /// way.
+    #[must_use]
+    pub fn with_numbering(self, numbering: Numbering) -> Self {
+        self.inner
+            .checked
+            .store(numbering == Numbering::Checked, Ordering::Relaxed);
+        self
+    }
+
+    /// How many requests are queued for a leader right now (for monitoring).
+    pub fn pending(&self) -> usize {
+        lock(&self.inner.queue).pending.len()
+    }
+
+    /// The sequence's prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.core.def.prefix
+    }
+
+    /// How the sequence writes its codes.
+    pub fn format(&self) -> &Format {
+        &self.inner.core.def.format
+    }
+}
+
+impl<S> GaplessInner<S> {
+    fn stats(&self) -> GaplessStats {
         GaplessStats {
             codes: self.codes.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
@@ -209,34 +394,6 @@ impl<S> GaplessSequence<S> {
             counter_conflicts: self.counter_conflicts.load(Ordering::Relaxed),
             store_numbered: self.store_numbered.load(Ordering::Relaxed),
         }
-    }
-
-    /// How this handle numbers its commits.
-    pub fn numbering(&self) -> Numbering {
-        self.numbering
-    }
-
-    /// This handle, numbering its commits as `numbering` says (by default
-    /// [`Numbering::Store`]).
-    #[must_use]
-    pub fn with_numbering(mut self, numbering: Numbering) -> Self {
-        self.numbering = numbering;
-        self
-    }
-
-    /// How many requests are queued for a leader right now (for monitoring).
-    pub fn pending(&self) -> usize {
-        lock(&self.queue).pending.len()
-    }
-
-    /// The sequence's prefix.
-    pub fn prefix(&self) -> &str {
-        &self.core.def.prefix
-    }
-
-    /// How the sequence writes its codes.
-    pub fn format(&self) -> &Format {
-        &self.core.def.format
     }
 
     /// Puts `leftovers` back at the front of the queue and wakes the next leader, if any.
@@ -247,10 +404,18 @@ impl<S> GaplessSequence<S> {
         }
         match queue.pending.front() {
             None => queue.leading = false,
+            Some(next) if next.is_async => self.signal_leader(),
             Some(next) => {
                 *lock(&next.state) = State::Lead;
-                next.ready.notify_one();
+                next.notify();
             }
+        }
+    }
+
+    /// Hands the lead to the leader thread (started before any async request was queued).
+    fn signal_leader(&self) {
+        if let Some(Some(leader)) = self.leader.get() {
+            leader.signal(|st| st.lead = true);
         }
     }
 }
@@ -273,22 +438,30 @@ impl<S: Store> GaplessSequence<S> {
     /// # Errors
     /// [`Error::InvalidCode`].
     pub fn parse(&self, code: &str) -> Result<u64, Error> {
-        self.core.parse(code)
+        self.inner.core.parse(code)
     }
 
     pub(crate) fn new(core: Core<S>) -> Self {
         GaplessSequence {
-            core,
-            queue: Mutex::new(Queue::default()),
-            counter: Mutex::new(None),
-            codes: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            conflicts: AtomicU64::new(0),
-            counter_conflicts: AtomicU64::new(0),
-            store_numbered: AtomicU64::new(0),
-            numbering: Numbering::default(),
-            store_numbers: AtomicBool::new(true),
+            inner: Arc::new_cyclic(|me| GaplessInner {
+                core,
+                queue: Mutex::new(Queue::default()),
+                counter: Mutex::new(None),
+                codes: AtomicU64::new(0),
+                commits: AtomicU64::new(0),
+                conflicts: AtomicU64::new(0),
+                counter_conflicts: AtomicU64::new(0),
+                store_numbered: AtomicU64::new(0),
+                checked: AtomicBool::new(false),
+                store_numbers: AtomicBool::new(true),
+                me: me.clone(),
+                leader: OnceLock::new(),
+            }),
         }
+    }
+
+    fn issued(&self, number: u64) -> Issued<'_> {
+        Issued::new(number, &self.inner.core.def.format)
     }
 
     /// The next number, committed with its uniqueness key as its only record.
@@ -321,7 +494,8 @@ impl<S: Store> GaplessSequence<S> {
     where
         F: FnMut(&Issued<'_>, &mut Record) + Send + 'static,
     {
-        self.request(Builder::Numbered(Box::new(build)))
+        let n = self.inner.request(Builder::Numbered(Box::new(build)))?;
+        Ok(self.issued(n))
     }
 
     /// The next number, committed together with the record `build` writes for its code;
@@ -368,15 +542,164 @@ impl<S: Store> GaplessSequence<S> {
     where
         F: FnMut(&str, &mut Record) + Send + 'static,
     {
-        self.request(Builder::Coded(Box::new(build)))
+        let n = self.inner.request(Builder::Coded(Box::new(build)))?;
+        Ok(self.issued(n))
+    }
+}
+
+impl<S: Store + 'static> GaplessSequence<S> {
+    /// [`GaplessSequence::next`] for async callers: the same number, committed the same way,
+    /// in the same batches as blocking requests, without holding a thread while the batch is
+    /// led (see the [crate docs](crate#async-services)).
+    ///
+    /// The request is queued when the future is first polled. Dropping the future after
+    /// that does not take the request back: it is committed with its number in its batch
+    /// like any other (a number is used, and its uniqueness key records it: no gap), and
+    /// only its result is lost, as a lost response would be. Dropping it before the first
+    /// poll does nothing. If the handle itself (every clone) is dropped before such an
+    /// orphaned request's batch is led, the request is dropped with it, uncommitted: it uses
+    /// no number either.
+    ///
+    /// ```
+    /// use tuplekv_engine::Database;
+    /// use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
+    ///
+    /// let seqs = Sequences::new(Database::in_memory());
+    /// seqs.create("TKT", SequenceOptions { mode: Mode::Gapless, ..Default::default() })?;
+    /// let tickets = seqs.gapless("TKT")?;
+    /// let issued = pollster::block_on(tickets.next_async())?;
+    /// assert_eq!(issued.code(), "TKT001");
+    /// assert_eq!(tickets.next()?.number(), 2); // blocking and async requests share the handle
+    /// # Ok::<(), tuplekv_sequence::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`GaplessSequence::next_with`]. A store panic in a batch is reported to every
+    /// request of the batch as [`Error::CommitPanicked`] (the leader thread keeps going).
+    pub fn next_async(&self) -> impl Future<Output = Result<Issued<'_>, Error>> + Send + '_ {
+        self.next_coded_async(|_, _| {})
     }
 
-    fn request(&self, build: Builder) -> Result<Issued<'_>, Error> {
-        let req = Arc::new(Request {
-            build: Mutex::new(build),
-            state: Mutex::new(State::Waiting),
-            ready: Condvar::new(),
-        });
+    /// [`GaplessSequence::next_with`] for async callers; see
+    /// [`GaplessSequence::next_async`]. `build` runs on whichever thread leads the batch.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, key};
+    /// use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
+    ///
+    /// let db = Database::in_memory();
+    /// let seqs = Sequences::new(db.clone());
+    /// seqs.create("INV", SequenceOptions { mode: Mode::Gapless, ..Default::default() })?;
+    /// let invoices = seqs.gapless("INV")?;
+    /// let issued = pollster::block_on(invoices.next_with_async(|issued, record| {
+    ///     record.set(&key!["invoices", issued.number()], b"100 EUR");
+    /// }))?;
+    /// assert_eq!(issued.code(), "INV001");
+    /// assert!(db.get(&key!["invoices", 1u64])?.is_some());
+    /// # Ok::<(), tuplekv_sequence::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`GaplessSequence::next_async`].
+    pub fn next_with_async<F>(
+        &self,
+        build: F,
+    ) -> impl Future<Output = Result<Issued<'_>, Error>> + Send + '_
+    where
+        F: FnMut(&Issued<'_>, &mut Record) + Send + 'static,
+    {
+        let build = Builder::Numbered(Box::new(build));
+        async move {
+            let n = self.inner.request_async(build).await?;
+            Ok(self.issued(n))
+        }
+    }
+
+    /// [`GaplessSequence::next_coded`] for async callers; see
+    /// [`GaplessSequence::next_async`]. `build` runs on whichever thread leads the batch.
+    ///
+    /// ```
+    /// use tuplekv_engine::{Database, key};
+    /// use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
+    ///
+    /// let db = Database::in_memory();
+    /// let seqs = Sequences::new(db.clone());
+    /// seqs.create("INV", SequenceOptions { mode: Mode::Gapless, ..Default::default() })?;
+    /// let invoices = seqs.gapless("INV")?;
+    /// let issued = pollster::block_on(invoices.next_coded_async(|code, record| {
+    ///     record.set(&key!["invoices", code], b"100 EUR");
+    /// }))?;
+    /// assert_eq!(issued.code(), "INV001");
+    /// assert!(db.get(&key!["invoices", "INV001"])?.is_some());
+    /// # Ok::<(), tuplekv_sequence::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`GaplessSequence::next_async`].
+    pub fn next_coded_async<F>(
+        &self,
+        build: F,
+    ) -> impl Future<Output = Result<Issued<'_>, Error>> + Send + '_
+    where
+        F: FnMut(&str, &mut Record) + Send + 'static,
+    {
+        let build = Builder::Coded(Box::new(build));
+        async move {
+            let n = self.inner.request_async(build).await?;
+            Ok(self.issued(n))
+        }
+    }
+}
+
+impl<S: Store + 'static> GaplessInner<S> {
+    /// The leader thread, started on the first call (`None` if it could not be started).
+    fn leader(&self) -> Option<&Arc<Leader>> {
+        self.leader
+            .get_or_init(|| {
+                let leader = Arc::new(Leader::default());
+                let (seq, signal) = (self.me.clone(), Arc::clone(&leader));
+                std::thread::Builder::new()
+                    .name(format!("tuplekv-gapless-{}", self.core.def.prefix))
+                    .spawn(move || lead_async_batches(&seq, &signal))
+                    .ok()
+                    .map(|_| leader)
+            })
+            .as_ref()
+    }
+
+    /// Queues an async request and waits, holding no thread, for its result.
+    async fn request_async(&self, build: Builder) -> Result<u64, Error> {
+        if self.leader().is_none() {
+            // No thread to lead: lead in place, as a blocking requester would.
+            return self.request(build);
+        }
+        let req = Arc::new(Request::new(build, true));
+        {
+            let mut queue = lock(&self.queue);
+            queue.pending.push_back(Arc::clone(&req));
+            if !std::mem::replace(&mut queue.leading, true) {
+                self.signal_leader();
+            }
+        }
+        std::future::poll_fn(|cx| {
+            let mut state = lock(&req.state);
+            match std::mem::replace(&mut *state, State::Waiting) {
+                State::Done(result) => Poll::Ready(result),
+                // An async request is never handed the lead (`pass_lead` wakes the leader
+                // thread instead), so it only ever waits.
+                State::Lead | State::Waiting => {
+                    *lock(&req.waker) = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            }
+        })
+        .await
+    }
+}
+
+impl<S: Store> GaplessInner<S> {
+    fn request(&self, build: Builder) -> Result<u64, Error> {
+        let req = Arc::new(Request::new(build, false));
         {
             let mut queue = lock(&self.queue);
             queue.pending.push_back(Arc::clone(&req));
@@ -393,9 +716,7 @@ impl<S: Store> GaplessSequence<S> {
                     .unwrap_or_else(PoisonError::into_inner);
             }
             match std::mem::replace(&mut *state, State::Waiting) {
-                State::Done(result) => {
-                    return result.map(|n| Issued::new(n, &self.core.def.format));
-                }
+                State::Done(result) => return result,
                 State::Lead | State::Waiting => {
                     drop(state);
                     self.lead();
@@ -423,7 +744,7 @@ impl<S: Store> GaplessSequence<S> {
 
     /// Commits `batch`, finishing every request it can; returns those left for a later batch.
     fn run(&self, batch: Vec<Arc<Request>>) -> Vec<Arc<Request>> {
-        let in_store = self.numbering == Numbering::Store
+        let in_store = !self.checked.load(Ordering::Relaxed)
             && self.store_numbers.load(Ordering::Relaxed)
             && batch.iter().all(|r| r.coded());
         if !in_store {
@@ -513,9 +834,9 @@ impl<S: Store> GaplessSequence<S> {
                 // and the counter is read afresh next time.
                 Err(e @ (StoreError::OutcomeUnknown { .. } | StoreError::Unavailable { .. })) => {
                     *counter = None;
-                    parts
-                        .into_iter()
-                        .for_each(|p| p.req.finish(Err(e.clone().into())));
+                    for p in parts {
+                        p.req.finish(Err(self.unanswered(&e, Some(p.number))));
+                    }
                 }
                 Err(e) if parts.len() == 1 => {
                     parts
@@ -610,6 +931,21 @@ impl<S: Store> GaplessSequence<S> {
         (parts, std::mem::take(live), deferred)
     }
 
+    /// The error of a request whose batch's commit got no answer: for a lost answer
+    /// ([`Error::OutcomeUnknown`]), with `number`, the number it has if the batch committed
+    /// (when the handle numbered the batch); otherwise the store's error.
+    fn unanswered(&self, e: &StoreError, number: Option<u64>) -> Error {
+        match e {
+            StoreError::OutcomeUnknown { reason } => Error::OutcomeUnknown {
+                prefix: self.core.def.prefix.clone(),
+                number,
+                code: number.map(|n| self.core.def.format.format(n)),
+                reason: reason.clone(),
+            },
+            e => e.clone().into(),
+        }
+    }
+
     /// Fails the requests whose own or uniqueness checks failed; returns the others.
     fn reject(&self, parts: Vec<Part>, conflict: &Conflict) -> Vec<Part> {
         let mut retry = Vec::new();
@@ -683,7 +1019,7 @@ enum Template {
     Panicked,
 }
 
-impl<S: Store> GaplessSequence<S> {
+impl<S: Store> GaplessInner<S> {
     /// Commits `live` with numbers the store assigns. Returns the requests left for a later
     /// batch, and those the checked path must serve (records the store cannot fill, a batch
     /// across a width change, a store that cannot number).
@@ -812,9 +1148,9 @@ impl<S: Store> GaplessSequence<S> {
                 Err(e @ (StoreError::OutcomeUnknown { .. } | StoreError::Unavailable { .. })) => {
                     *lock(&self.counter) = None;
                     guess = None;
-                    parts
-                        .into_iter()
-                        .for_each(|p| p.req.finish(Err(e.clone().into())));
+                    for p in parts {
+                        p.req.finish(Err(self.unanswered(&e, None)));
+                    }
                 }
                 Err(e) if parts.len() == 1 => {
                     parts
@@ -1080,7 +1416,7 @@ fn requeue_requests(live: &mut VecDeque<Arc<Request>>, reqs: Vec<Arc<Request>>) 
 /// fails every request of the batch that is still waiting and hands the lead on. Without it
 /// `leading` would stay set and every later request on the handle would wait forever.
 struct LeadGuard<'a, S> {
-    seq: &'a GaplessSequence<S>,
+    seq: &'a GaplessInner<S>,
     batch: Vec<Arc<Request>>,
 }
 
@@ -1102,7 +1438,8 @@ impl<S> Drop for LeadGuard<'_, S> {
                 *state = State::Done(Err(Error::CommitPanicked {
                     prefix: prefix.clone(),
                 }));
-                req.ready.notify_one();
+                drop(state);
+                req.notify();
             }
         }
         self.seq.pass_lead(Vec::new());

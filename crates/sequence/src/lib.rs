@@ -31,6 +31,16 @@
 //! gapless mode is for numbers an auditor counts (invoices, tickets), where it is worth one
 //! commit per batch of concurrent requests.
 //!
+//! # Async services
+//! Each `next` has an async twin with the same results and guarantees, which waits for the
+//! store without holding a runtime worker or a blocking-pool thread:
+//! [`FastSequence::next_async`] (a block reservation runs through
+//! [`tuplekv_engine::replay`]) and [`GaplessSequence::next_async`],
+//! [`GaplessSequence::next_with_async`], [`GaplessSequence::next_coded_async`] (the request
+//! waits on a waker while its batch is led, by the handle's leader thread when no blocking
+//! requester leads). Async and blocking callers can share one handle. Handles are cheap to
+//! clone, and a clone is the same handle: give each task a clone instead of an `Arc`.
+//!
 //! # Guarantees
 //! - **Never repeated.** The store holds each sequence's counter. Fast handles raise it by a
 //!   block with one atomic commit that checks its versionstamp, so two handles never get

@@ -224,7 +224,16 @@ pub(crate) struct Core<S> {
 impl<S: Store> Core<S> {
     /// The counter: the next free number and the stamp to check (`None`: absent).
     pub(crate) fn read_counter(&self) -> Result<(u64, Option<Versionstamp>), Error> {
-        match self.store.snapshot().get_raw(&self.counter)? {
+        self.read_counter_in(&self.store)
+    }
+
+    /// [`Core::read_counter`] through `store`, a view of this core's store (a
+    /// [`Replay`](tuplekv_engine::replay::Replay) of it, for an async caller).
+    pub(crate) fn read_counter_in<T: Store>(
+        &self,
+        store: &T,
+    ) -> Result<(u64, Option<Versionstamp>), Error> {
+        match store.snapshot().get_raw(&self.counter)? {
             None => Ok((self.def.start, None)),
             Some(entry) => match entry.value.as_u64() {
                 Some(n) => Ok((n, Some(entry.versionstamp))),
