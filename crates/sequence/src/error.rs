@@ -104,7 +104,7 @@ pub enum Error {
     /// and code given here, or nothing of it did. Look the code's record up before retrying
     /// (retrying blindly may commit the record twice, under two numbers).
     #[error(
-        "whether {} of {prefix:?} committed is unknown: {reason}",
+        "whether {} of {prefix:?} committed is unknown: {cause}",
         .code.as_deref().unwrap_or("a request")
     )]
     OutcomeUnknown {
@@ -118,8 +118,10 @@ pub enum Error {
         number: Option<u64>,
         /// The code of `number`.
         code: Option<String>,
-        /// The store's reason.
-        reason: String,
+        /// The store's error ([`tuplekv_engine::Error::OutcomeUnknown`], with the transport's
+        /// failure as its own source).
+        #[source]
+        cause: tuplekv_engine::Error,
     },
     /// The caller's own checks in the record failed; nothing was written and no number used.
     #[error("the record's checks failed ({} of them); no number was used", .0.failed_checks.len())]
@@ -200,7 +202,9 @@ impl Error {
             Error::Duplicate { .. } | Error::CounterWentBack { .. } | Error::Corrupt { .. } => {
                 ErrorClass::Corrupt
             }
-            Error::CommitPanicked { .. } => ErrorClass::OutcomeUnknown,
+            Error::CommitPanicked { .. } | Error::OutcomeUnknown { .. } => {
+                ErrorClass::OutcomeUnknown
+            }
             // The caller's own checks failed, or other handles kept winning the counter.
             Error::Rejected(_) | Error::Contention { .. } => ErrorClass::Conflict,
             Error::RecordPanicked { .. } => ErrorClass::Internal,
@@ -332,6 +336,7 @@ mod tests {
             Error::Duplicate { .. } => C::Corrupt,
             Error::CounterWentBack { .. } => C::Corrupt,
             Error::CommitPanicked { .. } => C::OutcomeUnknown,
+            Error::OutcomeUnknown { .. } => C::OutcomeUnknown,
             Error::Rejected(_) => C::Conflict,
             Error::RecordPanicked { .. } => C::Internal,
             Error::InvalidCode { .. } => C::Invalid,
@@ -373,6 +378,12 @@ mod tests {
                 reserved: 10,
             },
             Error::CommitPanicked { prefix: prefix() },
+            Error::OutcomeUnknown {
+                prefix: prefix(),
+                number: Some(1),
+                code: Some("INV001".into()),
+                cause: tuplekv_engine::Error::outcome_unknown("reset"),
+            },
             Error::Rejected(Conflict::default()),
             Error::RecordPanicked { prefix: prefix() },
             Error::InvalidCode {

@@ -936,11 +936,11 @@ impl<S: Store> GaplessInner<S> {
     /// (when the handle numbered the batch); otherwise the store's error.
     fn unanswered(&self, e: &StoreError, number: Option<u64>) -> Error {
         match e {
-            StoreError::OutcomeUnknown { reason } => Error::OutcomeUnknown {
+            StoreError::OutcomeUnknown { .. } => Error::OutcomeUnknown {
                 prefix: self.core.def.prefix.clone(),
                 number,
                 code: number.map(|n| self.core.def.format.format(n)),
-                reason: reason.clone(),
+                cause: e.clone(),
             },
             e => e.clone().into(),
         }

@@ -134,8 +134,9 @@ pub use tuplekv_engine::replay;
 pub use tuplekv_engine::{
     Atomic, AtomicWrite, Cause, Check, Classify, CommitResult, Conflict, Database, Durability,
     Entry, Error, ErrorClass, Expiry, FailedCheck, Health, IoError, KeyBytes, KeyWatch, ListCursor,
-    ListIter, ListOptions, ListPage, Mutation, MutationKind, Options, ReadView, RecoveryReport, Snapshot,
-    Stats, Store, Transaction, TransactionOptions, Value, Versionstamp, Watch, WatchUpdate,
+    ListIter, ListOptions, ListPage, Mutation, MutationKind, Options, ReadView, RecoveryReport,
+    Snapshot, Stats, Store, Transaction, TransactionOptions, Value, Versionstamp, Watch,
+    WatchUpdate,
 };
 #[cfg(feature = "etcd")]
 pub use tuplekv_etcd as etcd;

@@ -83,9 +83,7 @@ impl Store for Slow {
         let result = self.db.commit(write);
         if lose {
             let _ = result?;
-            return Err(Error::OutcomeUnknown {
-                reason: "the answer was lost (on purpose)".into(),
-            });
+            return Err(Error::outcome_unknown("the answer was lost (on purpose)"));
         }
         result
     }
