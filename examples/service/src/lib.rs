@@ -47,7 +47,6 @@
 
 pub mod client;
 pub mod kv;
-mod pending_async;
 mod running;
 mod store;
 
@@ -70,7 +69,6 @@ use tuplekv_sequence::{
 };
 
 #[allow(unused_imports, reason = "until the async API lands on main")]
-use pending_async::{FastAsync as _, GaplessAsync as _};
 pub use running::RunningService;
 pub use store::{AnyStore, StoreChoice, StoreError};
 
