@@ -12,3 +12,7 @@ mod durable {
 mod no_snapshots {
     tuplekv_testkit::sequence_contract_tests!(tuplekv_testkit::contract::backends::NoSnapshots);
 }
+
+mod waiting {
+    tuplekv_testkit::sequence_contract_tests!(tuplekv_testkit::contract::backends::WaitingStores);
+}

@@ -423,6 +423,76 @@ where
     }
 }
 
+/// Whether the next draw of the mixed properties below goes through the async API: every
+/// other one, across all threads, so async and blocking callers share handles and batches.
+fn next_is_async(flip: &std::sync::atomic::AtomicUsize) -> bool {
+    flip.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2 == 0
+}
+
+/// [`fast_handles_never_hand_out_a_number_twice`] with every other draw through
+/// `next_async` (awaited on the drawing thread): async and blocking callers of one handle
+/// never get one number twice, and each thread's numbers still increase.
+pub fn fast_handles_mixing_async_and_blocking_draws_never_hand_out_a_number_twice<B: Backend>(
+    backend: &B,
+) where
+    B::Store: Clone,
+{
+    let (_, handles) = open_handles(backend, Mode::Fast, |seqs, p| {
+        seqs.fast(p).expect("a fast handle")
+    });
+    let size = Hammer::sized(backend.cost(), FAST_DRAWS, FAST_DRAWS_REMOTE);
+    let flip = std::sync::atomic::AtomicUsize::new(0);
+    let results = size.run(&handles, |h, p| {
+        let issued = if next_is_async(&flip) {
+            crate::executor::block_on(h[p].next_async())
+        } else {
+            h[p].next()
+        };
+        issued.expect("a fast number").number()
+    });
+    for per_thread in &results {
+        let all = assert_distinct_and_increasing_per_thread(per_thread);
+        assert_eq!(all.len(), size.total());
+    }
+}
+
+/// [`gapless_handles_commit_exactly_one_to_n_with_their_records`] with every other request
+/// through `next_with_async`: async and blocking requesters share batches, and the numbers
+/// are still exactly `1..=n` per prefix, each record holding its own code.
+pub fn gapless_handles_mixing_async_and_blocking_requests_commit_one_to_n<B: Backend>(backend: &B)
+where
+    B::Store: Clone,
+{
+    let (store, handles) = open_handles(backend, Mode::Gapless, |seqs, p| {
+        seqs.gapless(p).expect("a gapless handle")
+    });
+    let size = Hammer::sized(backend.cost(), GAPLESS_DRAWS, GAPLESS_DRAWS_REMOTE);
+    let flip = std::sync::atomic::AtomicUsize::new(0);
+    let results = size.run(&handles, |h, p| {
+        let build = move |issued: &tuplekv_sequence::Issued<'_>,
+                          record: &mut tuplekv_sequence::Record| {
+            record.set(
+                &key!["logs", PREFIXES[p], issued.number()],
+                issued.code().as_str(),
+            );
+        };
+        let issued = if next_is_async(&flip) {
+            crate::executor::block_on(h[p].next_with_async(build))
+        } else {
+            h[p].next_with(build)
+        };
+        issued.expect("a gapless number").number()
+    });
+    let total = size.total();
+    for (p, per_thread) in results.iter().enumerate() {
+        let all = assert_distinct_and_increasing_per_thread(per_thread);
+        let expected: HashSet<u64> = (1..=total as u64).collect();
+        assert_eq!(all, expected, "{}: not 1..={total}", PREFIXES[p]);
+        let logs = read_in_batches(&store, &Selector::prefix(&key!["logs", PREFIXES[p]]));
+        assert_eq!(logs.len(), total);
+    }
+}
+
 /// Whether `store` assigns numbers at commit time (a plain KV Connect server does not).
 fn numbers_in_store<S: Store>(store: &S) -> bool {
     use tuplekv_engine::numbering::{CounterClaim, Numbering};
@@ -553,7 +623,9 @@ macro_rules! sequence_contract_tests {
             $crate::contract::sequence;
             sequences_agree_with_a_locked_counter_per_prefix,
             fast_handles_never_hand_out_a_number_twice,
+            fast_handles_mixing_async_and_blocking_draws_never_hand_out_a_number_twice,
             gapless_handles_commit_exactly_one_to_n_with_their_records,
+            gapless_handles_mixing_async_and_blocking_requests_commit_one_to_n,
             coded_gapless_handles_commit_one_to_n_without_counter_conflicts,
         );
     };
