@@ -121,7 +121,7 @@ pub enum Error {
         /// The store's error ([`tuplekv_engine::Error::OutcomeUnknown`], with the transport's
         /// failure as its own source).
         #[source]
-        cause: tuplekv_engine::Error,
+        cause: Box<tuplekv_engine::Error>,
     },
     /// The caller's own checks in the record failed; nothing was written and no number used.
     #[error("the record's checks failed ({} of them); no number was used", .0.failed_checks.len())]
@@ -382,7 +382,7 @@ mod tests {
                 prefix: prefix(),
                 number: Some(1),
                 code: Some("INV001".into()),
-                cause: tuplekv_engine::Error::outcome_unknown("reset"),
+                cause: Box::new(tuplekv_engine::Error::outcome_unknown("reset")),
             },
             Error::Rejected(Conflict::default()),
             Error::RecordPanicked { prefix: prefix() },

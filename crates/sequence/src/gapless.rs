@@ -940,7 +940,7 @@ impl<S: Store> GaplessInner<S> {
                 prefix: self.core.def.prefix.clone(),
                 number,
                 code: number.map(|n| self.core.def.format.format(n)),
-                cause: e.clone(),
+                cause: Box::new(e.clone()),
             },
             e => e.clone().into(),
         }

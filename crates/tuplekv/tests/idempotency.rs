@@ -60,7 +60,10 @@ async fn create_invoice<S: Store + Clone + 'static>(
         Ok(issued) => {
             let number = issued.number();
             let invoice = invoices.get_async(&key![number]).await?;
-            Ok((invoice.ok_or("the committed invoice is missing")?, Answer::Created))
+            Ok((
+                invoice.ok_or("the committed invoice is missing")?,
+                Answer::Created,
+            ))
         }
         Err(e) if e.is_outcome_unknown() || e.is_conflict() => {
             let reported = match &e {
@@ -109,8 +112,7 @@ fn numbers(invoices: &Collection<Invoice, LosesAnswers>) -> Vec<u64> {
 fn a_request_whose_answer_was_lost_is_settled_by_its_request_id_and_a_retry_creates_nothing() {
     let (store, invoices, seq) = setup();
     store.lose_next_answer();
-    let (first, answer) =
-        block_on(create_invoice(&invoices, &seq, "req-1", 100)).expect("settled");
+    let (first, answer) = block_on(create_invoice(&invoices, &seq, "req-1", 100)).expect("settled");
     assert_eq!(first.number, 1);
     assert_eq!(
         answer,
@@ -126,7 +128,11 @@ fn a_request_whose_answer_was_lost_is_settled_by_its_request_id_and_a_retry_crea
 
     let (next, answer) = block_on(create_invoice(&invoices, &seq, "req-2", 250)).expect("new");
     assert_eq!((next.number, answer), (2, Answer::Created));
-    assert_eq!(numbers(&invoices), [1, 2], "one invoice per request, no gap");
+    assert_eq!(
+        numbers(&invoices),
+        [1, 2],
+        "one invoice per request, no gap"
+    );
 }
 
 #[test]
@@ -138,10 +144,16 @@ fn two_concurrent_requests_with_one_id_create_one_invoice() {
                 s.spawn(|| block_on(create_invoice(&invoices, &seq, "req-dup", 10)).expect("ok"))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("joined")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("joined"))
+            .collect()
     });
     assert_eq!(answers[0].0, answers[1].0, "both answer the same invoice");
-    let created = answers.iter().filter(|(_, a)| *a == Answer::Created).count();
+    let created = answers
+        .iter()
+        .filter(|(_, a)| *a == Answer::Created)
+        .count();
     assert_eq!(created, 1, "{answers:?}");
     let (third, _) = block_on(create_invoice(&invoices, &seq, "req-3", 10)).expect("new");
     assert_eq!(third.number, 2, "the losing duplicate used no number");

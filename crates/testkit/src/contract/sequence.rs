@@ -426,7 +426,8 @@ where
 /// Whether the next draw of the mixed properties below goes through the async API: every
 /// other one, across all threads, so async and blocking callers share handles and batches.
 fn next_is_async(flip: &std::sync::atomic::AtomicUsize) -> bool {
-    flip.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2 == 0
+    flip.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        .is_multiple_of(2)
 }
 
 /// [`fast_handles_never_hand_out_a_number_twice`] with every other draw through
