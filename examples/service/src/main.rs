@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use tuplekv_example_service::{AnyStore, App, Mode, ServiceStore, StoreChoice, serve};
+use tuplekv_remote::{RemoteOptions, RemoteStore};
 
 const USAGE: &str = "usage: tuplekv-example-service [--store memory | --store dir PATH | \
     --store remote URL --token TOKEN] [--mode blocking|async] [--addr 127.0.0.1:0] \
@@ -102,14 +103,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // The remote store runs its own runtime: open it before building ours.
-    let store = match args.store.open() {
-        Ok(store) => store,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -118,9 +111,37 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        match store {
-            AnyStore::Database(db) => run(db, args.mode, args.addr).await,
-            AnyStore::Remote(remote) => run(remote, args.mode, args.addr).await,
+        match (&args.store, args.mode) {
+            // Async handlers: the remote store's connection runs on this runtime's workers.
+            (
+                StoreChoice::Remote {
+                    url,
+                    token,
+                    retry_for,
+                },
+                Mode::Async,
+            ) => {
+                let options = RemoteOptions {
+                    retry_for: *retry_for,
+                    ..RemoteOptions::default()
+                };
+                let store = RemoteStore::connect_async(url, token, options)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                run(store, args.mode, args.addr).await
+            }
+            // The blocking store opens on a blocking thread (a remote one runs its own runtime).
+            (choice, _) => {
+                let choice = choice.clone();
+                let store = tokio::task::spawn_blocking(move || choice.open())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+                match store {
+                    AnyStore::Database(db) => run(db, args.mode, args.addr).await,
+                    AnyStore::Remote(remote) => run(remote, args.mode, args.addr).await,
+                }
+            }
         }
     });
     match result {

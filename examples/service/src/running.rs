@@ -25,6 +25,24 @@ impl RunningService {
         addr: SocketAddr,
         worker_threads: usize,
     ) -> std::io::Result<RunningService> {
+        Self::start_opening(async move { Ok(app) }, addr, worker_threads)
+    }
+
+    /// [`RunningService::start`] with the app opened on the service's own runtime by `open`:
+    /// for a [`RemoteStore`](tuplekv_remote::RemoteStore) made with `connect_async`, whose
+    /// connection then runs on the service's workers, as it would in a service's `main`.
+    ///
+    /// # Errors
+    /// If the runtime cannot start, the address cannot be bound, or `open` fails.
+    pub fn start_opening<S, F>(
+        open: F,
+        addr: SocketAddr,
+        worker_threads: usize,
+    ) -> std::io::Result<RunningService>
+    where
+        S: ServiceStore,
+        F: std::future::Future<Output = Result<App<S>, String>> + Send + 'static,
+    {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(worker_threads.max(1))
             .thread_name("example-service")
@@ -36,6 +54,7 @@ impl RunningService {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (opened_tx, opened) = std::sync::mpsc::channel::<Result<(), String>>();
         let thread = std::thread::Builder::new()
             .name("example-service".into())
             .spawn(move || {
@@ -43,6 +62,16 @@ impl RunningService {
                     let _ = stopped.await;
                 };
                 let served = runtime.block_on(async move {
+                    let app = match open.await {
+                        Ok(app) => {
+                            let _ = opened_tx.send(Ok(()));
+                            app
+                        }
+                        Err(e) => {
+                            let _ = opened_tx.send(Err(e));
+                            return Ok(());
+                        }
+                    };
                     let listener = tokio::net::TcpListener::from_std(listener)?;
                     crate::serve(app, listener, shutdown).await
                 });
@@ -52,6 +81,19 @@ impl RunningService {
                 // Blocking tasks still waiting on an unreachable store are left to finish.
                 runtime.shutdown_timeout(Duration::from_secs(1));
             })?;
+        match opened.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(std::io::Error::other(e));
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(std::io::Error::other(
+                    "the service thread stopped while opening",
+                ));
+            }
+        }
         Ok(RunningService {
             addr,
             stop: Some(stop),

@@ -280,6 +280,20 @@ fn run_on<S: ServiceStore>(
     let app = App::open(store, mode).map_err(|e| e.to_string())?;
     let service = RunningService::start(app, ([127, 0, 0, 1], 0).into(), SERVICE_WORKERS)
         .map_err(|e| e.to_string())?;
+    measure_all(&service, kind, mode, args, clients_rt, rows);
+    service.stop();
+    Ok(())
+}
+
+/// Every scenario against the running `service`; one table row each.
+fn measure_all(
+    service: &RunningService,
+    kind: StoreKind,
+    mode: Mode,
+    args: &Args,
+    clients_rt: &tokio::runtime::Runtime,
+    rows: &mut Vec<String>,
+) {
     let duration = Duration::from_secs_f64(args.seconds);
     let mut created = Created::default();
     for scenario in Scenario::ALL {
@@ -304,8 +318,6 @@ fn run_on<S: ServiceStore>(
         eprintln!("{row}");
         rows.push(row);
     }
-    service.stop();
-    Ok(())
 }
 
 fn scratch_dir(kind: &str) -> PathBuf {
@@ -354,10 +366,32 @@ fn run(args: &Args) -> Result<Vec<String>, String> {
                 StoreKind::Remote => {
                     let kv =
                         KvServer::start(Database::in_memory(), 0).map_err(|e| e.to_string())?;
-                    let store =
-                        RemoteStore::connect_with(&kv.url(), TOKEN, RemoteOptions::default())
-                            .map_err(|e| e.to_string())?;
-                    run_on(store, kind, mode, args, &clients_rt, &mut rows)?;
+                    if mode == Mode::Async {
+                        // On the service's runtime, as an async service's `main` connects.
+                        let url = kv.url();
+                        let open = async move {
+                            let store =
+                                RemoteStore::connect_async(&url, TOKEN, RemoteOptions::default())
+                                    .await
+                                    .map_err(|e| e.to_string())?;
+                            tokio::task::spawn_blocking(move || App::open(store, mode))
+                                .await
+                                .map_err(|e| e.to_string())?
+                                .map_err(|e| e.to_string())
+                        };
+                        let service = RunningService::start_opening(
+                            open,
+                            ([127, 0, 0, 1], 0).into(),
+                            SERVICE_WORKERS,
+                        )
+                        .map_err(|e| e.to_string())?;
+                        measure_all(&service, kind, mode, args, &clients_rt, &mut rows);
+                    } else {
+                        let store =
+                            RemoteStore::connect_with(&kv.url(), TOKEN, RemoteOptions::default())
+                                .map_err(|e| e.to_string())?;
+                        run_on(store, kind, mode, args, &clients_rt, &mut rows)?;
+                    }
                     kv.kill();
                 }
             }
