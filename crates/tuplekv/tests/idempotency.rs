@@ -1,5 +1,5 @@
-//! The idempotency-key pattern of `docs/async.md`, run against a store that really commits
-//! and then loses the answer: the client's request id is a unique index of the invoice,
+//! The idempotency-key pattern of `docs/async.md`, run against a store whose async calls
+//! wait and that can really commit and then lose the answer: the client's request id is a unique index of the invoice,
 //! written in the gapless request's own commit, so a retry (or a handler that met an unknown
 //! outcome) finds the first attempt instead of creating a second invoice, and the numbers
 //! stay exactly `1..=n`.
@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use tuplekv::index::Collection;
 use tuplekv::sequence::{GaplessSequence, Mode, SequenceOptions, Sequences};
 use tuplekv::{Database, ListOptions, Store, key};
-use tuplekv_testkit::contract::backends::LosesAnswers;
+use tuplekv_testkit::contract::backends::Waiting;
 use tuplekv_testkit::executor::block_on;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,11 +84,11 @@ async fn create_invoice<S: Store + Clone + 'static>(
 }
 
 fn setup() -> (
-    LosesAnswers,
-    Collection<Invoice, LosesAnswers>,
-    GaplessSequence<LosesAnswers>,
+    Waiting,
+    Collection<Invoice, Waiting>,
+    GaplessSequence<Waiting>,
 ) {
-    let store = LosesAnswers::new(Database::in_memory());
+    let store = Waiting::new(Database::in_memory());
     let invoices = Collection::builder("invoices", |i: &Invoice| key![i.number])
         .unique("request", |i| Some(key![i.request.clone()]))
         .open(store.clone())
@@ -103,7 +103,7 @@ fn setup() -> (
     (store, invoices, seqs.gapless("INV").expect("handle"))
 }
 
-fn numbers(invoices: &Collection<Invoice, LosesAnswers>) -> Vec<u64> {
+fn numbers(invoices: &Collection<Invoice, Waiting>) -> Vec<u64> {
     let page = invoices.list(ListOptions::default()).expect("list");
     page.items.iter().map(|(_, i)| i.number).collect()
 }

@@ -230,11 +230,14 @@ impl Backend for WaitingStores {
 /// A [`Database`] whose async reads and commits ([`Store::get_raw_async`],
 /// [`Store::scan_async`], [`Store::get_latest_raw_async`], [`Store::commit_async`]) are
 /// answered only after the task awaiting them was suspended once; the blocking ones answer
-/// at once. It counts the commits made through it.
+/// at once. It counts the commits made through it, and can lose the answer of its next
+/// commit ([`Waiting::lose_next_answer`]), as a remote store does when its connection fails
+/// after the write was sent.
 #[derive(Debug, Clone)]
 pub struct Waiting {
     db: Database,
     commits: Arc<AtomicUsize>,
+    lose_next: Arc<AtomicBool>,
 }
 
 impl Waiting {
@@ -243,7 +246,13 @@ impl Waiting {
         Waiting {
             db,
             commits: Arc::new(AtomicUsize::new(0)),
+            lose_next: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The next commit that commits is made, then reported as [`Error::OutcomeUnknown`].
+    pub fn lose_next_answer(&self) {
+        self.lose_next.store(true, Ordering::SeqCst);
     }
 
     /// The database underneath.
@@ -306,7 +315,14 @@ impl Store for Waiting {
 
     fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
         self.commits.fetch_add(1, Ordering::SeqCst);
-        self.db.commit(write)
+        match self.db.commit(write) {
+            Ok(CommitResult::Committed { .. }) if self.lose_next.swap(false, Ordering::SeqCst) => {
+                Err(Error::outcome_unknown(
+                    "the connection failed before the commit's answer came",
+                ))
+            }
+            other => other,
+        }
     }
 
     fn commit_async(
@@ -339,69 +355,5 @@ impl Store for Waiting {
     ) -> impl std::future::Future<Output = Result<Option<Entry>, Error>> + Send + 'static + use<>
     {
         later(self.db.get_latest_raw(key))
-    }
-}
-
-/// A [`Database`] that can lose the answer of its next commit: once armed
-/// ([`LosesAnswers::lose_next_answer`]), the next commit that commits is made, and then
-/// reported as [`Error::OutcomeUnknown`], as when a remote store's connection fails after the
-/// write was sent. For tests of what callers do with an unknown outcome.
-#[derive(Debug, Clone)]
-pub struct LosesAnswers {
-    db: Database,
-    armed: Arc<AtomicBool>,
-}
-
-impl LosesAnswers {
-    /// `db`, answering every commit until armed.
-    pub fn new(db: Database) -> LosesAnswers {
-        LosesAnswers {
-            db,
-            armed: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// The database underneath.
-    pub fn database(&self) -> &Database {
-        &self.db
-    }
-
-    /// The next commit that commits is reported as an unknown outcome.
-    pub fn lose_next_answer(&self) {
-        self.armed.store(true, Ordering::SeqCst);
-    }
-
-    fn answer(&self, result: Result<CommitResult, Error>) -> Result<CommitResult, Error> {
-        match result {
-            Ok(CommitResult::Committed { .. }) if self.armed.swap(false, Ordering::SeqCst) => Err(
-                Error::outcome_unknown("the connection failed before the commit's answer came"),
-            ),
-            other => other,
-        }
-    }
-}
-
-impl Store for LosesAnswers {
-    type Snapshot = tuplekv_engine::Snapshot;
-    type Watch = Watch;
-
-    fn snapshot(&self) -> Self::Snapshot {
-        self.db.snapshot()
-    }
-
-    fn watch_raw(&self, keys: Vec<KeyBytes>) -> Result<Watch, Error> {
-        self.db.watch_raw(keys)
-    }
-
-    fn snapshot_versionstamp(snapshot: &Self::Snapshot) -> Versionstamp {
-        Database::snapshot_versionstamp(snapshot)
-    }
-
-    fn get_latest_raw(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
-        self.db.get_latest_raw(key)
-    }
-
-    fn commit(&self, write: AtomicWrite) -> Result<CommitResult, Error> {
-        self.answer(self.db.commit(write))
     }
 }
