@@ -10,7 +10,8 @@
 //! Subtract the count of `N = 0` (the preload) and divide by `N`. The engine's key map draws
 //! random tower heights, so counts differ by a few percent from run to run: compare medians.
 //! Operations: `insert` (fresh ids), `update` (a colour moves), `get` (by unique email),
-//! `read` (by primary key), `delete`.
+//! `read` (by primary key), `delete`, and the async twins `insert_async`, `update_async`,
+//! `get_async`.
 
 use std::process::ExitCode;
 
@@ -66,6 +67,19 @@ fn run(op: &str, n: u64) -> Result<(), Error> {
             "delete" => {
                 c.delete(&key![i % PRELOADED])?;
             }
+            // The async twins, awaited with the smallest executor: what `replay::run` adds.
+            "insert_async" => pollster::block_on(c.insert_async(&user(100_000 + i)))?,
+            "update_async" => {
+                let pk = key![i % PRELOADED];
+                pollster::block_on(c.update_async(&pk, |mut u| {
+                    u.color = COLORS[(i as usize + 1) % 4].into();
+                    u
+                }))?;
+            }
+            "get_async" => {
+                let email = key![format!("user{}@example.com", i % PRELOADED)];
+                std::hint::black_box(pollster::block_on(c.get_by_async("email", &email))?);
+            }
             _ => return Err(Error::Definition(format!("no operation `{op}`"))),
         }
     }
@@ -75,7 +89,9 @@ fn run(op: &str, n: u64) -> Result<(), Error> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let (Some(op), Some(Ok(n))) = (args.get(1), args.get(2).map(|n| n.parse::<u64>())) else {
-        eprintln!("usage: index_ops insert|update|get|read|delete N");
+        eprintln!(
+            "usage: index_ops insert|update|get|read|delete|insert_async|update_async|get_async N"
+        );
         return ExitCode::FAILURE;
     };
     match run(op, n) {
