@@ -414,7 +414,10 @@ fn maybe(e: &tuplekv_sequence::Error) -> bool {
     use tuplekv_sequence::Error as E;
     match e {
         E::Store(e) => engine_maybe(e),
-        E::Contention { .. } | E::CommitPanicked { .. } | E::Rejected(_) => true,
+        E::OutcomeUnknown { .. }
+        | E::Contention { .. }
+        | E::CommitPanicked { .. }
+        | E::Rejected(_) => true,
         _ => false,
     }
 }

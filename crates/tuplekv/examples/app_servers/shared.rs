@@ -112,7 +112,9 @@ pub(crate) fn engine_maybe(e: &tuplekv_engine::Error) -> bool {
 pub(crate) fn seq_maybe(e: &sequence::Error) -> bool {
     match e {
         sequence::Error::Store(e) => engine_maybe(e),
-        sequence::Error::Contention { .. } | sequence::Error::CommitPanicked { .. } => true,
+        sequence::Error::OutcomeUnknown { .. }
+        | sequence::Error::Contention { .. }
+        | sequence::Error::CommitPanicked { .. } => true,
         _ => false,
     }
 }
@@ -122,6 +124,7 @@ pub(crate) fn seq_unknown(e: &sequence::Error) -> bool {
     matches!(
         e,
         sequence::Error::Store(tuplekv_engine::Error::OutcomeUnknown { .. })
+            | sequence::Error::OutcomeUnknown { .. }
             | sequence::Error::CommitPanicked { .. }
     )
 }
