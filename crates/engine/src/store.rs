@@ -367,7 +367,7 @@ pub trait Store: Send + Sync {
         run_transaction(self, &TransactionOptions::default(), f)
     }
 
-    /// [`Store::get`]'s async twin: the entry at `key` in the latest committed state, read
+    /// [`ReadView::get`] for async callers: the entry at `key` in the latest committed state, read
     /// without holding a thread while the store waits.
     ///
     /// ```

@@ -270,7 +270,7 @@ impl<S: ServiceStore> App<S> {
 /// Serves `app` on `listener` until `shutdown` resolves, then waits for requests in flight.
 ///
 /// # Errors
-/// As [`axum::serve`].
+/// As [`axum::serve()`].
 pub async fn serve<S: ServiceStore>(
     app: App<S>,
     listener: tokio::net::TcpListener,
