@@ -32,6 +32,7 @@
 //!   log) are reclaimed by a background thread (`reclaim.rs`).
 
 use std::cell::Cell;
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,7 +55,7 @@ use crate::map::KeyMap;
 use crate::reclaim::Reclaimer;
 use crate::snapshot::Registry;
 pub(crate) use crate::snapshot::Snapshot;
-use crate::store::{Entry, Health, ReadView, Store};
+use crate::store::{Entry, EntryRef, Health, ReadView, Store};
 use crate::transaction::{Transaction, TransactionOptions, run_transaction};
 use crate::value::{Value, Versionstamp};
 use crate::version::{Chain, Version};
@@ -422,6 +423,20 @@ impl Database {
         Store::list(self, selector, options)
     }
 
+    /// Visits what [`Database::list`] would yield, each entry borrowed straight from the map
+    /// (no copy, no reference count): see [`Store::for_each`].
+    ///
+    /// # Errors
+    /// Invalid options, selector or cursor.
+    pub fn for_each(
+        &self,
+        selector: &Selector,
+        options: ListOptions,
+        visit: impl FnMut(EntryRef<'_>) -> ControlFlow<()>,
+    ) -> Result<usize, Error> {
+        Store::for_each(self, selector, options, visit)
+    }
+
     /// Sets `key` to `value` in its own commit.
     ///
     /// # Errors
@@ -658,6 +673,66 @@ impl Inner {
         let at = self.visible.load(Ordering::Acquire);
         SEEN_VISIBLE.set((self.id, at));
         version_at(versions, at)
+    }
+
+    /// Calls `visit` with up to `limit` live entries of `range` at version `at` (which must
+    /// be registered), borrowed from the map, until it breaks; returns how many it visited.
+    /// The epoch is pinned for at most [`SCAN_PIN_ENTRIES`] keys at a time: the scan then
+    /// resumes after the last key it visited, under a new pin.
+    pub(crate) fn visit_at(
+        &self,
+        range: &ByteRange,
+        reverse: bool,
+        limit: usize,
+        at: u64,
+        visit: &mut dyn FnMut(EntryRef<'_>) -> ControlFlow<()>,
+    ) -> usize {
+        let mut visited = 0;
+        if range.is_empty() || limit == 0 {
+            return visited;
+        }
+        let (mut start, mut end) = (range.start.clone(), range.end.clone());
+        let mut now = None;
+        loop {
+            let mut seen = 0;
+            let mut stopped = false;
+            let mut last: Option<Vec<u8>> = None;
+            self.map.scan(&start, &end, reverse, |key, versions| {
+                seen += 1;
+                if seen > SCAN_PIN_ENTRIES {
+                    last = Some(key.to_vec());
+                    return false;
+                }
+                if let Some(version) = version_at(versions, at)
+                    && let Some(value) = version.live_value(&mut now)
+                {
+                    visited += 1;
+                    let entry = EntryRef {
+                        key,
+                        value: value.as_value_ref(),
+                        versionstamp: Versionstamp::from_version(version.version),
+                        expires_at: version.expires_at,
+                    };
+                    if visit(entry).is_break() || visited == limit {
+                        stopped = true;
+                        return false;
+                    }
+                }
+                true
+            });
+            // Resume at the key the pin's budget stopped at (not yet visited).
+            match last {
+                Some(key) if !stopped => {
+                    if reverse {
+                        key.clone_into(&mut end);
+                        end.push(0);
+                    } else {
+                        start = key;
+                    }
+                }
+                _ => return visited,
+            }
+        }
     }
 
     pub(crate) fn scan_at(

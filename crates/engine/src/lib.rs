@@ -136,11 +136,11 @@ pub use error::{Cause, Error, IoError};
 pub use key_bytes::KeyBytes;
 pub use list::{ListCursor, ListIter, ListOptions};
 pub use snapshot::Snapshot;
-pub use store::{Entry, Health, ListPage, ReadView, Store};
+pub use store::{Entry, EntryRef, Health, ListPage, ReadView, Store};
 pub use sum::{SumError, sum_numbers};
 pub use transaction::{Transaction, TransactionOptions};
 pub use tuplekv_codec::{ByteRange, Key, KeyPart, Selector, key};
-pub use value::{InvalidVersionstamp, Value, Versionstamp};
+pub use value::{InvalidVersionstamp, Value, ValueRef, Versionstamp};
 pub use watch::{KeyWatch, Watch, WatchUpdate};
 
 /// The key codec, re-exported.

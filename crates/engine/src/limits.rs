@@ -79,3 +79,8 @@ pub(crate) fn check_write_key_len(len: usize) -> Result<(), Error> {
 /// them from a record, so an operation of `n` waiting calls costs about `n * n / 2`
 /// recorded answers: the bound also keeps that cost in check.
 pub const REPLAY_ROUNDS_MAX: usize = 1024;
+
+/// Keys a borrowing scan ([`ReadView::scan_with`](crate::ReadView::scan_with)) visits under
+/// one epoch pin before it renews the pin: a scan of the whole map would otherwise hold back
+/// the freeing of every list replaced meanwhile for as long as it runs.
+pub const SCAN_PIN_ENTRIES: usize = 1024;

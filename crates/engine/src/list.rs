@@ -21,6 +21,26 @@ pub struct ListOptions {
     pub batch_size: Option<usize>,
 }
 
+/// The byte range, direction and limit `options` give `selector`: what a list reads.
+///
+/// # Errors
+/// A zero limit, or an invalid selector or cursor.
+pub(crate) fn resolve(
+    selector: &Selector,
+    options: &ListOptions,
+) -> Result<(ByteRange, bool, Option<usize>), Error> {
+    if options.limit == Some(0) {
+        return Err(Error::ZeroLimit);
+    }
+    let range = selector.resume(options.cursor.as_deref().unwrap_or(""), options.reverse)?;
+    for bound in [&range.start, &range.end] {
+        if bound.len() > KEY_SIZE_MAX_READ {
+            return Err(Error::KeyTooLargeForRead { size: bound.len() });
+        }
+    }
+    Ok((range, options.reverse, options.limit))
+}
+
 /// Where a list iteration stands, for resuming it later.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListCursor {
@@ -72,9 +92,7 @@ impl<V: ReadView> ListIter<V> {
     /// # Errors
     /// A zero limit or batch size, a batch over 1000, or an invalid selector or cursor.
     pub fn new(view: V, selector: Selector, options: ListOptions) -> Result<Self, Error> {
-        if options.limit == Some(0) {
-            return Err(Error::ZeroLimit);
-        }
+        let (range, _, _) = resolve(&selector, &options)?;
         let batch_size = match options.batch_size {
             Some(0) => return Err(Error::ZeroBatchSize),
             Some(n) if n > LIST_BATCH_SIZE_MAX => return Err(Error::TooManyEntries { count: n }),
@@ -84,12 +102,6 @@ impl<V: ReadView> ListIter<V> {
                 .unwrap_or(100)
                 .min(LIST_BATCH_SIZE_DEFAULT_MAX),
         };
-        let range = selector.resume(options.cursor.as_deref().unwrap_or(""), options.reverse)?;
-        for bound in [&range.start, &range.end] {
-            if bound.len() > KEY_SIZE_MAX_READ {
-                return Err(Error::KeyTooLargeForRead { size: bound.len() });
-            }
-        }
         Ok(ListIter {
             view,
             selector,

@@ -2,6 +2,7 @@
 //! open snapshots, and [`Retention`], what readers may still need of a key's versions, which
 //! is what writers and reclamation keep.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -13,7 +14,7 @@ use crate::error::Error;
 use crate::limits::GET_MANY_KEYS_MAX;
 use crate::limits::check_read_key;
 use crate::list::{ListIter, ListOptions};
-use crate::store::{Entry, ReadView};
+use crate::store::{Entry, EntryRef, ReadView};
 use crate::value::Versionstamp;
 use crate::version::Version;
 
@@ -219,5 +220,22 @@ impl ReadView for Snapshot {
         check_read_key(&range.start)?;
         check_read_key(&range.end)?;
         Ok(self.inner.scan_at(range, reverse, limit, self.version))
+    }
+
+    /// Entries straight from the map, borrowed under an epoch pin renewed every
+    /// [`SCAN_PIN_ENTRIES`](crate::limits::SCAN_PIN_ENTRIES) entries (so a long scan does not hold back the freeing of
+    /// replaced lists); the snapshot's registration keeps every version it reads.
+    fn scan_with(
+        &self,
+        range: &ByteRange,
+        reverse: bool,
+        limit: usize,
+        visit: &mut dyn FnMut(EntryRef<'_>) -> ControlFlow<()>,
+    ) -> Result<usize, Error> {
+        check_read_key(&range.start)?;
+        check_read_key(&range.end)?;
+        Ok(self
+            .inner
+            .visit_at(range, reverse, limit, self.version, visit))
     }
 }

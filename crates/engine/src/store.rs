@@ -5,6 +5,8 @@
 //! [`AtomicWrite`]s. Everything else (typed keys, list iteration with cursors, transactions)
 //! is built on those two in this crate, generically.
 
+use std::ops::ControlFlow;
+
 use tuplekv_codec::{ByteRange, Key, Selector, encode_key};
 
 use crate::atomic::{Atomic, AtomicWrite, CommitResult};
@@ -13,7 +15,7 @@ use crate::key_bytes::KeyBytes;
 use crate::limits::{GET_MANY_KEYS_MAX, KEY_SIZE_MAX_READ};
 use crate::list::{ListCursor, ListIter, ListOptions};
 use crate::transaction::{Transaction, TransactionOptions, run_transaction};
-use crate::value::{Value, Versionstamp};
+use crate::value::{Value, ValueRef, Versionstamp};
 use crate::watch::KeyWatch;
 
 /// A key with its value and the versionstamp of the commit that wrote it.
@@ -40,6 +42,53 @@ impl Entry {
     }
 }
 
+/// An entry borrowed from the store for the length of a call: what a borrowing scan
+/// ([`ReadView::scan_with`], [`Store::for_each`]) hands its visitor, with no copy of the key
+/// or the value and no reference count taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryRef<'a> {
+    /// The encoded key.
+    pub key: &'a [u8],
+    /// The value.
+    pub value: ValueRef<'a>,
+    /// The stamp of the commit that last wrote the key.
+    pub versionstamp: Versionstamp,
+    /// When the value expires (Unix time in milliseconds), if it was set with an expiry.
+    pub expires_at: Option<u64>,
+}
+
+impl EntryRef<'_> {
+    /// An owned copy of the entry.
+    pub fn to_entry(&self) -> Entry {
+        Entry {
+            key: KeyBytes::from(self.key),
+            value: self.value.to_value(),
+            versionstamp: self.versionstamp,
+            expires_at: self.expires_at,
+        }
+    }
+
+    /// The key, decoded into a tuple.
+    ///
+    /// # Errors
+    /// If the stored key is not a valid tuple (only possible for keys written raw).
+    pub fn decoded_key(&self) -> Result<Key, Error> {
+        Ok(tuplekv_codec::decode_key(self.key)?)
+    }
+}
+
+impl Entry {
+    /// The entry borrowed, as a borrowing scan hands it out.
+    pub fn as_entry_ref(&self) -> EntryRef<'_> {
+        EntryRef {
+            key: &self.key,
+            value: self.value.as_value_ref(),
+            versionstamp: self.versionstamp,
+            expires_at: self.expires_at,
+        }
+    }
+}
+
 /// Reads of one consistent state of a store.
 ///
 /// The two required methods read encoded keys; the typed ones are built on them.
@@ -55,6 +104,49 @@ pub trait ReadView {
     /// # Errors
     /// [`Error::KeyTooLargeForRead`] for a bound over the read limit.
     fn scan(&self, range: &ByteRange, reverse: bool, limit: usize) -> Result<Vec<Entry>, Error>;
+
+    /// [`ReadView::scan`] borrowed: calls `visit` with each of up to `limit` live entries of
+    /// `range`, in key order (or from the end with `reverse`), until it returns
+    /// [`ControlFlow::Break`]; returns how many entries it visited. The engine's views hand
+    /// out entries straight from the map, with no copy and no reference count per entry;
+    /// other views read a batch and lend its entries.
+    ///
+    /// # Errors
+    /// As [`ReadView::scan`]; `visit` has been called for the entries read before the error.
+    fn scan_with(
+        &self,
+        range: &ByteRange,
+        reverse: bool,
+        limit: usize,
+        visit: &mut dyn FnMut(EntryRef<'_>) -> ControlFlow<()>,
+    ) -> Result<usize, Error> {
+        let mut visited = 0;
+        let mut range = range.clone();
+        while visited < limit {
+            let want = (limit - visited).min(crate::limits::LIST_BATCH_SIZE_MAX);
+            let batch = self.scan(&range, reverse, want)?;
+            let done = batch.len() < want;
+            for entry in batch.iter().take(want) {
+                visited += 1;
+                if visit(entry.as_entry_ref()).is_break() {
+                    return Ok(visited);
+                }
+            }
+            match batch.last() {
+                Some(last) if !done => {
+                    if reverse {
+                        range.end = last.key.to_vec();
+                    } else {
+                        let mut next = last.key.to_vec();
+                        next.push(0);
+                        range.start = next;
+                    }
+                }
+                _ => break,
+            }
+        }
+        Ok(visited)
+    }
 
     /// Whether every read of this view sees one state of the store (`true` for every view
     /// but a [`Store::transaction_snapshot`] of a store that cannot hold a snapshot, whose
@@ -329,6 +421,47 @@ pub trait Store: Send + Sync {
         Self: Sized,
     {
         ListIter::new(self.snapshot(), selector.clone(), options)
+    }
+
+    /// What [`Store::list`] yields, borrowed: calls `visit` with each entry `selector` and
+    /// `options` name (limit, direction, cursor; the batch size is ignored), from one
+    /// snapshot, until it returns [`ControlFlow::Break`]. Returns how many entries it visited.
+    ///
+    /// This is the hot path for reading many entries: the engine hands each entry out
+    /// straight from its map, with no copy of the key or value and no atomic operation per
+    /// entry, where the list iterator must give each entry its own key and value.
+    ///
+    /// ```
+    /// use std::ops::ControlFlow;
+    /// use tuplekv_engine::{Database, ListOptions, Selector, Store, key};
+    ///
+    /// let db = Database::in_memory();
+    /// for i in 0..5u64 {
+    ///     db.set(&key!["scores", i], i * 10)?;
+    /// }
+    /// let mut total = 0;
+    /// let visited = db.for_each(&Selector::prefix(&key!["scores"]), ListOptions::default(), |e| {
+    ///     total += e.value.as_u64().unwrap_or(0);
+    ///     ControlFlow::Continue(())
+    /// })?;
+    /// assert_eq!((visited, total), (5, 100));
+    /// # Ok::<(), tuplekv_engine::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Invalid options, selector or cursor, and what a read meets.
+    fn for_each(
+        &self,
+        selector: &Selector,
+        options: ListOptions,
+        mut visit: impl FnMut(EntryRef<'_>) -> ControlFlow<()>,
+    ) -> Result<usize, Error>
+    where
+        Self: Sized,
+    {
+        let (range, reverse, limit) = crate::list::resolve(selector, &options)?;
+        self.snapshot()
+            .scan_with(&range, reverse, limit.unwrap_or(usize::MAX), &mut visit)
     }
 
     /// Reads up to ten keys from one snapshot, in request order.

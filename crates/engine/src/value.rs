@@ -49,6 +49,72 @@ impl Value {
     }
 }
 
+impl Value {
+    /// The value borrowed: what a borrowing scan ([`ReadView::scan_with`](crate::ReadView::scan_with))
+    /// hands its visitor.
+    pub fn as_value_ref(&self) -> ValueRef<'_> {
+        match self {
+            Value::Bytes(b) => ValueRef::Bytes(b),
+            Value::U64(n) => ValueRef::U64(*n),
+            Value::V8(b) => ValueRef::V8(b),
+        }
+    }
+}
+
+/// A stored value borrowed from the store for the length of a call, as a borrowing scan
+/// ([`ReadView::scan_with`](crate::ReadView::scan_with)) hands it out: the same three
+/// encodings as [`Value`], with no copy and no reference count taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValueRef<'a> {
+    /// Raw bytes.
+    Bytes(&'a [u8]),
+    /// An unsigned 64-bit integer (Deno's `KvU64`).
+    U64(u64),
+    /// A V8-serialised JavaScript value, kept opaque.
+    V8(&'a [u8]),
+}
+
+impl ValueRef<'_> {
+    /// The size the value counts for in the limits, as [`Value::size`].
+    pub fn size(&self) -> usize {
+        match self {
+            ValueRef::Bytes(b) | ValueRef::V8(b) => b.len(),
+            ValueRef::U64(_) => 8,
+        }
+    }
+
+    /// The bytes of a `Bytes` value.
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            ValueRef::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The number in a `U64` value.
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            ValueRef::U64(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// An owned copy of the value.
+    pub fn to_value(&self) -> Value {
+        match self {
+            ValueRef::Bytes(b) => Value::Bytes(Bytes::copy_from_slice(b)),
+            ValueRef::U64(n) => Value::U64(*n),
+            ValueRef::V8(b) => Value::V8(Bytes::copy_from_slice(b)),
+        }
+    }
+}
+
+impl PartialEq<Value> for ValueRef<'_> {
+    fn eq(&self, other: &Value) -> bool {
+        *self == other.as_value_ref()
+    }
+}
+
 impl From<Bytes> for Value {
     fn from(b: Bytes) -> Self {
         Value::Bytes(b)
