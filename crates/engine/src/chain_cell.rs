@@ -42,20 +42,78 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use crossbeam_epoch::{self as epoch, Guard};
 use parking_lot::Mutex;
 
-use crate::version::{Chain, Version};
+use crate::version::{Chain, General, PACKED, Versions};
 
 /// Replaced lists per sealed batch: one deferred marker (and one flush of the thread's
 /// deferred functions) per this many stores over an existing list.
 pub(crate) const RETIRE_BATCH: usize = 64;
 
+/// A chain as one thin pointer to its first byte, the tag that says which form it is
+/// (`version.rs`): what `Box::into_raw` returned for its buffer or its general list.
+fn into_raw(chain: Chain) -> NonNull<u8> {
+    let raw = match chain {
+        Chain::Packed(buf) => Box::into_raw(buf).cast::<u8>(),
+        Chain::General(general) => Box::into_raw(general).cast::<u8>(),
+    };
+    // SAFETY: `Box::into_raw` never returns null (a packed buffer is never empty: its header
+    // alone is five bytes).
+    #[expect(unsafe_code, reason = "a box's pointer is not null")]
+    unsafe {
+        NonNull::new_unchecked(raw)
+    }
+}
+
+/// The versions of the chain `raw` points to, borrowed for `'g`.
+///
+/// # Safety
+/// `raw` came from [`into_raw`] and its chain is not freed before `'g` ends.
+#[expect(unsafe_code, reason = "reads a chain through its thin pointer")]
+#[inline]
+unsafe fn versions_of<'g>(raw: NonNull<u8>) -> Versions<'g> {
+    let raw = raw.as_ptr();
+    // SAFETY: by the caller's promise `raw` points to a live chain, whose first byte is its
+    // tag (a packed buffer's first byte; a general list is `#[repr(C)]` with its `u8` tag
+    // first). A packed buffer is at least its header long and says its whole length there,
+    // so both slices lie within its allocation; chains are never written once published.
+    unsafe {
+        if *raw == PACKED {
+            let header = std::slice::from_raw_parts(raw, Chain::PACKED_HEADER);
+            let len = Chain::packed_len(header);
+            Chain::packed_versions(std::slice::from_raw_parts(raw, len))
+        } else {
+            Versions::General(&(*raw.cast::<General>()).versions)
+        }
+    }
+}
+
+/// Takes back ownership of the chain `raw` points to.
+///
+/// # Safety
+/// `raw` came from [`into_raw`], no reader can reach it any more, and this is its only free.
+#[expect(unsafe_code, reason = "rebuilds the box a chain was leaked from")]
+unsafe fn from_raw(raw: NonNull<u8>) -> Chain {
+    let raw = raw.as_ptr();
+    // SAFETY: as in `versions_of` for the tag and length; the box is rebuilt with the type
+    // and length it was leaked with, through the pointer `Box::into_raw` returned.
+    unsafe {
+        if *raw == PACKED {
+            let len = Chain::packed_len(std::slice::from_raw_parts(raw, Chain::PACKED_HEADER));
+            Chain::Packed(Box::from_raw(ptr::slice_from_raw_parts_mut(raw, len)))
+        } else {
+            Chain::General(Box::from_raw(raw.cast::<General>()))
+        }
+    }
+}
+
 /// A key's version list, newest first, replaced as a whole by writers. A null pointer is the
 /// empty list (a slot inserted for a write, before the write lands): no allocation.
 ///
-/// The pointer is a plain `AtomicPtr` holding what `Box::into_raw` returned: a pointer loaded
-/// from it keeps the list's allocation as its provenance (crossbeam's `Atomic` stores an
-/// integer), so Miri checks every access and the final free against that allocation.
+/// The pointer is a plain `AtomicPtr` holding what `Box::into_raw` returned (cast to its first
+/// byte, the chain's tag): a pointer loaded from it keeps the chain's allocation as its
+/// provenance (crossbeam's `Atomic` stores an integer), so Miri checks every access and the
+/// final free against that allocation.
 pub(crate) struct ChainCell {
-    ptr: AtomicPtr<Chain>,
+    ptr: AtomicPtr<u8>,
 }
 
 // `AtomicPtr` makes a cell `Send` and `Sync` whatever it points to, where crossbeam's `Atomic`
@@ -75,32 +133,35 @@ impl ChainCell {
     }
 
     /// A cell holding `chain`.
-    pub(crate) fn new(chain: Box<Chain>) -> Self {
+    pub(crate) fn new(chain: Chain) -> Self {
         ChainCell {
-            ptr: AtomicPtr::new(Box::into_raw(chain)),
+            ptr: AtomicPtr::new(into_raw(chain).as_ptr()),
         }
     }
 
     /// The versions, newest first, as of this load; valid while `guard` stays pinned.
     #[inline]
-    pub(crate) fn load<'g>(&self, _pinned: &'g Guard) -> &'g [Version] {
-        let raw = self.ptr.load(Ordering::Acquire);
-        // SAFETY: `raw` is null or points to a list this cell held while `guard` was
-        // pinned. Such a list is freed only after `guard` unpins (see the module docs: a
-        // replaced list waits in `Retired` for a marker deferred after its swap, and the
-        // cell's own list goes with the node, whose destruction is deferred), so it lives for
-        // `'g`. Lists are never written after they are published: `store` takes ownership of
-        // a finished list.
-        #[expect(unsafe_code, reason = "a list outlives its load only while pinned")]
-        let chain = unsafe { raw.as_ref() };
-        chain.map_or(&[], |c| c.versions.as_slice())
+    pub(crate) fn load<'g>(&self, _pinned: &'g Guard) -> Versions<'g> {
+        let Some(raw) = NonNull::new(self.ptr.load(Ordering::Acquire)) else {
+            return Versions::EMPTY;
+        };
+        // SAFETY: `raw` points to a chain this cell held while `guard` was pinned. Such a
+        // chain is freed only after `guard` unpins (see the module docs: a replaced chain
+        // waits in `Retired` for a marker deferred after its swap, and the cell's own chain
+        // goes with the node, whose destruction is deferred), so it lives for `'g`. Chains
+        // are never written after they are published: `store` takes ownership of a finished
+        // one.
+        #[expect(unsafe_code, reason = "a chain outlives its load only while pinned")]
+        unsafe {
+            versions_of(raw)
+        }
     }
 
     /// Replaces the list with `chain` (`None`: the empty list). The old list goes to
     /// `retired`, which frees it once no pinned reader can still hold it.
-    pub(crate) fn store(&self, chain: Option<Box<Chain>>, retired: &Retired) {
+    pub(crate) fn store(&self, chain: Option<Chain>, retired: &Retired) {
         let guard = epoch::pin();
-        let new = chain.map_or(ptr::null_mut(), Box::into_raw);
+        let new = chain.map_or(ptr::null_mut(), |c| into_raw(c).as_ptr());
         let old = self.ptr.swap(new, Ordering::AcqRel);
         if let Some(old) = NonNull::new(old) {
             retired.push(old, &guard);
@@ -110,22 +171,21 @@ impl ChainCell {
 
 impl Drop for ChainCell {
     fn drop(&mut self) {
-        let raw = *self.ptr.get_mut();
-        if raw.is_null() {
+        let Some(raw) = NonNull::new(*self.ptr.get_mut()) else {
             return;
-        }
+        };
         // SAFETY: `&mut self`: the cell is being destroyed, which the skiplist does only once
         // no pinned thread can reach its node, or when the map itself is dropped. No reader
-        // holds the list, and this is its only owner; `raw` came from `Box::into_raw`.
-        #[expect(unsafe_code, reason = "the cell owns its list through a raw pointer")]
-        drop(unsafe { Box::from_raw(raw) });
+        // holds the chain, and this is its only owner; `raw` came from `into_raw`.
+        #[expect(unsafe_code, reason = "the cell owns its chain through a raw pointer")]
+        drop(unsafe { from_raw(raw) });
     }
 }
 
 impl std::fmt::Debug for ChainCell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let guard = epoch::pin();
-        f.debug_list().entries(self.load(&guard)).finish()
+        self.load(&guard).fmt(f)
     }
 }
 
@@ -143,9 +203,9 @@ struct RetiredState {
     /// Unlinked since the last seal. An `AtomicPtr` is only a pointer here (no ownership,
     /// unlike a `Box`), so holding one while readers still read the list asserts nothing
     /// about it; it is used for being `Send`, never for its atomicity.
-    open: Vec<AtomicPtr<Chain>>,
+    open: Vec<AtomicPtr<u8>>,
     /// Sealed batches, oldest first, each with its generation.
-    sealed: VecDeque<(u64, Vec<AtomicPtr<Chain>>)>,
+    sealed: VecDeque<(u64, Vec<AtomicPtr<u8>>)>,
     /// The generation the next sealed batch gets (from 1: `safe` starts at 0, none).
     next_generation: u64,
 }
@@ -165,7 +225,7 @@ impl Default for Retired {
 impl Retired {
     /// Keeps `old`, just unlinked from its cell, until it is safe to free; every
     /// [`RETIRE_BATCH`] lists, seals a batch and frees the batches found safe.
-    fn push(&self, old: NonNull<Chain>, guard: &Guard) {
+    fn push(&self, old: NonNull<u8>, guard: &Guard) {
         let ready = {
             let mut state = self.state.lock();
             state.open.push(AtomicPtr::new(old.as_ptr()));
@@ -216,7 +276,7 @@ impl Retired {
     }
 
     /// Takes the sealed batches whose lists no reader can hold any more.
-    fn take_safe(&self, state: &mut RetiredState) -> Vec<Vec<AtomicPtr<Chain>>> {
+    fn take_safe(&self, state: &mut RetiredState) -> Vec<Vec<AtomicPtr<u8>>> {
         let safe = self.safe.load(Ordering::Acquire);
         let mut ready = Vec::new();
         while state.sealed.front().is_some_and(|(g, _)| *g <= safe) {
@@ -229,16 +289,19 @@ impl Retired {
 }
 
 /// Frees lists no reader can reach (taken from [`Retired`] as safe, or owned outright).
-fn free(batches: Vec<Vec<AtomicPtr<Chain>>>) {
+fn free(batches: Vec<Vec<AtomicPtr<u8>>>) {
     for batch in batches {
         for list in batch {
+            let Some(list) = NonNull::new(list.into_inner()) else {
+                continue;
+            };
             // SAFETY: `list` was unlinked from its cell by a swap before its batch was sealed,
             // and its batch's marker (or a later one's) has run: every thread pinned when it
             // was sealed, so every thread that could have loaded the list, has unpinned. Each
-            // swap yields a distinct pointer (from `Box::into_raw`, never null here), retired
-            // once, so this is its only free.
+            // swap yields a distinct pointer (from `into_raw`), retired once, so this is its
+            // only free.
             #[expect(unsafe_code, reason = "frees a list readers reached by raw pointer")]
-            drop(unsafe { Box::from_raw(list.into_inner()) });
+            drop(unsafe { from_raw(list) });
         }
     }
 }
@@ -258,23 +321,23 @@ impl Drop for Retired {
 mod tests {
     use std::sync::atomic::AtomicUsize;
 
-    use smallvec::smallvec;
     use tuplekv_testkit::counted::counted_bytes;
 
     use super::*;
     use crate::value::Value;
+    use crate::version::{VALUE_INLINE_MAX, Version};
 
-    fn chain(versions: &[u64]) -> Box<Chain> {
-        Box::new(Chain {
-            versions: versions
-                .iter()
-                .map(|&version| Version {
-                    version,
-                    value: Some(Value::U64(version)),
-                    expires_at: None,
-                })
-                .collect(),
-        })
+    /// A packed chain of `versions`, each holding its number.
+    fn chain(versions: &[u64]) -> Chain {
+        let versions: Vec<Version> = versions
+            .iter()
+            .map(|&version| Version {
+                version,
+                value: Some(Value::U64(version)),
+                expires_at: None,
+            })
+            .collect();
+        Chain::build(versions.iter().map(Version::as_version_ref), None)
     }
 
     fn versions_of(cell: &ChainCell) -> Vec<u64> {
@@ -326,14 +389,16 @@ mod tests {
     /// as they like.)
     #[test]
     fn replaced_and_dropped_lists_are_freed_exactly_once() {
+        // Values too large to pack: the general chains keep the counted buffers themselves.
         let tracked = |version| {
-            Box::new(Chain {
-                versions: smallvec![Version {
-                    version,
-                    value: Some(Value::Bytes(counted_bytes(&LIVE, b"v"))),
-                    expires_at: None,
-                }],
-            })
+            static LARGE: [u8; VALUE_INLINE_MAX + 1] = [7; VALUE_INLINE_MAX + 1];
+            let chain = Chain::one(&Version {
+                version,
+                value: Some(Value::Bytes(counted_bytes(&LIVE, &LARGE))),
+                expires_at: None,
+            });
+            assert!(matches!(chain, Chain::General(_)));
+            chain
         };
         let cells: Arc<Vec<ChainCell>> = Arc::new((0..8).map(|_| ChainCell::empty()).collect());
         let retired = Arc::new(Retired::default());

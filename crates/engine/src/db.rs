@@ -58,7 +58,7 @@ pub(crate) use crate::snapshot::Snapshot;
 use crate::store::{Entry, EntryRef, Health, ReadView, Store};
 use crate::transaction::{Transaction, TransactionOptions, run_transaction};
 use crate::value::{Value, Versionstamp};
-use crate::version::{Chain, Version};
+use crate::version::{Chain, Stored, VersionRef, Versions};
 use crate::version::{entry_at, entry_of, version_at};
 use crate::watch::{Watch, Watchers};
 
@@ -242,7 +242,7 @@ impl Database {
             if let Some(deadline) = version.expires_at {
                 expiring.push((deadline, key.clone()));
             }
-            map.insert(key, ChainCell::new(Box::new(Chain::one(version))));
+            map.insert(&key, ChainCell::new(Chain::one(&version)));
         }
         let inner = Arc::new(Inner {
             map,
@@ -626,10 +626,16 @@ impl Inner {
     /// [`Inner::read_latest`] borrowed: calls `f` with the live value and its stamp.
     fn with_latest<R>(&self, key: &[u8], f: impl FnOnce(Option<(&Value, Versionstamp)>) -> R) -> R {
         self.with_latest_version(key, |found| {
-            f(found.and_then(|(_, v)| {
-                let value = v.value.as_ref()?;
-                Some((value, Versionstamp::from_version(v.version)))
-            }))
+            let Some((_, v)) = found else {
+                return f(None);
+            };
+            let stamp = Versionstamp::from_version(v.version);
+            match v.value {
+                None => f(None),
+                Some(Stored::Shared(value)) => f(Some((value, stamp))),
+                // A packed value has no `Value` to lend: a copy of a few bytes.
+                Some(Stored::Inline(value)) => f(Some((&value.to_value(), stamp))),
+            }
         })
     }
 
@@ -638,7 +644,7 @@ impl Inner {
     fn with_latest_version<R>(
         &self,
         key: &[u8],
-        f: impl FnOnce(Option<(&KeyBytes, &Version)>) -> R,
+        f: impl FnOnce(Option<(&[u8], VersionRef<'_>)>) -> R,
     ) -> R {
         // `with` loads the list (acquire) before calling this closure, which then loads
         // `visible` (acquire) if it needs it: the order the paragraph above relies on.
@@ -664,7 +670,8 @@ impl Inner {
     /// the cached value loads `visible` (and caches it). The cache is per thread and names its
     /// database by [`Inner::id`], never by address: a database dropped and another allocated
     /// in its place must not inherit its versions.
-    fn latest_of<'v>(&self, versions: &'v [Version]) -> Option<&'v Version> {
+    #[inline]
+    fn latest_of<'v>(&self, versions: Versions<'v>) -> Option<VersionRef<'v>> {
         let newest = versions.first()?;
         let (id, seen) = SEEN_VISIBLE.get();
         if id == self.id && newest.version <= seen {
@@ -709,7 +716,7 @@ impl Inner {
                     visited += 1;
                     let entry = EntryRef {
                         key,
-                        value: value.as_value_ref(),
+                        value: value.get(),
                         versionstamp: Versionstamp::from_version(version.version),
                         expires_at: version.expires_at,
                     };
@@ -755,8 +762,8 @@ impl Inner {
                     // Built in place: an `Option<Entry>` in between costs a copy of the
                     // whole entry per key.
                     out.push(Entry {
-                        key: key.clone(),
-                        value: value.clone(),
+                        key: KeyBytes::from(key),
+                        value: value.to_value(),
                         versionstamp: Versionstamp::from_version(version.version),
                         expires_at: version.expires_at,
                     });
@@ -833,16 +840,17 @@ impl Store for Database {
 
 #[cfg(test)]
 mod tests {
-    use super::{Chain, Database, Registry, Value, Version};
+    use super::{Chain, Database, Registry, Value};
     use crate::key_bytes::KeyBytes;
     use crate::store::ReadView;
+    use crate::version::Version;
 
     /// Installs `versions` as `key`'s list in `db` without publishing anything: what a commit
     /// in progress (or a durable batch not yet logged) leaves for readers to see.
     fn install(db: &Database, key: &[u8], versions: &[(u64, &[u8])]) {
         let inner = &db.inner;
         let slot = inner.map.get_or_insert(&KeyBytes::from(key));
-        let versions = versions
+        let versions: Vec<Version> = versions
             .iter()
             .map(|&(version, value)| Version {
                 version,
@@ -850,8 +858,8 @@ mod tests {
                 expires_at: None,
             })
             .collect();
-        slot.cell()
-            .store(Some(Box::new(Chain { versions })), &inner.retired);
+        let chain = Chain::build(versions.iter().map(Version::as_version_ref), None);
+        slot.cell().store(Some(chain), &inner.retired);
     }
 
     fn value_of(db: &Database, key: &[u8]) -> Option<Value> {

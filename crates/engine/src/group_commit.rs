@@ -596,7 +596,9 @@ impl GroupCommit {
         let error = match self.wal.append(&batch.sink.frames.buf, newest) {
             Ok(checkpoint_due) => {
                 inner.publish(newest);
-                inner.watchers.notify_after_publish(&batch.sink.touched);
+                inner
+                    .watchers
+                    .notify_after_publish(batch.sink.touched.iter().map(KeyBytes::as_slice));
                 if checkpoint_due {
                     self.want_checkpoint();
                 }
@@ -748,7 +750,7 @@ pub(crate) fn live_at(
         let guard = epoch::pin();
         let v = version_at(slot.cell().load(&guard), version)?;
         let live = v.value.is_some() && v.expires_at.is_none_or(|d| d > now);
-        live.then(|| (slot.key().clone(), v.clone()))
+        live.then(|| (KeyBytes::from(slot.key()), v.to_version()))
     })
 }
 

@@ -37,13 +37,14 @@
 //! - [`ListIter::read_all`] hands the batch it read over as the caller's vector; collecting
 //!   the iterator instead copies every entry once more.
 //! - A reverse list costs one map search per entry: the skiplist links only forward.
-//! - Every entry a list or `get` returns shares its value's buffer: one atomic increment, and
-//!   one decrement when it is dropped.
-//! - A key costs about 215 bytes of allocator memory besides its value's buffer (the map
-//!   node, which holds keys of up to [`KeyBytes::INLINE`] bytes inline, the version list and
-//!   the value's reference count), and the whole dataset lives in memory.
-//! - A commit of fresh keys allocates a map node, a version list and a reference count per
-//!   key, so the allocator is a large part of it; the engine does not choose one for you.
+//! - Every entry a list or `get` returns owns its value: a copy of a value of up to 32 bytes
+//!   (stored inline in its key's version list), or a share of a larger one's buffer (one
+//!   atomic increment, and one decrement when it is dropped). [`Store::for_each`] hands out
+//!   borrowed entries instead, with neither.
+//! - A key is two allocations, its map node (with the key's bytes) and its version list (with
+//!   small values inline); the README gives the figure. The whole dataset lives in memory.
+//! - A commit of fresh keys allocates a map node and a version list per key, so the allocator
+//!   is a large part of it; the engine does not choose one for you.
 //! - Threads inserting new keys at once share the map's writer lock (held only to link a
 //!   node; the search for its place runs before, in parallel), the commit lock, and the cache
 //!   lines of the nodes around keys inserted next to each other. Overwrites of keys already

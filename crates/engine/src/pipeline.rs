@@ -27,7 +27,7 @@ use crate::numbering::{SlotTarget, numbered_key};
 use crate::snapshot::Retention;
 use crate::sum::sum_numbers;
 use crate::value::{Value, Versionstamp};
-use crate::version::{Chain, Version, chain_of, now_ms};
+use crate::version::{Chain, Version, VersionRef, Versions, now_ms};
 
 /// Written into by [`Inner::apply_write`] when a commit is logged: its frame and the keys it
 /// wrote (to roll back if the batch's log write fails).
@@ -47,11 +47,12 @@ pub(crate) struct Slots<'a> {
     /// Keys an in-memory commit left with a version readers no longer need once it is
     /// published (or a tombstone): pruned right after publishing, under the commit lock.
     written: SmallVec<[(KeyBytes, Slot<'a>); 2]>,
-    /// Empty version lists allocated before the lock, one per key the operation may write:
-    /// under the lock a commit fills them in rather than allocate (an allocation that grows
-    /// the heap faults pages in, and under the lock every other committer waits for it). A
-    /// list of one version needs nothing more; a longer one still allocates its versions.
-    spare: SmallVec<[Box<Chain>; 4]>,
+    /// Empty buffers allocated before the lock, one per key the operation may write, each
+    /// with the room a packed list of its new version alone takes: under the lock a commit
+    /// fills them in rather than allocate (an allocation that grows the heap faults pages in,
+    /// and under the lock every other committer waits for it). A list that keeps older
+    /// versions, or holds a large value, still allocates under the lock.
+    spare: SmallVec<[Option<Vec<u8>>; 4]>,
 }
 
 /// Gives a value its shared (reference-counted) form now, next to its version list.
@@ -65,6 +66,16 @@ fn share(value: &Value) {
     if let Value::Bytes(b) | Value::V8(b) = value {
         drop(b.clone());
     }
+}
+
+/// The spare buffer (see [`Slots::spare`]) with exactly the room a packed list of `new` alone
+/// takes, if one was allocated.
+fn take_spare(spares: &mut SmallVec<[Option<Vec<u8>>; 4]>, new: &Version) -> Option<Vec<u8>> {
+    let room = Chain::spare_for(&new.as_version_ref())?.capacity();
+    let at = spares
+        .iter()
+        .position(|s| s.as_ref().is_some_and(|b| b.capacity() == room))?;
+    spares.swap_remove(at)
 }
 
 /// Validates an operation against every limit, in Deno's order. Pure: nothing is read.
@@ -209,7 +220,12 @@ impl Inner {
     /// lock held, so every version in the map is published.
     fn current(slot: Option<&Slot<'_>>, now: &mut Option<u64>) -> Option<Value> {
         let guard = epoch::pin();
-        slot?.cell().load(&guard).first()?.live_value(now).cloned()
+        slot?
+            .cell()
+            .load(&guard)
+            .first()?
+            .live_value(now)
+            .map(|v| v.to_value())
     }
 
     /// The stamp of the value [`Inner::current`] returns, without copying the value.
@@ -262,12 +278,12 @@ impl Inner {
             matches!(m.kind, MutationKind::SetSuffixVersionstampedKey { .. })
                 || numbered(SlotTarget::MutationKey(index_u32(i)))
         };
-        let written: SmallVec<[&KeyBytes; 4]> = write
+        let written: SmallVec<[&[u8]; 4]> = write
             .mutations
             .iter()
             .enumerate()
             .filter(|(i, m)| !matches!(m.kind, MutationKind::Delete) && !later(*i, m))
-            .map(|(_, m)| &m.key)
+            .map(|(_, m)| m.key.as_slice())
             .collect();
         let mut written = self.map.get_or_insert_all(&written).into_iter();
         let mutations: SmallVec<[Option<Slot<'_>>; 4]> = write
@@ -301,14 +317,27 @@ impl Inner {
             .mutations
             .iter()
             .filter(|m| !matches!(m.kind, MutationKind::Delete))
-            .map(|m| {
-                let chain = Box::new(Chain::default());
-                if let MutationKind::Set { value, .. }
-                | MutationKind::SetSuffixVersionstampedKey { value, .. } = &m.kind
-                {
-                    share(value);
+            .map(|m| match &m.kind {
+                MutationKind::Set { value, expiry }
+                | MutationKind::SetSuffixVersionstampedKey { value, expiry } => {
+                    let version = VersionRef {
+                        version: 0,
+                        value: Some(crate::version::Stored::Shared(value)),
+                        expires_at: expiry.map(|_| 0),
+                    };
+                    let spare = Chain::spare_for(&version);
+                    if spare.is_none() {
+                        share(value);
+                    }
+                    spare
                 }
-                chain
+                _ => Chain::spare_for(&VersionRef {
+                    version: 0,
+                    value: Some(crate::version::Stored::Inline(crate::value::ValueRef::U64(
+                        0,
+                    ))),
+                    expires_at: None,
+                }),
             })
             .collect();
         Slots {
@@ -325,7 +354,7 @@ impl Inner {
     fn refresh<'a>(&'a self, slot: &mut Option<Slot<'a>>, key: &KeyBytes, write: bool) {
         if slot.as_ref().is_none_or(Slot::is_removed) {
             *slot = if write {
-                Some(self.map.get_or_insert(key))
+                Some(self.map.get_or_insert(key.as_slice()))
             } else {
                 self.map.get(key.as_slice())
             };
@@ -356,7 +385,7 @@ impl Inner {
     fn release(&self, slots: &Slots<'_>) {
         for slot in slots.mutations.iter().flatten() {
             if !slot.is_removed() && slot.cell().load(&epoch::pin()).is_empty() {
-                self.reclaimer.mark(slot.key().clone());
+                self.reclaimer.mark(KeyBytes::from(slot.key()));
             }
         }
     }
@@ -385,11 +414,8 @@ impl Inner {
             if old.iter().all(|v| v.version <= published) {
                 continue;
             }
-            let versions: SmallVec<[Version; 1]> = old
-                .iter()
-                .filter(|v| v.version <= published)
-                .cloned()
-                .collect();
+            let versions: SmallVec<[VersionRef<'_>; 1]> =
+                old.iter().filter(|v| v.version <= published).collect();
             // The rolled-back write may have replaced or cancelled the restored version's
             // deadline: schedule it again, or the expired value is never reclaimed.
             match versions.first().and_then(|v| v.expires_at) {
@@ -400,7 +426,7 @@ impl Inner {
                 slot.remove();
             } else {
                 slot.cell()
-                    .store(Some(Box::new(Chain { versions })), &self.retired);
+                    .store(Some(Chain::build(versions, None)), &self.retired);
             }
         }
     }
@@ -536,7 +562,7 @@ impl Inner {
             return true;
         }
         let since = rc.since.version();
-        let newer = |versions: &[Version]| versions.first().is_some_and(|v| v.version > since);
+        let newer = |versions: Versions<'_>| versions.first().is_some_and(|v| v.version > since);
         // A transaction's point read is the range [key, key ++ 00): one lookup, no scan.
         let point = rc.end.len() == rc.start.len() + 1
             && rc.end.ends_with(&[0])
@@ -654,7 +680,7 @@ impl Inner {
                 expires_at,
             };
             let now_or_later = durable.then_some(&mut retention);
-            let spare = slots.spare.pop();
+            let spare = take_spare(&mut slots.spare, &new);
             if let Some((key, slot)) = self.write_version(key, new, slot, spare, now_or_later) {
                 // A durable commit is published by the log's flusher, later: leave its
                 // garbage to the background thread.
@@ -677,7 +703,7 @@ impl Inner {
         key: KeyBytes,
         new: Version,
         slot: Option<Slot<'a>>,
-        spare: Option<Box<Chain>>,
+        spare: Option<Vec<u8>>,
         retention: Option<&mut Option<Retention>>,
     ) -> Option<(KeyBytes, Slot<'a>)> {
         let tombstone = new.value.is_none();
@@ -697,8 +723,10 @@ impl Inner {
             if let Some(deadline) = expiry {
                 self.reclaimer.schedule_expiry(deadline, key);
             }
-            slot.cell()
-                .store(Some(chain_of(spare, [new])), &self.retired);
+            slot.cell().store(
+                Some(Chain::build([new.as_version_ref()], spare)),
+                &self.retired,
+            );
             return None;
         }
         if expiry.is_none() && old.first().is_some_and(|v| v.expires_at.is_some()) {
@@ -706,7 +734,7 @@ impl Inner {
             // per key that still has one.
             self.reclaimer.cancel_expiry(&key);
         }
-        let kept: SmallVec<[&Version; 2]> = match retention {
+        let kept: SmallVec<[VersionRef<'_>; 2]> = match retention {
             // Pruned once this commit is published (`prune_written`): keep everything until
             // then rather than take the snapshot registry twice.
             None => old.iter().collect(),
@@ -716,7 +744,7 @@ impl Inner {
             }
         };
         let garbage = tombstone || !kept.is_empty();
-        let chain = chain_of(spare, std::iter::once(new).chain(kept.into_iter().cloned()));
+        let chain = Chain::build(std::iter::once(new.as_version_ref()).chain(kept), spare);
         slot.cell().store(Some(chain), &self.retired);
         drop(guard);
         if let Some(deadline) = expiry {

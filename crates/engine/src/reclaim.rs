@@ -37,7 +37,7 @@ use crate::db::Inner;
 use crate::key_bytes::KeyBytes;
 use crate::map::Slot;
 use crate::snapshot::Retention;
-use crate::version::{Chain, Version, now_ms};
+use crate::version::{Chain, VersionRef, now_ms};
 
 /// Keys pruned per hold of the commit lock.
 const BATCH: usize = 256;
@@ -327,7 +327,8 @@ impl Inner {
         }
         // A value reaching its deadline is a change its watches report.
         if let Some(expired) = keys.get(queued..) {
-            self.watchers.notify_after_publish(expired);
+            self.watchers
+                .notify_after_publish(expired.iter().map(KeyBytes::as_slice));
         }
         let mut leftover = Vec::new();
         // Past QUEUE_MAX leftover keys (a long snapshot pins much of the map), stop collecting
@@ -428,14 +429,14 @@ impl Inner {
         }
         let guard = epoch::pin();
         let old = slot.cell().load(&guard);
-        let mut versions: SmallVec<[Version; 1]> = retention.keep(old).cloned().collect();
+        let mut versions: SmallVec<[VersionRef<'_>; 1]> = retention.keep(old).collect();
         // A dead version (tombstone or expired) at the end of the list reads the same as no
         // version at all, so drop it, but only once no snapshot older than it is open: a
         // transaction reading at such a snapshot learns from it that the key changed (with
         // the slot gone, its commit-time range check would see nothing). A transaction that
         // read a value while it was live carries the value's deadline in its range check, so
         // expired values need not wait for readers.
-        let mut dead = |v: &Version| {
+        let mut dead = |v: &VersionRef<'_>| {
             v.value.is_none()
                 || v.expires_at
                     .is_some_and(|d| d <= *now.get_or_insert_with(now_ms))
@@ -460,7 +461,7 @@ impl Inner {
         let still_garbage = versions.len() > 1 || versions.iter().any(&mut dead);
         if versions.len() != old.len() {
             slot.cell()
-                .store(Some(Box::new(Chain { versions })), &self.retired);
+                .store(Some(Chain::build(versions, None)), &self.retired);
         }
         still_garbage
     }

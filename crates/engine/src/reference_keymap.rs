@@ -21,7 +21,7 @@ use smallvec::SmallVec;
 
 use crate::chain_cell::ChainCell;
 use crate::key_bytes::KeyBytes;
-use crate::version::Version;
+use crate::version::Versions;
 
 /// Encoded key → version list, ordered by key bytes.
 #[derive(Default)]
@@ -36,8 +36,8 @@ pub(crate) struct Slot<'a>(Entry<'a, KeyBytes, ChainCell>);
 
 impl Slot<'_> {
     /// The key.
-    pub(crate) fn key(&self) -> &KeyBytes {
-        self.0.key()
+    pub(crate) fn key(&self) -> &[u8] {
+        self.0.key().as_slice()
     }
 
     /// The key's version list.
@@ -68,29 +68,31 @@ impl KeyMap {
     }
 
     /// A counted handle on `key`'s entry, inserting it with an empty cell first if absent.
-    pub(crate) fn get_or_insert(&self, key: &KeyBytes) -> Slot<'_> {
+    pub(crate) fn get_or_insert(&self, key: &[u8]) -> Slot<'_> {
         Slot(
             self.entries
-                .get_or_insert_with(key.clone(), ChainCell::empty),
+                .get_or_insert_with(KeyBytes::from(key), ChainCell::empty),
         )
     }
 
     /// Counted handles on `keys`' entries, one per key in order, inserting each absent key
     /// with an empty cell first.
-    pub(crate) fn get_or_insert_all(&self, keys: &[&KeyBytes]) -> SmallVec<[Slot<'_>; 4]> {
-        keys.iter().map(|key| self.get_or_insert(key)).collect()
+    pub(crate) fn get_or_insert_all<K: AsRef<[u8]>>(&self, keys: &[K]) -> SmallVec<[Slot<'_>; 4]> {
+        keys.iter()
+            .map(|key| self.get_or_insert(key.as_ref()))
+            .collect()
     }
 
     /// Inserts `key`, replacing any entry it had.
-    pub(crate) fn insert(&self, key: KeyBytes, value: ChainCell) {
-        self.entries.insert(key, value);
+    pub(crate) fn insert(&self, key: &[u8], value: ChainCell) {
+        self.entries.insert(KeyBytes::from(key), value);
     }
 
     /// Calls `f` with `key` and its versions, if present, under one epoch pin.
     pub(crate) fn read<R>(
         &self,
         key: &[u8],
-        f: impl FnOnce(&KeyBytes, &[Version]) -> R,
+        f: impl FnOnce(&[u8], Versions<'_>) -> R,
     ) -> Option<R> {
         self.with(key, |found| found.map(|(key, versions)| f(key, versions)))
     }
@@ -100,11 +102,13 @@ impl KeyMap {
     pub(crate) fn with<R>(
         &self,
         key: &[u8],
-        f: impl FnOnce(Option<(&KeyBytes, &[Version])>) -> R,
+        f: impl FnOnce(Option<(&[u8], Versions<'_>)>) -> R,
     ) -> R {
         let guard = epoch::pin();
         let entry = self.entries.get(key);
-        f(entry.as_ref().map(|e| (e.key(), e.value().load(&guard))))
+        f(entry
+            .as_ref()
+            .map(|e| (e.key().as_slice(), e.value().load(&guard))))
     }
 
     /// Visits the keys in `[start, end)` with their versions, ascending or descending, under
@@ -114,7 +118,7 @@ impl KeyMap {
         start: &[u8],
         end: &[u8],
         reverse: bool,
-        mut visit: impl FnMut(&KeyBytes, &[Version]) -> bool,
+        mut visit: impl FnMut(&[u8], Versions<'_>) -> bool,
     ) {
         let guard = epoch::pin();
         let range = self
@@ -126,7 +130,7 @@ impl KeyMap {
             Box::new(range)
         };
         for e in entries {
-            if !visit(e.key(), e.value().load(&guard)) {
+            if !visit(e.key().as_slice(), e.value().load(&guard)) {
                 break;
             }
         }

@@ -16,7 +16,7 @@ use crate::limits::check_read_key;
 use crate::list::{ListIter, ListOptions};
 use crate::store::{Entry, EntryRef, ReadView};
 use crate::value::Versionstamp;
-use crate::version::Version;
+use crate::version::{VersionRef, Versions};
 
 /// Open snapshots, by the version they read at.
 ///
@@ -84,8 +84,8 @@ impl Retention {
     /// invisible to everyone, however long ago the oldest snapshot was taken.
     pub(crate) fn keep<'a>(
         &'a self,
-        chain: &'a [Version],
-    ) -> impl Iterator<Item = &'a Version> + 'a {
+        chain: Versions<'a>,
+    ) -> impl Iterator<Item = VersionRef<'a>> + 'a {
         let mut newer: Option<u64> = None;
         let mut seen_visible = false;
         chain.iter().filter(move |v| {

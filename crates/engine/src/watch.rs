@@ -82,7 +82,7 @@ impl Watchers {
     /// Wakes the watches of `keys`, which a commit published without the commit lock (a log
     /// flush) or an expiry changed. The fence pairs with the one in [`Watchers::register`]:
     /// either this sees the new watch, or the watch's first read sees what was published.
-    pub(crate) fn notify_after_publish<'k>(&self, keys: impl IntoIterator<Item = &'k KeyBytes>) {
+    pub(crate) fn notify_after_publish<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) {
         fence(Ordering::SeqCst);
         if self.open.load(Ordering::SeqCst) != 0 {
             self.notify(keys);
@@ -90,7 +90,7 @@ impl Watchers {
     }
 
     /// Wakes the watches of `keys`, which a published commit changed.
-    pub(crate) fn notify<'k>(&self, keys: impl IntoIterator<Item = &'k KeyBytes>) {
+    pub(crate) fn notify<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) {
         let by_key = self.by_key.read();
         for key in keys {
             for signal in by_key.get(key).into_iter().flatten() {

@@ -329,9 +329,13 @@ fn commits_racing_reclamation_of_their_reserved_slots_lose_no_write() {
 /// Values alive in [`replaced_values_are_freed_as_writes_go_on`].
 static LIVE_VALUES: AtomicUsize = AtomicUsize::new(0);
 
+/// A counted value's bytes: too large to be copied into its key's packed version list (the
+/// engine packs values up to 256 bytes), so the list holds the counted buffer itself.
+static LARGE: [u8; 300] = [7; 300];
+
 /// A value that counts itself in [`LIVE_VALUES`] while alive.
 fn counted() -> Value {
-    Value::Bytes(counted_bytes(&LIVE_VALUES, b"counted"))
+    Value::Bytes(counted_bytes(&LIVE_VALUES, &LARGE))
 }
 
 /// Values that overwrites and deletes replace are freed as the writes go on, not kept: large
@@ -367,7 +371,7 @@ fn replaced_values_are_freed_as_writes_go_on() {
     );
     assert_eq!(
         db.get(&key!["hot"]).unwrap().map(|e| e.value.size()),
-        Some(7)
+        Some(LARGE.len())
     );
     // Once the writes stop, reclamation frees everything replaced. (Other tests of this
     // binary may be pinned for a moment, which holds freeing back: retry for a while.)

@@ -1,19 +1,21 @@
-//! The README's memory claim: a key costs about 210 bytes of memory besides its value's
-//! buffer. The test reads the process's resident memory before and after inserting many short
-//! keys into an in-memory store, so the number in the README cannot drift from the engine.
-//! Resident memory is what capacity planning needs: it counts the allocator's own overhead.
+//! The README's memory claim: a small record (an 11-byte key, a 16-byte value) costs at most
+//! 110 bytes of resident memory, key and value included. The test reads the process's resident
+//! memory before and after inserting many such keys into an in-memory store, so the number in
+//! the README cannot drift from the engine. Resident memory is what capacity planning needs: it
+//! counts the allocator's own overhead.
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use tuplekv::{Database, Options, key};
 
-/// Keys inserted: enough (some 50 MB) that page granularity and per-store constants vanish.
+/// Keys inserted: enough (some 20 MB) that page granularity and per-store constants vanish.
 const KEYS: u64 = 200_000;
-/// Each value's length; its buffer is what the claim leaves out.
+/// Each value's length.
 const VALUE_LEN: usize = 16;
-/// What the README says, with the spread seen between runs and allocator layouts: outside
-/// it the README is wrong.
-const PER_KEY_EXPECTED: std::ops::RangeInclusive<u64> = 170..=270;
+/// What the README promises per key, value included.
+const PER_KEY_MAX: u64 = 110;
+/// Below this the measurement itself is broken (the key and value alone are 27 bytes).
+const PER_KEY_MIN: u64 = 27;
 /// Linux's page size on the machines we run on (`/proc/self/statm` counts pages).
 const PAGE: u64 = 4096;
 
@@ -25,7 +27,7 @@ fn resident() -> u64 {
 }
 
 #[test]
-fn a_key_costs_about_210_bytes_besides_its_value() {
+fn a_small_record_costs_at_most_110_resident_bytes_value_included() {
     let db = Database::with_options(Options {
         background_reclaim: false,
         ..Options::default()
@@ -38,13 +40,10 @@ fn a_key_costs_about_210_bytes_besides_its_value() {
     }
     let after = resident();
     assert_eq!(db.stats().keys, KEYS as usize + 1);
-    // The value's buffer: its bytes, rounded up to malloc's 16-byte chunks, plus the chunk's
-    // 8-byte header.
-    let value_buffer = (VALUE_LEN as u64 + 8).div_ceil(16) * 16;
-    let per_key = (after.saturating_sub(before) / KEYS).saturating_sub(value_buffer);
-    println!("resident memory per key besides its {VALUE_LEN}-byte value: {per_key} bytes");
+    let per_key = after.saturating_sub(before) / KEYS;
+    println!("resident memory per key with its {VALUE_LEN}-byte value: {per_key} bytes");
     assert!(
-        PER_KEY_EXPECTED.contains(&per_key),
-        "a key costs {per_key} bytes besides its value; the README says about 210"
+        (PER_KEY_MIN..=PER_KEY_MAX).contains(&per_key),
+        "a key costs {per_key} bytes with its value; the README says at most {PER_KEY_MAX}"
     );
 }
