@@ -44,9 +44,7 @@ use parking_lot::Mutex;
 
 use crate::version::{Chain, General, PACKED, Versions};
 
-/// Replaced lists per sealed batch: one deferred marker (and one flush of the thread's
-/// deferred functions) per this many stores over an existing list.
-pub(crate) const RETIRE_BATCH: usize = 64;
+pub(crate) use crate::limits::RETIRE_BATCH;
 
 /// A chain as one thin pointer to its first byte, the tag that says which form it is
 /// (`version.rs`): what `Box::into_raw` returned for its buffer or its general list.

@@ -84,3 +84,11 @@ pub const REPLAY_ROUNDS_MAX: usize = 1024;
 /// one epoch pin before it renews the pin: a scan of the whole map would otherwise hold back
 /// the freeing of every list replaced meanwhile for as long as it runs.
 pub const SCAN_PIN_ENTRIES: usize = 1024;
+
+/// Replaced version lists per sealed batch of the writers' retirement (see the design notes in
+/// the crate's `chain_cell` module): one deferred marker, and one flush of the thread's
+/// deferred functions, per this many stores over an existing list. A replaced list waits in
+/// its batch until the epoch has moved on twice past the seal, so in a process whose only
+/// pinning thread is the writer, at most the lists of the last commit plus about three
+/// batches are waiting at any time (`tests/reclamation_peak.rs` checks it).
+pub const RETIRE_BATCH: usize = 64;

@@ -1,13 +1,13 @@
 //! Reclamation: the bookkeeping of what to reclaim stays bounded under long write workloads
 //! (it once grew by one entry per write with an expiry, and by one per overwrite without the
 //! background thread), and the background thread reclaims on its own, with no `reclaim_now`.
+//! How many replaced values stay alive is checked in `reclamation_peak.rs`, alone in its
+//! process.
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tuplekv_engine::{Database, ReadView, Stats, Value, key};
-use tuplekv_testkit::counted::counted_bytes;
 use tuplekv_testkit::db::options;
 use tuplekv_testkit::rounds::Rounds;
 
@@ -324,66 +324,4 @@ fn commits_racing_reclamation_of_their_reserved_slots_lose_no_write() {
     assert!(reclaimed >= 2, "{reclaimed} reclaim passes");
     db.reclaim_now();
     assert_eq!(db.stats().keys, 20_001);
-}
-
-/// Values alive in [`replaced_values_are_freed_as_writes_go_on`].
-static LIVE_VALUES: AtomicUsize = AtomicUsize::new(0);
-
-/// A counted value's bytes: too large to be copied into its key's packed version list (the
-/// engine packs values up to 256 bytes), so the list holds the counted buffer itself.
-static LARGE: [u8; 300] = [7; 300];
-
-/// A value that counts itself in [`LIVE_VALUES`] while alive.
-fn counted() -> Value {
-    Value::Bytes(counted_bytes(&LIVE_VALUES, &LARGE))
-}
-
-/// Values that overwrites and deletes replace are freed as the writes go on, not kept: large
-/// deletes and hot overwrites, without the background thread, leave a bounded number of dead
-/// values alive. (An epoch-deferred design of the version lists once let 51k of them pile up
-/// here: its freeing ran only as threads pinned, and one pin per commit starved it.)
-#[test]
-fn replaced_values_are_freed_as_writes_go_on() {
-    let db = without_thread();
-    let mut peak = 0;
-    for _ in 0..100 {
-        let mut a = db.atomic();
-        for i in 0..1000 {
-            a = a.set(&key!["k", i], counted());
-        }
-        assert!(a.commit().unwrap().is_committed());
-        for _ in 0..500 {
-            db.set(&key!["hot"], counted()).unwrap();
-        }
-        let mut a = db.atomic();
-        for i in 0..1000 {
-            a = a.delete(&key!["k", i]);
-        }
-        assert!(a.commit().unwrap().is_committed());
-        peak = peak.max(LIVE_VALUES.load(Ordering::SeqCst));
-    }
-    // 150k values were written; one is live. Kept for good, they would all be counted.
-    assert!(peak < 10_000, "{peak} values alive at the peak");
-    assert!(
-        db.stats().retired_lists < 1_000,
-        "replaced lists are freed by the writers as they go: {:?}",
-        db.stats()
-    );
-    assert_eq!(
-        db.get(&key!["hot"]).unwrap().map(|e| e.value.size()),
-        Some(LARGE.len())
-    );
-    // Once the writes stop, reclamation frees everything replaced. (Other tests of this
-    // binary may be pinned for a moment, which holds freeing back: retry for a while.)
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        db.reclaim_now();
-        let live = LIVE_VALUES.load(Ordering::SeqCst);
-        if (live == 1 && db.stats().retired_lists == 0) || std::time::Instant::now() > deadline {
-            assert_eq!(live, 1, "only the hot key's value is left");
-            assert_eq!(db.stats().retired_lists, 0, "{:?}", db.stats());
-            break;
-        }
-        std::thread::yield_now();
-    }
 }
