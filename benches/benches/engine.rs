@@ -3,8 +3,15 @@
 //!
 //! Peers: a `BTreeMap` behind a `parking_lot::RwLock` (what you would write yourself; commits
 //! take the write lock, check, apply), crossbeam's `SkipMap` (a concurrent ordered map with no
-//! multi-key atomicity: it does less work, shown for scale) and `denokv_sqlite` in memory
-//! (Deno KV's own backend). Run: `cargo xtask bench engine` or
+//! multi-key atomicity: it does less work, shown for scale), redb on its in-memory backend (an
+//! embedded transactional B-tree store with snapshots: each read opens a read transaction, as
+//! its users write it) and `denokv_sqlite` in memory (Deno KV's own backend).
+//!
+//! Reads run on 1 and 2 threads and on `available_parallelism` (see [`read_threads`]). Peers
+//! read as their users do: a get clones the value out (an owned result, like ours), and a
+//! scan *borrows* each entry where the peer's API lends it (a B-tree range, a skip-map range,
+//! redb's access guards), touching its key and value through [`touch`]. The clone-everything
+//! B-tree scan is kept beside it (`btreemap_rwlock_cloned`) for scale. Run: `cargo xtask bench engine` or
 //! `cargo bench -p tuplekv-benches --bench engine`.
 //!
 //! Every implementation is measured in five alternating rounds ([`ROUNDS`]: ours, then each
@@ -14,12 +21,14 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use crossbeam_skiplist::SkipMap;
 use parking_lot::RwLock;
+use redb::ReadableDatabase;
 use tuplekv_benches::denokv::{self, DenoSqlite};
 use tuplekv_benches::skip;
 use tuplekv_benches::workloads::{
@@ -29,6 +38,10 @@ use tuplekv_codec::{Selector, encode_key, key};
 use tuplekv_engine::limits::MUTATIONS_MAX;
 use tuplekv_engine::{Database, ListOptions, ReadView, Value};
 
+/// redb's table of the preloaded keys.
+const REDB_TABLE: redb::TableDefinition<'static, &[u8], &[u8]> =
+    redb::TableDefinition::new("engine");
+
 /// The "write it yourself" peer: an ordered map of key -> (value, version).
 type Locked = RwLock<(BTreeMap<Vec<u8>, (Vec<u8>, u64)>, u64)>;
 
@@ -37,7 +50,78 @@ struct World {
     ours: Database,
     btree: Locked,
     skip: SkipMap<Vec<u8>, Vec<u8>>,
+    redb: Option<redb::Database>,
     deno: Option<DenoSqlite>,
+}
+
+/// redb on its in-memory backend, preloaded with `keys` in commits of 1000.
+fn redb_world(keys: &[Vec<u8>]) -> Result<redb::Database, redb::Error> {
+    let db =
+        redb::Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
+    for (chunk, ks) in keys.chunks(1000).enumerate() {
+        let w = db.begin_write()?;
+        {
+            let mut table = w.open_table(REDB_TABLE)?;
+            for (j, k) in ks.iter().enumerate() {
+                table.insert(
+                    k.as_slice(),
+                    user_value((chunk * 1000 + j) as u64).as_slice(),
+                )?;
+            }
+        }
+        w.commit()?;
+    }
+    Ok(db)
+}
+
+/// A get from redb as its users write one: a read transaction, the table, the value copied out.
+fn redb_get(db: &redb::Database, key: &[u8]) -> Result<Option<Vec<u8>>, redb::Error> {
+    let read = db.begin_read()?;
+    let table = read.open_table(REDB_TABLE)?;
+    Ok(table.get(key)?.map(|v| v.value().to_vec()))
+}
+
+/// Up to `n` entries of redb from `start` to `end`, borrowed through its access guards and
+/// touched: how many, and what [`touch`] summed.
+fn redb_scan(
+    db: &redb::Database,
+    start: &[u8],
+    end: &[u8],
+    n: usize,
+) -> Result<(usize, usize), redb::Error> {
+    let read = db.begin_read()?;
+    let table = read.open_table(REDB_TABLE)?;
+    let (mut seen, mut acc) = (0, 0);
+    for item in table.range(start..end)?.take(n) {
+        let (k, v) = item?;
+        acc += touch(k.value(), v.value());
+        seen += 1;
+    }
+    Ok((seen, acc))
+}
+
+/// The half-open byte range `[start, end)` as bounds a map of `Vec<u8>` keys takes borrowed.
+fn bounds<'a>(start: &'a [u8], end: &'a [u8]) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    (Bound::Included(start), Bound::Excluded(end))
+}
+
+/// What a scan does with each borrowed entry: reads both slices' lengths and the value's
+/// last byte (so the value's memory is touched, as any use of it would), returned for
+/// `black_box`.
+#[inline(always)]
+fn touch(key: &[u8], value: &[u8]) -> usize {
+    key.len() + value.len() + usize::from(value.last().copied().unwrap_or(0))
+}
+
+/// The thread counts of the read benches: 1, 2 and the machine's `available_parallelism`
+/// (once each; 2 on a 2-core machine).
+fn read_threads() -> Vec<usize> {
+    let mut counts = vec![1, 2];
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if !counts.contains(&cores) {
+        counts.push(cores);
+    }
+    counts
 }
 
 fn world() -> World {
@@ -56,6 +140,17 @@ fn world() -> World {
         btree.write().0.insert(k.clone(), (user_value(i as u64), 1));
         skipmap.insert(k.clone(), user_value(i as u64));
     }
+    let redb = match redb_world(&keys) {
+        Ok(db) => Some(db),
+        Err(e) => {
+            skip(
+                "engine/*",
+                "redb",
+                &format!("could not open or preload: {e}"),
+            );
+            None
+        }
+    };
     let deno = match DenoSqlite::in_memory() {
         Ok(d) => {
             for (chunk, ks) in keys.chunks(1000).enumerate() {
@@ -80,6 +175,7 @@ fn world() -> World {
         ours,
         btree,
         skip: skipmap,
+        redb,
         deno,
     }
 }
@@ -104,7 +200,7 @@ fn get(c: &mut Criterion, w: &World) {
     let picks = key_indexes(ENGINE_KEYS, 1 << 16, 42);
     let pick = |t: usize, i: u64| &w.keys[picks[(i as usize + t * 7919) & 0xffff]];
     let mut g = c.benchmark_group("engine/get");
-    for threads in [1usize, 2] {
+    for threads in read_threads() {
         g.throughput(Throughput::Elements(threads as u64));
         for round in ROUNDS.map(Some) {
             g.bench_function(id("tuplekv", threads, round), |b| {
@@ -128,6 +224,15 @@ fn get(c: &mut Criterion, w: &World) {
                     })
                 })
             });
+            if let Some(redb) = &w.redb {
+                g.bench_function(id("redb", threads, round), |b| {
+                    b.iter_custom(|n| {
+                        parallel(threads, n, |t, i| {
+                            black_box(redb_get(redb, pick(t, i)).ok().flatten());
+                        })
+                    })
+                });
+            }
             if let Some(deno) = &w.deno {
                 g.bench_function(id("denokv_sqlite", threads, round), |b| {
                     b.iter_custom(|n| {
@@ -355,74 +460,154 @@ fn commit(c: &mut Criterion, w: &World, map: Map) {
     g.finish();
 }
 
-/// 100 entries from a random start under the prefix `["users", "by_id"]`, read into a vector
-/// through each implementation's public listing path. Ours: `Database::list` with a
-/// prefix+start selector, read with `ListIter::read_all` (`tuplekv`) and by collecting the
-/// iterator (`tuplekv_iter`, which moves each entry through the iterator and grows the vector
-/// as it goes).
+/// The inputs of the scan benches: 4096 random starts under `["users", "by_id"]` (each with
+/// 100 keys after it), as selectors for ours and as keys for the peers.
+struct Scans {
+    picks: Vec<usize>,
+    selectors: Vec<Selector>,
+    end: Vec<u8>,
+}
+
+impl Scans {
+    fn new() -> Scans {
+        let picks = key_indexes(ENGINE_KEYS - 100, 1 << 12, 7);
+        let prefix = key!["users", "by_id"];
+        let selectors = picks
+            .iter()
+            .map(|&i| Selector::prefix_start(&prefix, &user_key(i as u64)))
+            .collect();
+        Scans {
+            picks,
+            selectors,
+            end: prefix_end(&prefix),
+        }
+    }
+
+    /// The index of the `i`-th scan of thread `t`.
+    fn pick(t: usize, i: u64) -> usize {
+        (i as usize + t * 1021) & 0xfff
+    }
+}
+
+/// The peers' borrowed 100-entry scans, shared by `engine/list_100` and `engine/scan_100`: a
+/// B-tree range under the read lock, a skip-map range, and a redb range in a read transaction,
+/// each entry touched in place.
+fn borrowed_peers(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    w: &World,
+    s: &Scans,
+    threads: usize,
+    round: Option<u32>,
+) {
+    let start = |t: usize, i: u64| &w.keys[s.picks[Scans::pick(t, i)]];
+    g.bench_function(id("btreemap_rwlock", threads, round), |b| {
+        b.iter_custom(|n| {
+            parallel(threads, n, |t, i| {
+                let guard = w.btree.read();
+                let mut seen = 0;
+                let mut acc = 0;
+                for (k, (v, _)) in guard
+                    .0
+                    .range::<[u8], _>(bounds(start(t, i), &s.end))
+                    .take(100)
+                {
+                    acc += touch(k, v);
+                    seen += 1;
+                }
+                black_box(acc);
+                assert_eq!(seen, 100);
+            })
+        })
+    });
+    g.bench_function(id("crossbeam_skipmap", threads, round), |b| {
+        b.iter_custom(|n| {
+            parallel(threads, n, |t, i| {
+                let mut seen = 0;
+                let mut acc = 0;
+                for e in w
+                    .skip
+                    .range::<[u8], _>(bounds(start(t, i), &s.end))
+                    .take(100)
+                {
+                    acc += touch(e.key(), e.value());
+                    seen += 1;
+                }
+                black_box(acc);
+                assert_eq!(seen, 100);
+            })
+        })
+    });
+    if let Some(redb) = &w.redb {
+        g.bench_function(id("redb", threads, round), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |t, i| {
+                    let scanned = redb_scan(redb, start(t, i), &s.end, 100);
+                    assert_eq!(
+                        scanned.map(|(seen, acc)| (seen, black_box(acc)).0).ok(),
+                        Some(100)
+                    );
+                })
+            })
+        });
+    }
+}
+
+/// 100 entries from a random start under the prefix `["users", "by_id"]`, through each
+/// implementation's public listing path, as its users write the loop. Ours (`tuplekv`):
+/// `for entry in db.list(..)`, each entry owned (its key copied, its value shared), and
+/// `tuplekv_read_all`, the batch read into one vector. Peers borrow where their API lends
+/// (see [`borrowed_peers`]); `btreemap_rwlock_cloned` clones every entry into a vector, and
+/// `denokv_sqlite` returns owned rows.
 fn list(c: &mut Criterion, w: &World) {
-    let picks = key_indexes(ENGINE_KEYS - 100, 1 << 12, 7);
-    let prefix = key!["users", "by_id"];
-    let selectors: Vec<Selector> = picks
-        .iter()
-        .map(|&i| Selector::prefix_start(&prefix, &user_key(i as u64)))
-        .collect();
-    let end = prefix_end(&prefix);
-    let pick = |t: usize, i: u64| (i as usize + t * 1021) & 0xfff;
+    let s = Scans::new();
     let mut g = c.benchmark_group("engine/list_100");
     let options = ListOptions {
         limit: Some(100),
         ..ListOptions::default()
     };
-    for threads in [1usize, 2] {
+    for threads in read_threads() {
         g.throughput(Throughput::Elements(100 * threads as u64));
         for round in ROUNDS.map(Some) {
             g.bench_function(id("tuplekv", threads, round), |b| {
                 b.iter_custom(|n| {
                     parallel(threads, n, |t, i| {
+                        let list = w
+                            .ours
+                            .list(&s.selectors[Scans::pick(t, i)], options.clone());
+                        let mut seen = 0;
+                        let mut acc = 0;
+                        for entry in list.expect("list") {
+                            let e = entry.expect("entry");
+                            acc += touch(&e.key, e.value.as_bytes().unwrap_or_default());
+                            seen += 1;
+                        }
+                        black_box(acc);
+                        assert_eq!(seen, 100);
+                    })
+                })
+            });
+            g.bench_function(id("tuplekv_read_all", threads, round), |b| {
+                b.iter_custom(|n| {
+                    parallel(threads, n, |t, i| {
                         let entries = w
                             .ours
-                            .list(&selectors[pick(t, i)], options.clone())
+                            .list(&s.selectors[Scans::pick(t, i)], options.clone())
                             .and_then(|mut list| list.read_all());
                         assert_eq!(entries.map(|e| e.len()).ok(), Some(100));
                     })
                 })
             });
-            g.bench_function(id("tuplekv_iter", threads, round), |b| {
+            borrowed_peers(&mut g, w, &s, threads, round);
+            g.bench_function(id("btreemap_rwlock_cloned", threads, round), |b| {
                 b.iter_custom(|n| {
                     parallel(threads, n, |t, i| {
-                        let entries: Result<Vec<_>, _> = w
-                            .ours
-                            .list(&selectors[pick(t, i)], options.clone())
-                            .and_then(Iterator::collect);
-                        assert_eq!(entries.map(|e| e.len()).ok(), Some(100));
-                    })
-                })
-            });
-            g.bench_function(id("btreemap_rwlock", threads, round), |b| {
-                b.iter_custom(|n| {
-                    parallel(threads, n, |t, i| {
-                        let start = &w.keys[picks[pick(t, i)]];
+                        let start = &w.keys[s.picks[Scans::pick(t, i)]];
                         let guard = w.btree.read();
                         let out: Vec<(Vec<u8>, Vec<u8>)> = guard
                             .0
-                            .range(start.clone()..end.clone())
+                            .range(start.clone()..s.end.clone())
                             .take(100)
                             .map(|(k, (v, _))| (k.clone(), v.clone()))
-                            .collect();
-                        assert_eq!(out.len(), 100);
-                    })
-                })
-            });
-            g.bench_function(id("crossbeam_skipmap", threads, round), |b| {
-                b.iter_custom(|n| {
-                    parallel(threads, n, |t, i| {
-                        let start = &w.keys[picks[pick(t, i)]];
-                        let out: Vec<(Vec<u8>, Vec<u8>)> = w
-                            .skip
-                            .range(start.clone()..end.clone())
-                            .take(100)
-                            .map(|e| (e.key().clone(), e.value().clone()))
                             .collect();
                         assert_eq!(out.len(), 100);
                     })
@@ -433,15 +618,51 @@ fn list(c: &mut Criterion, w: &World) {
                     b.iter_custom(|n| {
                         let handles = deno.handles(threads);
                         parallel(threads, n, |t, i| {
-                            let start = &w.keys[picks[pick(t, i)]];
+                            let start = &w.keys[s.picks[Scans::pick(t, i)]];
                             assert_eq!(
-                                handles[t].range(start, &end, 100).map(|v| v.len()),
+                                handles[t].range(start, &s.end, 100).map(|v| v.len()),
                                 Ok(100)
                             );
                         })
                     })
                 });
             }
+        }
+    }
+    g.finish();
+}
+
+/// The same 100-entry scans through the borrowing API: ours (`tuplekv`) is
+/// `Database::for_each`, which lends each entry straight from the map; the peers are the
+/// borrowed scans of [`borrowed_peers`].
+fn scan(c: &mut Criterion, w: &World) {
+    let s = Scans::new();
+    let mut g = c.benchmark_group("engine/scan_100");
+    let options = ListOptions {
+        limit: Some(100),
+        ..ListOptions::default()
+    };
+    for threads in read_threads() {
+        g.throughput(Throughput::Elements(100 * threads as u64));
+        for round in ROUNDS.map(Some) {
+            g.bench_function(id("tuplekv", threads, round), |b| {
+                b.iter_custom(|n| {
+                    parallel(threads, n, |t, i| {
+                        let mut acc = 0;
+                        let seen = w.ours.for_each(
+                            &s.selectors[Scans::pick(t, i)],
+                            options.clone(),
+                            |e| {
+                                acc += touch(e.key, e.value.as_bytes().unwrap_or_default());
+                                std::ops::ControlFlow::Continue(())
+                            },
+                        );
+                        black_box(acc);
+                        assert_eq!(seen.ok(), Some(100));
+                    })
+                })
+            });
+            borrowed_peers(&mut g, w, &s, threads, round);
         }
     }
     g.finish();
@@ -628,6 +849,7 @@ fn engine(c: &mut Criterion) {
     let w = world();
     get(c, &w);
     list(c, &w);
+    scan(c, &w);
     sum(c, &w);
     get_under_write(c, &w);
     watch_overhead(c, &w);

@@ -243,6 +243,21 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
     }
     let notes: Vec<String> = handoff::report_line(&handoffs).into_iter().collect();
     let path = report::write(&out_dir, &measurements, &skipped, &command, &notes)?;
+    // The memory group measures bytes, not time: it writes its own table, appended here when
+    // this run wrote it.
+    let memory = out_dir.join("memory.md");
+    if std::fs::metadata(&memory)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= started_at)
+    {
+        let table = std::fs::read_to_string(&memory)
+            .with_context(|| format!("reading {}", memory.display()))?;
+        let mut text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        text.push('\n');
+        text.push_str(&table);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
     eprintln!(
         "report: {} ({} results, {} skipped peers), chart: {}",
         cmd::relative(&path),

@@ -3,6 +3,7 @@
 use tuplekv_codec::{ByteRange, Selector};
 
 use crate::error::Error;
+use crate::key_bytes::KeyBytes;
 use crate::limits::{KEY_SIZE_MAX_READ, LIST_BATCH_SIZE_DEFAULT_MAX, LIST_BATCH_SIZE_MAX};
 use crate::store::{Entry, ReadView};
 
@@ -77,10 +78,10 @@ pub struct ListIter<V> {
     buffer: std::vec::IntoIter<Entry>,
     /// The view has no more entries in `range`.
     range_done: bool,
-    /// The key of the last entry yielded (empty before the first: no stored key is empty), for
-    /// the cursor. Its buffer is reused, so keeping it costs a short copy per entry and no
-    /// allocation.
-    last_key: Vec<u8>,
+    /// The key of the last entry yielded, for the cursor. A key of up to
+    /// [`KeyBytes::INLINE`] bytes is copied as one fixed-size value, with no call to `memcpy`
+    /// and no allocation.
+    last_key: Option<KeyBytes>,
     /// The cursor the iteration resumed from (not `""`), reported until an entry is yielded.
     resumed_from: Option<String>,
     exhausted: bool,
@@ -111,7 +112,7 @@ impl<V: ReadView> ListIter<V> {
             batch_size,
             buffer: Vec::new().into_iter(),
             range_done: false,
-            last_key: Vec::new(),
+            last_key: None,
             resumed_from: options.cursor.filter(|c| !c.is_empty()),
             exhausted: false,
         })
@@ -159,9 +160,7 @@ impl<V: ReadView> ListIter<V> {
 
     /// The key of the last entry yielded, if any.
     fn last_key(&self) -> Option<&[u8]> {
-        Some(&self.last_key)
-            .filter(|k| !k.is_empty())
-            .map(Vec::as_slice)
+        self.last_key.as_deref()
     }
 
     /// Reads every entry left (up to the limit) into one vector.
@@ -216,8 +215,7 @@ impl<V: ReadView> ListIter<V> {
                 out.extend(batch);
             }
             if let Some(last) = out.last() {
-                self.last_key.clear();
-                self.last_key.extend_from_slice(&last.key);
+                self.last_key = Some(last.key.clone());
             }
         }
         Ok(out)
@@ -270,8 +268,7 @@ impl<V: ReadView> Iterator for ListIter<V> {
         if let Some(r) = self.remaining.as_mut() {
             *r -= 1;
         }
-        self.last_key.clear();
-        self.last_key.extend_from_slice(&entry.key);
+        self.last_key = Some(entry.key.clone());
         Some(Ok(entry))
     }
 
