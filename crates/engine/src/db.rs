@@ -242,7 +242,7 @@ impl Database {
             if let Some(deadline) = version.expires_at {
                 expiring.push((deadline, key.clone()));
             }
-            map.insert(&key, ChainCell::new(Chain::one(&version)));
+            map.insert(&key, ChainCell::new(Chain::with_newest(version, [], None)));
         }
         let inner = Arc::new(Inner {
             map,

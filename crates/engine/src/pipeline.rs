@@ -723,10 +723,8 @@ impl Inner {
             if let Some(deadline) = expiry {
                 self.reclaimer.schedule_expiry(deadline, key);
             }
-            slot.cell().store(
-                Some(Chain::build([new.as_version_ref()], spare)),
-                &self.retired,
-            );
+            slot.cell()
+                .store(Some(Chain::with_newest(new, [], spare)), &self.retired);
             return None;
         }
         if expiry.is_none() && old.first().is_some_and(|v| v.expires_at.is_some()) {
@@ -744,7 +742,7 @@ impl Inner {
             }
         };
         let garbage = tombstone || !kept.is_empty();
-        let chain = Chain::build(std::iter::once(new.as_version_ref()).chain(kept), spare);
+        let chain = Chain::with_newest(new, kept, spare);
         slot.cell().store(Some(chain), &self.retired);
         drop(guard);
         if let Some(deadline) = expiry {

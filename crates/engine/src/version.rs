@@ -244,7 +244,36 @@ impl Chain {
         Chain::Packed(out.into_boxed_slice())
     }
 
+    /// A chain of `new` followed by the `older` versions (newest first), as [`Chain::build`]
+    /// makes it, except that a general list takes `new`'s value as it is. A commit's value
+    /// usually arrives as a `Vec` turned into `Bytes`: another share of it would first
+    /// allocate the buffer's reference count (the `bytes` crate's promotion), a malloc and a
+    /// compare-and-swap per large value on the commit path.
+    pub(crate) fn with_newest<'v>(
+        new: Version,
+        older: impl IntoIterator<Item = VersionRef<'v>>,
+        spare: Option<Vec<u8>>,
+    ) -> Chain {
+        let older: SmallVec<[VersionRef<'v>; 2]> = older.into_iter().collect();
+        if new.as_version_ref().packs() && older.iter().all(VersionRef::packs) {
+            let mut all: SmallVec<[VersionRef<'_>; 3]> = SmallVec::new();
+            all.push(new.as_version_ref());
+            for v in &older {
+                all.push(*v);
+            }
+            return Chain::build(all, spare);
+        }
+        let mut versions = SmallVec::with_capacity(1 + older.len());
+        versions.push(new);
+        versions.extend(older.iter().map(|v| v.to_version()));
+        Chain::General(Box::new(General {
+            tag: GENERAL,
+            versions,
+        }))
+    }
+
     /// A chain of the one version `version`.
+    #[cfg(test)]
     pub(crate) fn one(version: &Version) -> Chain {
         Chain::build([version.as_version_ref()], None)
     }
