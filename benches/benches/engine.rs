@@ -483,10 +483,39 @@ impl Scans {
         }
     }
 
+    /// The list options of every scan: 100 entries.
+    fn options() -> ListOptions {
+        ListOptions {
+            limit: Some(100),
+            ..ListOptions::default()
+        }
+    }
+
     /// The index of the `i`-th scan of thread `t`.
     fn pick(t: usize, i: u64) -> usize {
         (i as usize + t * 1021) & 0xfff
     }
+}
+
+/// Runs the scan group `name`: `each(group, threads, round)` adds the group's benchmarks for
+/// every thread count of [`read_threads`] and every round, 100 entries counted per scan.
+fn scan_rounds(
+    c: &mut Criterion,
+    name: &str,
+    mut each: impl FnMut(
+        &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        usize,
+        Option<u32>,
+    ),
+) {
+    let mut g = c.benchmark_group(name);
+    for threads in read_threads() {
+        g.throughput(Throughput::Elements(100 * threads as u64));
+        for round in ROUNDS.map(Some) {
+            each(&mut g, threads, round);
+        }
+    }
+    g.finish();
 }
 
 /// The peers' borrowed 100-entry scans, shared by `engine/list_100` and `engine/scan_100`: a
@@ -560,76 +589,68 @@ fn borrowed_peers(
 /// `denokv_sqlite` returns owned rows.
 fn list(c: &mut Criterion, w: &World) {
     let s = Scans::new();
-    let mut g = c.benchmark_group("engine/list_100");
-    let options = ListOptions {
-        limit: Some(100),
-        ..ListOptions::default()
-    };
-    for threads in read_threads() {
-        g.throughput(Throughput::Elements(100 * threads as u64));
-        for round in ROUNDS.map(Some) {
-            g.bench_function(id("tuplekv", threads, round), |b| {
-                b.iter_custom(|n| {
-                    parallel(threads, n, |t, i| {
-                        let list = w
-                            .ours
-                            .list(&s.selectors[Scans::pick(t, i)], options.clone());
-                        let mut seen = 0;
-                        let mut acc = 0;
-                        for entry in list.expect("list") {
-                            let e = entry.expect("entry");
-                            acc += touch(&e.key, e.value.as_bytes().unwrap_or_default());
-                            seen += 1;
-                        }
-                        black_box(acc);
-                        assert_eq!(seen, 100);
-                    })
+    let options = Scans::options();
+    scan_rounds(c, "engine/list_100", |g, threads, round| {
+        g.bench_function(id("tuplekv", threads, round), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |t, i| {
+                    let list = w
+                        .ours
+                        .list(&s.selectors[Scans::pick(t, i)], options.clone());
+                    let mut seen = 0;
+                    let mut acc = 0;
+                    for entry in list.expect("list") {
+                        let e = entry.expect("entry");
+                        acc += touch(&e.key, e.value.as_bytes().unwrap_or_default());
+                        seen += 1;
+                    }
+                    black_box(acc);
+                    assert_eq!(seen, 100);
                 })
-            });
-            g.bench_function(id("tuplekv_read_all", threads, round), |b| {
-                b.iter_custom(|n| {
-                    parallel(threads, n, |t, i| {
-                        let entries = w
-                            .ours
-                            .list(&s.selectors[Scans::pick(t, i)], options.clone())
-                            .and_then(|mut list| list.read_all());
-                        assert_eq!(entries.map(|e| e.len()).ok(), Some(100));
-                    })
+            })
+        });
+        g.bench_function(id("tuplekv_read_all", threads, round), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |t, i| {
+                    let entries = w
+                        .ours
+                        .list(&s.selectors[Scans::pick(t, i)], options.clone())
+                        .and_then(|mut list| list.read_all());
+                    assert_eq!(entries.map(|e| e.len()).ok(), Some(100));
                 })
-            });
-            borrowed_peers(&mut g, w, &s, threads, round);
-            g.bench_function(id("btreemap_rwlock_cloned", threads, round), |b| {
+            })
+        });
+        borrowed_peers(g, w, &s, threads, round);
+        g.bench_function(id("btreemap_rwlock_cloned", threads, round), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |t, i| {
+                    let start = &w.keys[s.picks[Scans::pick(t, i)]];
+                    let guard = w.btree.read();
+                    let out: Vec<(Vec<u8>, Vec<u8>)> = guard
+                        .0
+                        .range(start.clone()..s.end.clone())
+                        .take(100)
+                        .map(|(k, (v, _))| (k.clone(), v.clone()))
+                        .collect();
+                    assert_eq!(out.len(), 100);
+                })
+            })
+        });
+        if let Some(deno) = &w.deno {
+            g.bench_function(id("denokv_sqlite", threads, round), |b| {
                 b.iter_custom(|n| {
+                    let handles = deno.handles(threads);
                     parallel(threads, n, |t, i| {
                         let start = &w.keys[s.picks[Scans::pick(t, i)]];
-                        let guard = w.btree.read();
-                        let out: Vec<(Vec<u8>, Vec<u8>)> = guard
-                            .0
-                            .range(start.clone()..s.end.clone())
-                            .take(100)
-                            .map(|(k, (v, _))| (k.clone(), v.clone()))
-                            .collect();
-                        assert_eq!(out.len(), 100);
+                        assert_eq!(
+                            handles[t].range(start, &s.end, 100).map(|v| v.len()),
+                            Ok(100)
+                        );
                     })
                 })
             });
-            if let Some(deno) = &w.deno {
-                g.bench_function(id("denokv_sqlite", threads, round), |b| {
-                    b.iter_custom(|n| {
-                        let handles = deno.handles(threads);
-                        parallel(threads, n, |t, i| {
-                            let start = &w.keys[s.picks[Scans::pick(t, i)]];
-                            assert_eq!(
-                                handles[t].range(start, &s.end, 100).map(|v| v.len()),
-                                Ok(100)
-                            );
-                        })
-                    })
-                });
-            }
         }
-    }
-    g.finish();
+    });
 }
 
 /// The same 100-entry scans through the borrowing API: ours (`tuplekv`) is
@@ -637,35 +658,25 @@ fn list(c: &mut Criterion, w: &World) {
 /// borrowed scans of [`borrowed_peers`].
 fn scan(c: &mut Criterion, w: &World) {
     let s = Scans::new();
-    let mut g = c.benchmark_group("engine/scan_100");
-    let options = ListOptions {
-        limit: Some(100),
-        ..ListOptions::default()
-    };
-    for threads in read_threads() {
-        g.throughput(Throughput::Elements(100 * threads as u64));
-        for round in ROUNDS.map(Some) {
-            g.bench_function(id("tuplekv", threads, round), |b| {
-                b.iter_custom(|n| {
-                    parallel(threads, n, |t, i| {
-                        let mut acc = 0;
-                        let seen = w.ours.for_each(
-                            &s.selectors[Scans::pick(t, i)],
-                            options.clone(),
-                            |e| {
+    let options = Scans::options();
+    scan_rounds(c, "engine/scan_100", |g, threads, round| {
+        g.bench_function(id("tuplekv", threads, round), |b| {
+            b.iter_custom(|n| {
+                parallel(threads, n, |t, i| {
+                    let mut acc = 0;
+                    let seen =
+                        w.ours
+                            .for_each(&s.selectors[Scans::pick(t, i)], options.clone(), |e| {
                                 acc += touch(e.key, e.value.as_bytes().unwrap_or_default());
                                 std::ops::ControlFlow::Continue(())
-                            },
-                        );
-                        black_box(acc);
-                        assert_eq!(seen.ok(), Some(100));
-                    })
+                            });
+                    black_box(acc);
+                    assert_eq!(seen.ok(), Some(100));
                 })
-            });
-            borrowed_peers(&mut g, w, &s, threads, round);
-        }
-    }
-    g.finish();
+            })
+        });
+        borrowed_peers(g, w, &s, threads, round);
+    });
 }
 
 /// `sum` on one hot counter: every thread increments the same key.
