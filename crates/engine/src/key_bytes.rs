@@ -166,7 +166,7 @@ impl Borrow<[u8]> for KeyBytes {
 
 impl From<&[u8]> for KeyBytes {
     /// Every read copies its keys through here, so an inline key is copied in fixed-size
-    /// pieces (see [`copy_short`]), with no call to `memcpy`.
+    /// pieces (see `copy_short`), with no call to `memcpy`.
     #[inline]
     fn from(b: &[u8]) -> Self {
         match u8::try_from(b.len()) {
