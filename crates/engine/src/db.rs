@@ -59,7 +59,7 @@ use crate::store::{Entry, EntryRef, Health, ReadView, Store};
 use crate::transaction::{Transaction, TransactionOptions, run_transaction};
 use crate::value::{Value, Versionstamp};
 use crate::version::{Chain, Stored, VersionRef, Versions};
-use crate::version::{entry_at, entry_of, version_at};
+use crate::version::{entry_at, entry_of, now_ms, version_at};
 use crate::watch::{Watch, Watchers};
 
 /// Options for a new database.
@@ -756,7 +756,22 @@ impl Inner {
         let mut now = None;
         self.map
             .scan(&range.start, &range.end, reverse, |key, versions| {
-                if let Some(version) = version_at(versions, at)
+                if let Versions::General(list) = versions {
+                    // A list of shared values: the value is cloned straight from the owned
+                    // version, with no borrowed form in between.
+                    if let Some(v) = list.iter().find(|v| v.version <= at)
+                        && let Some(value) = &v.value
+                        && v.expires_at
+                            .is_none_or(|d| d > *now.get_or_insert_with(now_ms))
+                    {
+                        out.push(Entry {
+                            key: KeyBytes::from(key),
+                            value: value.clone(),
+                            versionstamp: Versionstamp::from_version(v.version),
+                            expires_at: v.expires_at,
+                        });
+                    }
+                } else if let Some(version) = version_at(versions, at)
                     && let Some(value) = version.live_value(&mut now)
                 {
                     // Built in place: an `Option<Entry>` in between costs a copy of the

@@ -128,6 +128,47 @@ fn for_each_skips_expired_values_as_list_does() {
     assert_eq!(all[0].value, Value::from(b"stays"));
 }
 
+/// Values too large to be stored inline (over 32 bytes) take the list's shared-value path: an
+/// expired one is skipped, a live one keeps its deadline, a deleted one is gone, and a
+/// snapshot taken before an overwrite lists the older value; `for_each` agrees throughout.
+#[test]
+fn list_of_shared_values_skips_expired_and_deleted_ones_and_reads_at_its_snapshot() {
+    let large = |c: u8| vec![c; 100];
+    let db = Database::in_memory();
+    let written = db
+        .atomic()
+        .set_with_expiry(&key!["k", 1], large(1), Duration::from_millis(1))
+        .set_with_expiry(&key!["k", 2], large(2), Duration::from_secs(3600))
+        .set(&key!["k", 3], large(3))
+        .set(&key!["k", 4], large(4))
+        .commit()
+        .unwrap();
+    assert!(written.is_committed());
+    db.delete(&key!["k", 4]).unwrap();
+    let before = db.snapshot();
+    db.set(&key!["k", 3], large(33)).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let selector = Selector::prefix(&key!["k"]);
+    let now = listed(&db, &selector, ListOptions::default());
+    let values: Vec<Value> = now.iter().map(|e| e.value.clone()).collect();
+    assert_eq!(values, vec![Value::from(large(2)), Value::from(large(33))]);
+    assert!(
+        now[0].expires_at.is_some(),
+        "a live value keeps its deadline"
+    );
+    assert_eq!(now[1].expires_at, None);
+    assert_eq!(
+        visited(&db, &selector, ListOptions::default()).unwrap(),
+        now
+    );
+    let then: Vec<Value> = before
+        .list(&selector, ListOptions::default())
+        .unwrap()
+        .map(|e| e.unwrap().value)
+        .collect();
+    assert_eq!(then, vec![Value::from(large(2)), Value::from(large(3))]);
+}
+
 /// A scan longer than one pin's budget resumes under a new pin where it stopped, in both
 /// directions, and still reads one state: writes made while it runs (from the visitor
 /// itself) are not seen.
