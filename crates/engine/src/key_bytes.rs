@@ -181,8 +181,8 @@ impl From<&[u8]> for KeyBytes {
 }
 
 /// Copies `src` (at most [`KeyBytes::INLINE`] bytes) to the start of `dst` as a few copies of
-/// constant size: 16-byte pieces from the front, then one ending at `src`'s end (overlapping
-/// the last piece), and 8-, 4- or 1-byte pieces likewise for shorter keys. A copy of a length
+/// constant size: up to two 16-byte pieces from the front, then one ending at `src`'s end
+/// (overlapping the one before), and 8-, 4- or 1-byte pieces likewise for shorter keys. A copy of a length
 /// known only at run time is a call to `memcpy`, which for a key of 10 to 40 bytes costs more
 /// than the copy.
 #[inline]
@@ -195,11 +195,13 @@ fn copy_short(dst: &mut [u8; KeyBytes::INLINE], src: &[u8]) {
             d.copy_from_slice(s);
         }
     }
+    // `INLINE` is 48, so three 16-byte pieces cover any inline key of 16 bytes or more; no
+    // loop, which the compiler would turn back into a call to `memcpy`.
+    const _: () = assert!(KeyBytes::INLINE <= 48);
     if n >= 16 {
-        let mut at = 0;
-        while at + 16 < n {
-            piece::<16>(dst, src, at);
-            at += 16;
+        piece::<16>(dst, src, 0);
+        if n > 32 {
+            piece::<16>(dst, src, 16);
         }
         piece::<16>(dst, src, n - 16);
     } else if n >= 8 {

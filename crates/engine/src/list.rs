@@ -6,6 +6,7 @@ use crate::error::Error;
 use crate::key_bytes::KeyBytes;
 use crate::limits::{KEY_SIZE_MAX_READ, LIST_BATCH_SIZE_DEFAULT_MAX, LIST_BATCH_SIZE_MAX};
 use crate::store::{Entry, ReadView};
+use crate::value::Value;
 
 /// How to list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -74,13 +75,16 @@ pub struct ListIter<V> {
     /// Entries still allowed by the limit.
     remaining: Option<usize>,
     batch_size: usize,
-    /// The current batch's entries not yet yielded.
-    buffer: std::vec::IntoIter<Entry>,
+    /// The current batch. Entries before `pos` have been yielded: each gave away its value
+    /// (a `U64(0)` stands in) and a copy of its key, so the last key yielded is still here
+    /// for the cursor, with no per-entry copy kept for it.
+    batch: Vec<Entry>,
+    /// The next entry of `batch` to yield.
+    pos: usize,
     /// The view has no more entries in `range`.
     range_done: bool,
-    /// The key of the last entry yielded, for the cursor. A key of up to
-    /// [`KeyBytes::INLINE`] bytes is copied as one fixed-size value, with no call to `memcpy`
-    /// and no allocation.
+    /// The key of the last entry yielded from an earlier batch (or by `read_all`), for the
+    /// cursor while nothing of the current batch has been yielded.
     last_key: Option<KeyBytes>,
     /// The cursor the iteration resumed from (not `""`), reported until an entry is yielded.
     resumed_from: Option<String>,
@@ -110,7 +114,8 @@ impl<V: ReadView> ListIter<V> {
             reverse: options.reverse,
             remaining: options.limit,
             batch_size,
-            buffer: Vec::new().into_iter(),
+            batch: Vec::new(),
+            pos: 0,
             range_done: false,
             last_key: None,
             resumed_from: options.cursor.filter(|c| !c.is_empty()),
@@ -160,7 +165,15 @@ impl<V: ReadView> ListIter<V> {
 
     /// The key of the last entry yielded, if any.
     fn last_key(&self) -> Option<&[u8]> {
-        self.last_key.as_deref()
+        match self.pos.checked_sub(1) {
+            Some(i) => self.batch.get(i).map(|e| e.key.as_slice()),
+            None => self.last_key.as_deref(),
+        }
+    }
+
+    /// The entries of the current batch not yet yielded.
+    fn buffered(&self) -> usize {
+        self.batch.len() - self.pos
     }
 
     /// Reads every entry left (up to the limit) into one vector.
@@ -192,27 +205,28 @@ impl<V: ReadView> ListIter<V> {
     pub fn read_all(&mut self) -> Result<Vec<Entry>, Error> {
         let mut out = Vec::new();
         while self.remaining != Some(0) && !self.exhausted {
-            if self.buffer.len() == 0
+            if self.buffered() == 0
                 && !self.range_done
                 && let Err(e) = self.refill()
             {
                 self.exhausted = true;
                 return Err(e);
             }
-            if self.buffer.len() == 0 {
+            if self.buffered() == 0 {
                 self.exhausted = true;
                 break;
             }
             // A batch never holds more than the limit allows (see `refill`).
-            let batch = std::mem::take(&mut self.buffer);
+            let mut batch = std::mem::take(&mut self.batch);
+            batch.drain(..std::mem::take(&mut self.pos));
             if let Some(r) = self.remaining.as_mut() {
                 *r -= batch.len();
             }
             if out.is_empty() {
                 // Takes the batch's allocation as it is.
-                out = batch.collect();
+                out = batch;
             } else {
-                out.extend(batch);
+                out.append(&mut batch);
             }
             if let Some(last) = out.last() {
                 self.last_key = Some(last.key.clone());
@@ -240,8 +254,14 @@ impl<V: ReadView> ListIter<V> {
                 self.range.start = next;
             }
         }
-        // Called only once the buffer is drained.
-        self.buffer = batch.into_iter();
+        // Called only once the batch is drained: keep its last key for the cursor.
+        if let Some(i) = self.pos.checked_sub(1)
+            && let Some(entry) = self.batch.get_mut(i)
+        {
+            self.last_key = Some(std::mem::take(&mut entry.key));
+        }
+        self.batch = batch;
+        self.pos = 0;
         Ok(())
     }
 }
@@ -254,22 +274,28 @@ impl<V: ReadView> Iterator for ListIter<V> {
         if self.remaining == Some(0) || self.exhausted {
             return None;
         }
-        if self.buffer.len() == 0
+        if self.buffered() == 0
             && !self.range_done
             && let Err(e) = self.refill()
         {
             self.exhausted = true;
             return Some(Err(e));
         }
-        let Some(entry) = self.buffer.next() else {
+        let Some(slot) = self.batch.get_mut(self.pos) else {
             self.exhausted = true;
             return None;
         };
+        self.pos += 1;
         if let Some(r) = self.remaining.as_mut() {
             *r -= 1;
         }
-        self.last_key = Some(entry.key.clone());
-        Some(Ok(entry))
+        // The key stays in the batch for the cursor; the value moves out.
+        Some(Ok(Entry {
+            key: slot.key.clone(),
+            value: std::mem::replace(&mut slot.value, Value::U64(0)),
+            versionstamp: slot.versionstamp,
+            expires_at: slot.expires_at,
+        }))
     }
 
     /// Exact once a batch is buffered and the limit is what remains of it; the entries already
@@ -278,7 +304,7 @@ impl<V: ReadView> Iterator for ListIter<V> {
         if self.exhausted {
             return (0, Some(0));
         }
-        let buffered = self.buffer.len();
+        let buffered = self.buffered();
         let lower = self.remaining.map_or(buffered, |r| r.min(buffered));
         let upper = if self.range_done {
             Some(lower)
