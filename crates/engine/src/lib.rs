@@ -103,6 +103,7 @@ mod key_bytes;
 mod keymap;
 pub mod limits;
 mod list;
+pub mod mutate;
 pub mod numbering;
 mod pipeline;
 mod reclaim;

@@ -36,6 +36,7 @@ use crate::limits::{
 use crate::list::{ListIter, ListOptions};
 use crate::store::{Entry, ReadView, Store};
 use crate::value::{Value, Versionstamp};
+use crate::version::now_ms;
 
 /// How a transaction retries.
 #[derive(Debug, Clone)]
@@ -166,6 +167,8 @@ impl<'s, S: Store> Transaction<'s, S> {
     /// Applies this transaction's buffered mutations of `key` to what the snapshot holds.
     fn overlay(&self, key: &[u8], base: Option<Entry>) -> Result<Option<Entry>, Error> {
         let mut current = base;
+        // One clock reading for the buffered writes, as their commit takes one.
+        let mut now = None;
         for (index, m) in self
             .write
             .mutations
@@ -174,43 +177,22 @@ impl<'s, S: Store> Transaction<'s, S> {
             .filter(|(_, m)| m.key.as_slice() == key && writes_own_key(m))
         {
             let value = current.as_ref().map(|e| &e.value);
-            let next = match &m.kind {
-                MutationKind::Set { value, .. }
-                | MutationKind::SetSuffixVersionstampedKey { value, .. } => Some(value.clone()),
-                MutationKind::SumBounded(sum) => Some(crate::sum::sum_numbers(
-                    &sum.operand,
-                    sum.min.as_ref(),
-                    sum.max.as_ref(),
-                    sum.clamp,
-                    value,
-                )?),
-                MutationKind::Delete => None,
-                MutationKind::Sum(n) | MutationKind::Min(n) | MutationKind::Max(n) => {
-                    let op = match &m.kind {
-                        MutationKind::Sum(_) => "sum",
-                        MutationKind::Min(_) => "min",
-                        _ => "max",
-                    };
-                    Some(Value::U64(match (value, &m.kind) {
-                        (None, _) => *n,
-                        (Some(Value::U64(old)), MutationKind::Sum(_)) => old.wrapping_add(*n),
-                        (Some(Value::U64(old)), MutationKind::Min(_)) => (*old).min(*n),
-                        (Some(Value::U64(old)), _) => (*old).max(*n),
-                        (Some(_), _) => {
-                            return Err(Error::NotU64 {
-                                op,
-                                index,
-                                key: m.key.clone(),
-                            });
-                        }
-                    }))
-                }
-            };
-            current = next.map(|value| Entry {
+            let next = crate::mutate::apply(
+                m.kind.clone(),
+                value,
+                || *now.get_or_insert_with(now_ms),
+                index,
+                &m.key,
+            )?;
+            // A value set with a deadline already past is gone, as its commit would leave it.
+            let live = next.filter(|(_, deadline)| {
+                deadline.is_none_or(|d| d > *now.get_or_insert_with(now_ms))
+            });
+            current = live.map(|(value, expires_at)| Entry {
                 key: KeyBytes::from(key),
                 value,
                 versionstamp: Versionstamp::ZERO,
-                expires_at: None,
+                expires_at,
             });
         }
         Ok(current)

@@ -424,3 +424,29 @@ fn key_reads_commit_as_versionstamp_checks_and_lists_as_range_checks() {
     assert_eq!(write.range_checks.len(), 1, "{:?}", write.range_checks);
     assert_eq!(write.mutations.len(), 1);
 }
+
+#[test]
+fn a_transaction_reads_its_own_expiring_set_with_the_deadline_its_commit_will_write() {
+    let db = Database::in_memory();
+    let k = key!["own", "lease"];
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let expires_at = db
+        .transaction(|tx| {
+            tx.set_with_expiry(&k, Value::U64(1), Duration::from_secs(60));
+            let own = tx.get(&k)?.unwrap();
+            assert_eq!(own.value, Value::U64(1));
+            Ok::<_, Error>(own.expires_at)
+        })
+        .unwrap()
+        .expect("an expiring set reads with its deadline");
+    let lower = u64::try_from(before).unwrap() + 60_000;
+    assert!(
+        (lower..lower + 60_000).contains(&expires_at),
+        "{expires_at} is not about a minute after {before}"
+    );
+    let stored = db.get(&k).unwrap().unwrap().expires_at.unwrap();
+    assert!(stored >= expires_at, "the commit reads the clock later");
+}

@@ -92,10 +92,11 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, KvClient, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use tokio::sync::oneshot;
+use tuplekv_engine::mutate::{self, Staged};
 use tuplekv_engine::numbering::{self, SlotTarget};
 use tuplekv_engine::{
-    AtomicWrite, Check, CommitResult, Conflict, Error, Expiry, FailedCheck, KeyBytes, Mutation,
-    MutationKind, Value, Versionstamp, sum_numbers, versionstamped_key,
+    AtomicWrite, Check, CommitResult, Conflict, Error, FailedCheck, KeyBytes, Mutation,
+    MutationKind, Value, Versionstamp, versionstamped_key,
 };
 
 use crate::envelope::{self, NO_DEADLINE, Stamp, Stored};
@@ -186,9 +187,6 @@ fn stamp_at(revision: i64, suffix: u16) -> Versionstamp {
     let revision = Versionstamp::from_version(revision.unsigned_abs());
     envelope::with_suffix(revision, suffix)
 }
-
-/// What a key holds after a commit's mutations: a value with its deadline, or nothing.
-type Staged = Option<(Value, Option<u64>)>;
 
 /// The state of a counter one branch assumes; its comparisons hold exactly then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1443,7 +1441,7 @@ fn plan(
                     .as_ref()
                     .filter(|(_, d)| d.is_none_or(|d| d > now))
                     .map(|(v, _)| v);
-                *earlier = apply(&m.kind, current, now, index, &m.key)?;
+                *earlier = mutate::apply(m.kind.clone(), current, || now, index, &m.key)?;
                 continue;
             }
             None if reads_current => {
@@ -1464,9 +1462,9 @@ fn plan(
                 }
                 bytes += 2 * (key.len() + OP_OVERHEAD_BYTES);
                 read(&key, &mut reads);
-                apply(&m.kind, current, now, index, &m.key)?
+                mutate::apply(m.kind.clone(), current, || now, index, &m.key)?
             }
-            None => apply(&m.kind, None, now, index, &m.key)?,
+            None => mutate::apply(m.kind.clone(), None, || now, index, &m.key)?,
         };
         at.insert(m.key.clone(), staged.len());
         staged.push((m.key.clone(), result, mark));
@@ -1514,49 +1512,4 @@ fn plan(
         range_gets,
         bytes,
     })
-}
-
-/// What mutation `index` (of `kind`) leaves at its key, given the key's live value.
-fn apply(
-    kind: &MutationKind,
-    current: Option<&Value>,
-    now: u64,
-    index: usize,
-    key: &KeyBytes,
-) -> Result<Staged, Error> {
-    let u64_op = |op: &'static str, n: u64, f: fn(u64, u64) -> u64| match current {
-        None => Ok(Some((Value::U64(n), None))),
-        Some(Value::U64(old)) => Ok(Some((Value::U64(f(*old, n)), None))),
-        Some(_) => Err(Error::NotU64 {
-            op,
-            index,
-            key: key.clone(),
-        }),
-    };
-    match kind {
-        MutationKind::Set { value, expiry }
-        | MutationKind::SetSuffixVersionstampedKey { value, expiry } => {
-            let deadline = expiry.map(|e| match e {
-                Expiry::In(d) => {
-                    now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-                }
-                Expiry::At(deadline) => deadline,
-            });
-            Ok(Some((value.clone(), deadline)))
-        }
-        MutationKind::Delete => Ok(None),
-        MutationKind::Sum(n) => u64_op("sum", *n, u64::wrapping_add),
-        MutationKind::Min(n) => u64_op("min", *n, u64::min),
-        MutationKind::Max(n) => u64_op("max", *n, u64::max),
-        MutationKind::SumBounded(sum) => Ok(Some((
-            sum_numbers(
-                &sum.operand,
-                sum.min.as_ref(),
-                sum.max.as_ref(),
-                sum.clamp,
-                current,
-            )?,
-            None,
-        ))),
-    }
 }
