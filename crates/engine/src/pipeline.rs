@@ -23,9 +23,9 @@ use crate::key_bytes::KeyBytes;
 use crate::limits::*;
 use crate::limits::{check_read_key, check_write_key};
 use crate::map::Slot;
+use crate::mutate::{Staged, apply};
 use crate::numbering::{SlotTarget, numbered_key};
 use crate::snapshot::Retention;
-use crate::sum::sum_numbers;
 use crate::value::{Value, Versionstamp};
 use crate::version::{Chain, Version, VersionRef, Versions, now_ms};
 
@@ -162,58 +162,8 @@ fn with_versionstamped_keys(mut mutations: Vec<Mutation>, version: u64) -> Vec<M
     mutations
 }
 
-/// What a mutation leaves at its key, before it is written.
-type Staged = Option<(Value, Option<u64>)>;
-
 /// A key an operation writes: what it leaves there, and its slot.
 type StagedKey<'a> = (KeyBytes, Staged, Option<Slot<'a>>);
-
-/// Applies mutation number `index` (on `key`) to the `current` value.
-fn apply(
-    kind: MutationKind,
-    current: Option<&Value>,
-    now: &mut Option<u64>,
-    index: usize,
-    key: &KeyBytes,
-) -> Result<Staged, Error> {
-    let u64_op = |op: &'static str, n: u64, f: fn(u64, u64) -> u64| match current {
-        None => Ok(Some((Value::U64(n), None))),
-        Some(Value::U64(old)) => Ok(Some((Value::U64(f(*old, n)), None))),
-        Some(_) => Err(Error::NotU64 {
-            op,
-            index,
-            key: key.clone(),
-        }),
-    };
-    match kind {
-        MutationKind::Set { value, expiry }
-        | MutationKind::SetSuffixVersionstampedKey { value, expiry } => {
-            let deadline = expiry.map(|e| match e {
-                Expiry::In(d) => {
-                    // One timestamp per commit, so values set together expire together.
-                    let now = *now.get_or_insert_with(now_ms);
-                    now.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-                }
-                Expiry::At(deadline) => deadline,
-            });
-            Ok(Some((value, deadline)))
-        }
-        MutationKind::Delete => Ok(None),
-        MutationKind::Sum(n) => u64_op("sum", n, u64::wrapping_add),
-        MutationKind::Min(n) => u64_op("min", n, u64::min),
-        MutationKind::SumBounded(sum) => Ok(Some((
-            sum_numbers(
-                &sum.operand,
-                sum.min.as_ref(),
-                sum.max.as_ref(),
-                sum.clamp,
-                current,
-            )?,
-            None,
-        ))),
-        MutationKind::Max(n) => u64_op("max", n, u64::max),
-    }
-}
 
 impl Inner {
     /// The value a key's slot has now, for mutations that read it. Called with the commit
@@ -393,6 +343,10 @@ impl Inner {
     /// Makes every version up to `version` visible to readers. Called with the commit lock,
     /// or by the log's only flusher once every version up to `version` is applied.
     pub(crate) fn publish(&self, version: u64) {
+        debug_assert!(
+            version >= self.visible.load(Ordering::Relaxed),
+            "the visible version never moves back (to {version})"
+        );
         self.visible.store(version, Ordering::Release);
     }
 
@@ -405,6 +359,10 @@ impl Inner {
     /// a durable commit batch whose log write failed. Called with the commit lock held, before
     /// anything above `published` was published.
     pub(crate) fn roll_back(&self, keys: &[KeyBytes], published: u64) {
+        debug_assert!(
+            self.visible_version() <= published,
+            "a rolled-back batch above {published} was never published"
+        );
         for key in keys {
             let Some(slot) = self.map.get(key.as_slice()) else {
                 continue;
@@ -478,6 +436,10 @@ impl Inner {
             return Err(Error::VersionsExhausted { last: *last });
         }
         let version = *last + 1;
+        debug_assert!(
+            version > self.visible_version(),
+            "a new version {version} is above every published one"
+        );
         let mutations = with_versionstamped_keys(mutations, version);
         let staged = self.stage(mutations, slots, &mut now)?;
         self.write_staged(staged, version, slots, log);
@@ -615,7 +577,13 @@ impl Inner {
                 | MutationKind::Delete => None,
                 _ => Self::current(slot.as_ref(), now),
             };
-            let result = apply(m.kind, current.as_ref(), now, i, &m.key)?;
+            let result = apply(
+                m.kind,
+                current.as_ref(),
+                || *now.get_or_insert_with(now_ms),
+                i,
+                &m.key,
+            )?;
             if use_index {
                 index.insert(m.key.clone(), staged.len());
             }
@@ -640,7 +608,13 @@ impl Inner {
             .as_ref()
             .filter(|(_, deadline)| deadline.is_none_or(|d| d > commit_now))
             .map(|(v, _)| v);
-        let result = apply(m.kind, earlier, now, index, &m.key)?;
+        let result = apply(
+            m.kind,
+            earlier,
+            || *now.get_or_insert_with(now_ms),
+            index,
+            &m.key,
+        )?;
         if result.is_some() && entry.2.is_none() {
             // A delete of an absent key, then a write: the write needs a slot.
             self.refresh(&mut entry.2, &m.key, true);
@@ -738,9 +712,16 @@ impl Inner {
             None => old.iter().collect(),
             Some(retention) => {
                 let retention = retention.get_or_insert_with(|| self.retention());
-                retention.keep(old).collect()
+                let kept: SmallVec<[VersionRef<'_>; 2]> = retention.keep(old).collect();
+                // Keeping drops no dead version, so no deadline matters (`now` 0).
+                retention.debug_assert_kept(old, &kept, 0);
+                kept
             }
         };
+        debug_assert!(
+            old.first().is_none_or(|v| v.version < new.version),
+            "a key's versions are newest first, each above the one before"
+        );
         let garbage = tombstone || !kept.is_empty();
         let chain = Chain::with_newest(new, kept, spare);
         slot.cell().store(Some(chain), &self.retired);

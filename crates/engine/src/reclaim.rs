@@ -459,6 +459,9 @@ impl Inner {
             return false;
         }
         let still_garbage = versions.len() > 1 || versions.iter().any(&mut dead);
+        if cfg!(debug_assertions) {
+            retention.debug_assert_kept(old, &versions, *now.get_or_insert_with(now_ms));
+        }
         if versions.len() != old.len() {
             slot.cell()
                 .store(Some(Chain::build(versions, None)), &self.retired);

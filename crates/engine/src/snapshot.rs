@@ -101,6 +101,45 @@ impl Retention {
             needed
         })
     }
+
+    /// Asserts (in debug builds and tests) that a pruned chain reads as the `before` chain
+    /// did for every reader `self` names: each version above `visible` is kept, and at
+    /// `visible` and at each snapshot the newest version at or below it is the same one, or
+    /// was dead (a tombstone, or expired by `now`) and is gone.
+    pub(crate) fn debug_assert_kept(
+        &self,
+        before: Versions<'_>,
+        after: &[VersionRef<'_>],
+        now: u64,
+    ) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        for v in before.iter().filter(|v| v.version > self.visible) {
+            debug_assert!(
+                after.iter().any(|a| a.version == v.version),
+                "pruning dropped version {} above the visible {}",
+                v.version,
+                self.visible
+            );
+        }
+        for &at in self.points.iter().chain([&self.visible]) {
+            let was = before.iter().find(|v| v.version <= at);
+            let is = after.iter().copied().find(|v| v.version <= at);
+            let same = match (was, is) {
+                (Some(w), Some(i)) => w.version == i.version,
+                (Some(w), None) => w.value.is_none() || w.expires_at.is_some_and(|d| d <= now),
+                (None, None) => true,
+                (None, Some(_)) => false,
+            };
+            debug_assert!(
+                same,
+                "pruning changed what a reader at {at} sees: {:?} became {:?}",
+                was.map(|v| v.version),
+                is.map(|v| v.version)
+            );
+        }
+    }
 }
 
 impl Inner {
@@ -237,5 +276,68 @@ impl ReadView for Snapshot {
         Ok(self
             .inner
             .visit_at(range, reverse, limit, self.version, visit))
+    }
+}
+
+#[cfg(all(test, debug_assertions))]
+mod tests {
+    use smallvec::smallvec;
+
+    use super::*;
+    use crate::value::Value;
+    use crate::version::{Chain, Version};
+
+    fn version(version: u64, value: Option<u64>) -> Version {
+        Version {
+            version,
+            value: value.map(Value::U64),
+            expires_at: None,
+        }
+    }
+
+    /// Versions 9 (above visible), 7, 5 and a tombstone at 3; visible 8, a snapshot at 6.
+    fn chain() -> Chain {
+        let owned = [
+            version(9, Some(9)),
+            version(7, Some(7)),
+            version(5, Some(5)),
+            version(3, None),
+        ];
+        Chain::build(owned.iter().map(Version::as_version_ref), None)
+    }
+
+    fn retention() -> Retention {
+        Retention {
+            visible: 8,
+            points: smallvec![6],
+        }
+    }
+
+    #[test]
+    fn keeping_what_readers_need_passes_the_pruning_assertion() {
+        let chain = chain();
+        let r = retention();
+        let kept: Vec<VersionRef<'_>> = r.keep(chain.versions()).collect();
+        assert_eq!(
+            kept.iter().map(|v| v.version).collect::<Vec<_>>(),
+            [9, 7, 5]
+        );
+        r.debug_assert_kept(chain.versions(), &kept, 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "pruning changed what a reader at 6 sees")]
+    fn dropping_a_snapshot_s_version_fails_the_pruning_assertion() {
+        let chain = chain();
+        let kept: Vec<VersionRef<'_>> = chain.versions().iter().take(2).collect();
+        retention().debug_assert_kept(chain.versions(), &kept, 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "pruning dropped version 9 above the visible 8")]
+    fn dropping_an_unpublished_version_fails_the_pruning_assertion() {
+        let chain = chain();
+        let kept: Vec<VersionRef<'_>> = chain.versions().iter().skip(1).collect();
+        retention().debug_assert_kept(chain.versions(), &kept, 0);
     }
 }

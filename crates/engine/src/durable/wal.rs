@@ -40,6 +40,18 @@ pub(crate) struct Segment {
 }
 
 impl Segment {
+    /// Asserts (in debug builds and tests) the segment's length marks: what is synced was
+    /// written.
+    fn debug_assert_marks(&self) {
+        debug_assert!(
+            self.synced <= self.len,
+            "{}: synced {} past the written {}",
+            self.path.display(),
+            self.synced,
+            self.len
+        );
+    }
+
     /// Stops the log after a failed sync: nothing is written to or synced on this file again.
     /// The file is cut back to what is known durable, so a reopen (without a power cut)
     /// recovers what a power cut would: the pages the failed sync covered may be gone, and a
@@ -196,6 +208,7 @@ impl Wal {
         // Each write starts with the segment's durable length, for recovery to tell a torn
         // write from damage (see `record`), then any new reservation. One write call for all
         // (a copy costs less than a second system call).
+        let synced_before = seg.synced;
         let mut out = FrameWriter::default();
         out.synced(seg.synced);
         let reserved = newest + VERSIONS_RESERVED_AHEAD;
@@ -226,6 +239,16 @@ impl Wal {
             seg.reserved = reserved;
         }
         seg.since_checkpoint += n;
+        debug_assert!(
+            seg.synced >= synced_before,
+            "the synced mark never moves back"
+        );
+        debug_assert!(
+            self.durability == Durability::Sync || newest <= seg.reserved,
+            "version {newest} was handed out past the durable reservation {}",
+            seg.reserved
+        );
+        seg.debug_assert_marks();
         Ok(seg.since_checkpoint >= self.checkpoint_after)
     }
 
@@ -263,6 +286,7 @@ impl Wal {
         match result {
             Ok(()) => {
                 seg.synced = seg.synced.max(target);
+                seg.debug_assert_marks();
                 self.count_sync();
                 Ok(())
             }
