@@ -157,3 +157,13 @@ pub use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
 #[cfg(all(doctest, feature = "remote"))]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctest;
+
+/// The examples of the guide to sharing a store (`docs/share.md`), compiled as doctests.
+#[cfg(all(doctest, feature = "remote"))]
+#[doc = include_str!("../../../docs/share.md")]
+pub struct ShareGuideDoctest;
+
+/// The key examples of `docs/guarantees.md`, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guarantees.md")]
+pub struct GuaranteesDoctest;
