@@ -4,8 +4,7 @@
 //! restart. With `--etcd`, two servers fronting one etcd cluster serve the same data, and a
 //! backup over one of them copies it.
 
-#[path = "../../server/tests/common/mod.rs"]
-mod common;
+use tuplekv_testkit::kv_connect as common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -3,8 +3,7 @@
 //! out of debug logs, the recovery summary of a durable restart, and the in-memory warning at
 //! `RUST_LOG=warn`.
 
-#[path = "../../server/tests/common/mod.rs"]
-mod common;
+use tuplekv_testkit::kv_connect as common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;

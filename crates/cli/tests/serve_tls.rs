@@ -3,10 +3,8 @@
 //! keep working (and a bad file on SIGHUP keeps the old one), SIGHUP without TLS is logged
 //! and changes nothing, and bad flags or files are refused before anything is created.
 
-#[path = "../../server/tests/common/mod.rs"]
-mod common;
-#[path = "../../server/tests/tls_support/mod.rs"]
-mod tls_support;
+use tuplekv_testkit::kv_connect as common;
+use tuplekv_testkit::tls as tls_support;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

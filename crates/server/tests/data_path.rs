@@ -1,7 +1,7 @@
 //! The data path: header checks in denokv's order, content types, malformed bodies, and the
 //! engine's semantics seen through `snapshot_read` and `atomic_write`.
 
-mod common;
+use tuplekv_testkit::kv_connect as common;
 
 use common::*;
 use denokv_proto::datapath as pb;

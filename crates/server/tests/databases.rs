@@ -4,7 +4,7 @@
 //! drop; any of several tokens works, each client gets its own back, and replacing the set
 //! takes effect on open connections.
 
-mod common;
+use tuplekv_testkit::kv_connect as common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

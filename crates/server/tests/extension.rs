@@ -2,7 +2,7 @@
 //! snapshots read at their versionstamp, range checks, full failure reports, and each of its
 //! limits and refusals.
 
-mod common;
+use tuplekv_testkit::kv_connect as common;
 
 use std::sync::Arc;
 use std::time::Duration;

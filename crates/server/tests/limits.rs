@@ -3,7 +3,7 @@
 //! nothing is written. The slots and timeouts that guard against slow and hostile clients
 //! are tested at their limits in `stalls.rs`.
 
-mod common;
+use tuplekv_testkit::kv_connect as common;
 mod numbered;
 
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The metadata exchange (`POST /`): version negotiation before authentication, denokv's error
 //! texts, and the reply's shape for versions 1, 2 and 3.
 
-mod common;
+use tuplekv_testkit::kv_connect as common;
 
 use bytes::Bytes;
 use common::{TOKEN, TestServer};

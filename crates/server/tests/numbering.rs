@@ -3,7 +3,7 @@
 //! never a panic) when hostile, and refused on a counter's value with the engine's error in
 //! `NUMBERING_ERROR_HEADER`.
 
-mod common;
+use tuplekv_testkit::kv_connect as common;
 mod numbered;
 
 use std::sync::Arc;

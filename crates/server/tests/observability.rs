@@ -2,7 +2,7 @@
 //! reason after the engine's fail-stop), `GET /metrics` behind it, and series that move with
 //! the requests and commits they count.
 
-mod common;
+use tuplekv_testkit::kv_connect as common;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! uploads, stalled metadata bodies, idle connections, unread watch streams, and a client
 //! that leaves Nagle's algorithm on.
 
-mod common;
+use tuplekv_testkit::kv_connect as common;
 
 use std::net::SocketAddr;
 use std::pin::Pin;

@@ -3,8 +3,8 @@
 //! stalled handshakes that leave the other clients served, a reload that new connections
 //! see and open ones survive, and clear errors for files that cannot be used.
 
-mod common;
-mod tls_support;
+use tuplekv_testkit::kv_connect as common;
+use tuplekv_testkit::tls as tls_support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! that finishes requests in flight, and durable commits from concurrent requests sharing
 //! log syncs; reads that wait on their store kept off the runtime.
 
-mod common;
+use tuplekv_testkit::kv_connect as common;
 
 use std::sync::Arc;
 

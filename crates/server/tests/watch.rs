@@ -2,7 +2,7 @@
 //! idle, a slot freed when the client goes, a bounded number of streams, and the end of every
 //! stream at shutdown.
 
-mod common;
+use tuplekv_testkit::kv_connect as common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,8 @@
 //! memory tests (`counted`), helpers for tests that drive a database (`db`) or its directory
 //! on disk (`durable`), the contract every store backend keeps, written once and run on each
 //! (`contract`), a checker thread's rounds for concurrent tests to wait on (`rounds`), a
-//! seeded generator (`rng`), a local etcd cluster (`etcd`), and the bodies of the fuzz
+//! seeded generator (`rng`), a local etcd cluster (`etcd`), a KV Connect test server and raw HTTP client (`kv_connect`)
+//! with its TLS variant (`tls`), and the bodies of the fuzz
 //! targets so `cargo test` can replay their corpus.
 
 pub mod config;
@@ -17,10 +18,12 @@ pub mod engine_ops;
 pub mod etcd;
 pub mod executor;
 pub mod fuzz;
+pub mod kv_connect;
 pub mod recovery;
 pub mod reference;
 pub mod rng;
 pub mod rounds;
 pub mod server;
 pub mod strategies;
+pub mod tls;
 pub mod vectors;

@@ -1,6 +1,6 @@
-//! Shared by the server's tests: a server on a free loopback port that the test stops, and a
-//! raw hyper client speaking HTTP/1.1 or h2c with prior knowledge.
-#![allow(dead_code, unreachable_pub)]
+//! For the server's and the command's tests: a KV Connect server on a free loopback port that
+//! the test stops, and a raw hyper client speaking HTTP/1.1 or h2c with prior knowledge.
+#![allow(clippy::unwrap_used, reason = "test support fails loudly")]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,7 +18,9 @@ use tokio::task::JoinHandle;
 use tuplekv_engine::{Database, Store};
 use tuplekv_server::{ServeOptions, ServerConfig, ServerStats, router, serve_with};
 
+/// The access token the test server accepts.
 pub const TOKEN: &str = "test-token-0123456789";
+/// The database id a server of one store reports (the nil UUID).
 pub const NIL_ID: &str = "00000000-0000-0000-0000-000000000000";
 
 /// The default configuration with [`TOKEN`].
@@ -28,7 +30,9 @@ pub fn config() -> ServerConfig {
 
 /// A running server; [`TestServer::stop`] shuts it down gracefully.
 pub struct TestServer {
+    /// Where the server listens (loopback, a free port).
     pub addr: SocketAddr,
+    /// The server's counters.
     pub stats: Arc<ServerStats>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
@@ -119,22 +123,28 @@ enum Sender {
 /// One connection.
 pub struct Client {
     sender: Sender,
+    /// The server this client talks to.
     pub addr: SocketAddr,
 }
 
 /// A response with its whole body.
 #[derive(Debug)]
 pub struct Reply {
+    /// The reply's HTTP status.
     pub status: StatusCode,
+    /// The reply's headers.
     pub headers: hyper::HeaderMap,
+    /// The reply's body.
     pub body: Bytes,
 }
 
 impl Reply {
+    /// The body as (lossy) UTF-8 text.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
+    /// The body parsed as JSON (panics if it is not).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).expect("json body")
     }
@@ -148,6 +158,7 @@ impl Reply {
         );
     }
 
+    /// The body decoded as the protobuf message `M` (panics if it is not one).
     pub fn decode<M: Message + Default>(&self) -> M {
         assert_eq!(self.status, StatusCode::OK, "body: {}", self.text());
         M::decode(self.body.clone()).expect("protobuf reply")
@@ -155,6 +166,7 @@ impl Reply {
 }
 
 impl Client {
+    /// A client speaking h2c (HTTP/2 with prior knowledge) to `addr`.
     pub async fn h2(addr: SocketAddr) -> Client {
         let tcp = TcpStream::connect(addr).await.expect("connect");
         let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
@@ -167,6 +179,7 @@ impl Client {
         }
     }
 
+    /// A client speaking HTTP/1.1 to `addr`.
     pub async fn h1(addr: SocketAddr) -> Client {
         let tcp = TcpStream::connect(addr).await.expect("connect");
         let (sender, conn) = http1::handshake(TokioIo::new(tcp))
@@ -224,10 +237,12 @@ impl Client {
         self.call(req).await
     }
 
+    /// Sends a snapshot read with the test token and returns the reply.
     pub async fn read(&mut self, read: pb::SnapshotRead) -> Reply {
         self.data("snapshot_read", read.encode_to_vec()).await
     }
 
+    /// Sends an atomic write with the test token and returns the reply.
     pub async fn write(&mut self, write: pb::AtomicWrite) -> Reply {
         self.data("atomic_write", write.encode_to_vec()).await
     }
@@ -256,6 +271,8 @@ pub struct DataRequest {
     body: Vec<u8>,
 }
 
+/// A data-path POST to `/v2/{method}` on `addr` with `body`, carrying the test token and the
+/// protocol headers; adjust it with the builder methods.
 pub fn data_request(addr: SocketAddr, method: &str, body: Vec<u8>) -> DataRequest {
     DataRequest {
         builder: Request::post(format!("http://{addr}/v2/{method}"))
@@ -268,6 +285,7 @@ pub fn data_request(addr: SocketAddr, method: &str, body: Vec<u8>) -> DataReques
 }
 
 impl DataRequest {
+    /// Sets header `name` to `value`.
     pub fn header(mut self, name: &str, value: &str) -> Self {
         let headers = self.builder.headers_mut().expect("headers");
         headers.insert(
@@ -277,11 +295,13 @@ impl DataRequest {
         self
     }
 
+    /// Leaves header `name` out.
     pub fn without(mut self, name: &str) -> Self {
         self.builder.headers_mut().expect("headers").remove(name);
         self
     }
 
+    /// The request, ready to send.
     pub fn body_bytes(self) -> Request<Full<Bytes>> {
         self.builder
             .body(Full::new(Bytes::from(self.body)))
@@ -299,6 +319,7 @@ pub fn key2(a: &str, b: &str) -> Vec<u8> {
     tuplekv_engine::codec::encode_key(&tuplekv_engine::key![a, b])
 }
 
+/// A read range holding exactly `key`.
 pub fn get_range(key: &[u8]) -> pb::ReadRange {
     let mut end = key.to_vec();
     end.push(0);
@@ -310,6 +331,7 @@ pub fn get_range(key: &[u8]) -> pb::ReadRange {
     }
 }
 
+/// A read range over the keys under `prefix`, at most `limit`, in the order `reverse` says.
 pub fn prefix_range(prefix: &[u8], limit: i32, reverse: bool) -> pb::ReadRange {
     let mut start = prefix.to_vec();
     start.push(0);
@@ -323,10 +345,12 @@ pub fn prefix_range(prefix: &[u8], limit: i32, reverse: bool) -> pb::ReadRange {
     }
 }
 
+/// A snapshot read of `ranges`.
 pub fn read_of(ranges: Vec<pb::ReadRange>) -> pb::SnapshotRead {
     pb::SnapshotRead { ranges }
 }
 
+/// A value of raw bytes.
 pub fn bytes_value(data: &[u8]) -> pb::KvValue {
     pb::KvValue {
         data: data.to_vec(),
@@ -334,6 +358,7 @@ pub fn bytes_value(data: &[u8]) -> pb::KvValue {
     }
 }
 
+/// A value in V8 serialisation (`data` already encoded).
 pub fn v8_value(data: &[u8]) -> pb::KvValue {
     pb::KvValue {
         data: data.to_vec(),
@@ -341,6 +366,7 @@ pub fn v8_value(data: &[u8]) -> pb::KvValue {
     }
 }
 
+/// A `KvU64` value.
 pub fn u64_value(n: u64) -> pb::KvValue {
     pb::KvValue {
         data: n.to_le_bytes().to_vec(),
@@ -348,6 +374,7 @@ pub fn u64_value(n: u64) -> pb::KvValue {
     }
 }
 
+/// A mutation of `kind` on `key`, with `value` if it has one.
 pub fn mutation(key: &[u8], kind: pb::MutationType, value: Option<pb::KvValue>) -> pb::Mutation {
     pb::Mutation {
         key: key.to_vec(),
@@ -357,10 +384,12 @@ pub fn mutation(key: &[u8], kind: pb::MutationType, value: Option<pb::KvValue>) 
     }
 }
 
+/// A set of `key` to `value`.
 pub fn set(key: &[u8], value: pb::KvValue) -> pb::Mutation {
     mutation(key, pb::MutationType::MSet, Some(value))
 }
 
+/// A check that `key` has `versionstamp` (`None`: that it is absent).
 pub fn check(key: &[u8], versionstamp: Option<&[u8]>) -> pb::Check {
     pb::Check {
         key: key.to_vec(),
@@ -368,6 +397,7 @@ pub fn check(key: &[u8], versionstamp: Option<&[u8]>) -> pb::Check {
     }
 }
 
+/// An atomic write of `checks` and `mutations`.
 pub fn write_of(checks: Vec<pb::Check>, mutations: Vec<pb::Mutation>) -> pb::AtomicWrite {
     pb::AtomicWrite {
         checks,
@@ -376,7 +406,9 @@ pub fn write_of(checks: Vec<pb::Check>, mutations: Vec<pb::Mutation>) -> pb::Ato
     }
 }
 
+/// The status code of a committed write.
 pub const AW_SUCCESS: i32 = pb::AtomicWriteStatus::AwSuccess as i32;
+/// The status code of a write refused by a failed check.
 pub const AW_CHECK_FAILURE: i32 = pb::AtomicWriteStatus::AwCheckFailure as i32;
 
 /// A request body the test feeds frame by frame through the paired sender; it ends when the

@@ -1,7 +1,7 @@
 //! Shared by the TLS tests (the server's and the CLI's): a test CA with a server certificate
 //! for `localhost` and `127.0.0.1` made by rcgen, and a hyper client over tokio-rustls that
 //! trusts only that CA and offers the ALPN protocol it is told to.
-#![allow(dead_code, unreachable_pub)]
+#![allow(clippy::unwrap_used, reason = "test support fails loudly")]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,20 +27,27 @@ pub const H1: &[u8] = b"http/1.1";
 
 /// A CA and the server certificates it signed.
 pub struct TestCa {
+    /// The CA certificate in PEM, for a client's trust store file.
     pub cert_pem: String,
+    /// The CA certificate in DER.
     pub cert_der: CertificateDer<'static>,
     issuer: Issuer<'static, KeyPair>,
 }
 
 /// A server certificate with its key, signed by a [`TestCa`].
 pub struct ServerCert {
+    /// The server certificate in PEM.
     pub cert_pem: String,
+    /// The server certificate in DER.
     pub cert_der: CertificateDer<'static>,
+    /// The server's private key in PEM.
     pub key_pem: String,
+    /// The server's private key in DER (PKCS #8).
     pub key_der: Vec<u8>,
 }
 
 impl ServerCert {
+    /// The server's private key, for rustls.
     pub fn key(&self) -> PrivateKeyDer<'static> {
         PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()))
     }
@@ -55,6 +62,7 @@ impl ServerCert {
 }
 
 impl TestCa {
+    /// A new CA named `name`, with a server certificate for `localhost` and `127.0.0.1`.
     pub fn new(name: &str) -> TestCa {
         let key = KeyPair::generate().expect("CA key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
@@ -144,6 +152,7 @@ enum Sender {
 /// One HTTP connection over TLS, HTTP/2 or HTTP/1.1 as ALPN chose.
 pub struct TlsClient {
     sender: Sender,
+    /// The server this client talks to.
     pub addr: SocketAddr,
     /// The protocol ALPN settled on.
     pub alpn: Vec<u8>,
@@ -153,12 +162,16 @@ pub struct TlsClient {
 
 /// A reply with its whole body.
 pub struct TlsReply {
+    /// The reply's HTTP status.
     pub status: StatusCode,
+    /// The HTTP version the reply came over (what ALPN chose).
     pub version: hyper::Version,
+    /// The reply's body.
     pub body: Bytes,
 }
 
 impl TlsReply {
+    /// The body parsed as JSON (panics if it is not).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).expect("json body")
     }
