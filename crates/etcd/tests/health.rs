@@ -38,16 +38,16 @@ fn readyz_is_200_while_etcd_answers_and_503_once_it_is_unreachable() {
     let cluster = Cluster::start(1);
     let store = Arc::new(EtcdStore::connect(&cluster.client_urls(), b"health/").expect("connect"));
     assert_eq!(store.health(), Health::Ready);
-    let server = TestServer::start_with(Arc::clone(&store), |c| {
-        c.with_read_mode(ReadMode::BlockingPool)
-    });
-    let (status, body) = get(server.addr(), "/readyz");
+    let server = TestServer::of(Arc::clone(&store))
+        .config(|c| c.with_read_mode(ReadMode::BlockingPool))
+        .start();
+    let (status, body) = get(server.addr, "/readyz");
     assert_eq!((status, body.as_str()), (200, "ready\n"));
     cluster.kill(0);
     // The answer found while the cluster was up may be reused for `HEALTH_CACHE_TTL`; the
     // probe is asked again until the cache has expired (no clock is read by the test).
     let (status, body) = loop {
-        let (status, body) = get(server.addr(), "/readyz");
+        let (status, body) = get(server.addr, "/readyz");
         if status != 200 {
             break (status, body);
         }
@@ -56,6 +56,6 @@ fn readyz_is_200_while_etcd_answers_and_503_once_it_is_unreachable() {
     assert_eq!(status, 503, "{body}");
     assert!(body.starts_with("not ready: the etcd cluster"), "{body}");
     assert_eq!(body.lines().count(), 1, "one line: {body}");
-    let (status, body) = get(server.addr(), "/healthz");
+    let (status, body) = get(server.addr, "/healthz");
     assert_eq!((status, body.as_str()), (200, "ok\n"), "alive all the same");
 }

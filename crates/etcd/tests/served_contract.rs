@@ -12,7 +12,7 @@ use tuplekv_remote::RemoteStore;
 use tuplekv_server::{CommitMode, ReadMode};
 use tuplekv_testkit::contract::{Backend, Cost};
 use tuplekv_testkit::etcd::Cluster;
-use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
+use tuplekv_testkit::server::{TOKEN, TestServer};
 
 /// The cluster every test of this binary uses.
 fn cluster() -> &'static Cluster {
@@ -45,11 +45,13 @@ impl Backend for Served {
         let store = EtcdStore::connect(&cluster().client_urls(), prefix.as_bytes())
             .expect("the store connects to the test cluster");
         // As `tuplekv serve --etcd` runs it: reads and commits off the runtime's workers.
-        let server = TestServer::start_with(Arc::new(store), |c| {
-            c.with_read_mode(ReadMode::BlockingPool)
-                .with_commit_mode(CommitMode::BlockingPool)
-        });
-        let remote = RemoteStore::connect(&server.url(), TEST_TOKEN).expect("the client connects");
+        let server = TestServer::of(Arc::new(store))
+            .config(|c| {
+                c.with_read_mode(ReadMode::BlockingPool)
+                    .with_commit_mode(CommitMode::BlockingPool)
+            })
+            .start();
+        let remote = RemoteStore::connect(&server.url(), TOKEN).expect("the client connects");
         assert!(remote.has_extension().expect("a metadata exchange"));
         self.servers
             .lock()

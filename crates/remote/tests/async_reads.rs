@@ -11,7 +11,7 @@ use tuplekv_engine::{
     Atomic, CommitResult, Database, Entry, Error, ListOptions, ReadView, Selector, Store, key,
 };
 use tuplekv_remote::{RemoteOptions, RemoteStore};
-use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
+use tuplekv_testkit::server::{TOKEN, TestServer};
 
 /// Where the store's work runs.
 #[derive(Debug, Clone, Copy)]
@@ -38,12 +38,12 @@ async fn connect(server: &TestServer, on: Runtime) -> RemoteStore {
         Runtime::Own => {
             let url = server.url();
             // Connecting blocks: off the test's workers.
-            tokio::task::spawn_blocking(move || RemoteStore::connect(&url, TEST_TOKEN).unwrap())
+            tokio::task::spawn_blocking(move || RemoteStore::connect(&url, TOKEN).unwrap())
                 .await
                 .unwrap()
         }
         Runtime::Callers => {
-            RemoteStore::connect_async(&server.url(), TEST_TOKEN, RemoteOptions::default())
+            RemoteStore::connect_async(&server.url(), TOKEN, RemoteOptions::default())
                 .await
                 .unwrap()
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tuplekv_engine::{Database, Error, KeyBytes, ReadView, Store, TransactionOptions, key, replay};
 use tuplekv_remote::{ConnectError, RemoteOptions, RemoteStore};
-use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
+use tuplekv_testkit::server::{TOKEN, TestServer};
 
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -27,7 +27,7 @@ fn multi_thread(workers: usize) -> tokio::runtime::Runtime {
 }
 
 async fn connect(server: &TestServer) -> RemoteStore {
-    RemoteStore::connect_async(&server.url(), TEST_TOKEN, RemoteOptions::default())
+    RemoteStore::connect_async(&server.url(), TOKEN, RemoteOptions::default())
         .await
         .unwrap()
 }
@@ -156,7 +156,7 @@ fn an_async_read_with_the_server_stopped_fails_unavailable_while_other_tasks_run
             retry_for: Duration::from_millis(200),
             ..RemoteOptions::default()
         };
-        let store = RemoteStore::connect_async(&server.url(), TEST_TOKEN, options)
+        let store = RemoteStore::connect_async(&server.url(), TOKEN, options)
             .await
             .unwrap();
         assert_eq!(store.get_async(&key!["k"]).await.unwrap(), None);
@@ -363,8 +363,7 @@ fn dropping_the_last_handle_stops_the_tasks_on_the_callers_runtime() {
 
 #[test]
 fn connect_async_outside_a_runtime_says_so() {
-    let future =
-        RemoteStore::connect_async("http://127.0.0.1:1", TEST_TOKEN, RemoteOptions::default());
+    let future = RemoteStore::connect_async("http://127.0.0.1:1", TOKEN, RemoteOptions::default());
     // Polled by a minimal executor of the test's own, on no tokio runtime.
     let err = block_on_plain(future).unwrap_err();
     assert!(matches!(err, ConnectError::NoRuntime), "{err:?}");

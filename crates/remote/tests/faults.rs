@@ -31,7 +31,7 @@ use tuplekv_remote::{RemoteOptions, RemoteStore};
 use tuplekv_sequence::{FastSequence, GaplessSequence, Mode, Record, SequenceOptions, Sequences};
 use tuplekv_server::{CommitMode, ServerConfig};
 use tuplekv_testkit::rng::SplitMix64;
-use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
+use tuplekv_testkit::server::{TOKEN, TestServer};
 
 /// The fast sequences the clients issue from, in turn.
 const FAST: [&str; 2] = ["INFO", "WARN"];
@@ -260,7 +260,7 @@ impl Client {
     fn connect(id: u64, url: &str, unknown: &Arc<AtomicU64>) -> Client {
         let started = Instant::now();
         let remote = loop {
-            match RemoteStore::connect_with(url, TEST_TOKEN, options()) {
+            match RemoteStore::connect_with(url, TOKEN, options()) {
                 Ok(r) => break r,
                 Err(e) => assert!(started.elapsed() < OPERATION_RETRY_FOR, "connect: {e}"),
             }
@@ -617,7 +617,7 @@ fn cut_connections_never_duplicate_codes_emails_or_gapless_numbers() {
     let db = Arc::new(Database::in_memory());
     let server = TestServer::start(Arc::clone(&db));
     set_up(&*db);
-    let proxy = Proxy::start(server.addr(), seed);
+    let proxy = Proxy::start(server.addr, seed);
     let (got, unknown) = run_clients(&proxy.url(), 2, 60, None);
     let cuts = proxy.cuts.load(Ordering::Relaxed);
     drop(proxy);
@@ -649,7 +649,7 @@ impl Served {
             .block_on(TcpListener::bind(("127.0.0.1", port)))
             .unwrap();
         let addr = listener.local_addr().unwrap();
-        let config = ServerConfig::new(TEST_TOKEN)
+        let config = ServerConfig::new(TOKEN)
             .unwrap()
             .with_commit_mode(CommitMode::Inline);
         let options = config.serve_options();

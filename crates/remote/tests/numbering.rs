@@ -16,12 +16,12 @@ use tuplekv_engine::{
     AtomicWrite, CommitResult, Database, Error, Key, KeyBytes, ReadView, Store, Value, key,
 };
 use tuplekv_remote::{EXTENSION_NEEDED, NUMBERING_NEEDED, RemoteStore};
-use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
+use tuplekv_testkit::server::{TOKEN, TestServer};
 
 fn served() -> (Arc<Database>, TestServer, RemoteStore) {
     let db = Arc::new(Database::in_memory());
     let server = TestServer::start(Arc::clone(&db));
-    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    let store = RemoteStore::connect(&server.url(), TOKEN).unwrap();
     (db, server, store)
 }
 
@@ -174,7 +174,7 @@ fn concurrent_numbered_commits_never_conflict_and_take_contiguous_numbers() {
     const THREADS_PER_STORE: usize = 3;
     const COMMITS: usize = 30;
     let stores: Vec<_> = (0..STORES)
-        .map(|_| RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap())
+        .map(|_| RemoteStore::connect(&server.url(), TOKEN).unwrap())
         .collect();
     let barrier = Arc::new(Barrier::new(STORES * THREADS_PER_STORE));
     let threads: Vec<_> = (0..STORES * THREADS_PER_STORE)
@@ -324,7 +324,7 @@ fn counters_and_slots_at_their_limits_commit_and_past_them_are_refused_before_se
         .unwrap();
     assert_eq!(last.value, Value::Bytes(b"7777".to_vec().into()));
     // One more of either is the engine's refusal, before anything is sent.
-    let writes = server.stats().atomic_write_requests();
+    let writes = server.stats.atomic_write_requests();
     write
         .numbering
         .counters
@@ -335,16 +335,18 @@ fn counters_and_slots_at_their_limits_commit_and_past_them_are_refused_before_se
     slots_write.numbering.slots.push(first);
     let err = store.commit(slots_write).unwrap_err();
     assert!(matches!(err, Error::InvalidNumbering { .. }), "{err:?}");
-    assert_eq!(server.stats().atomic_write_requests(), writes);
+    assert_eq!(server.stats.atomic_write_requests(), writes);
 }
 
 #[test]
 fn a_server_without_the_extension_gets_no_numbered_write_and_the_client_says_unsupported() {
     let db = Arc::new(Database::in_memory());
-    let server = TestServer::start_with(Arc::clone(&db), |c| c.with_extension(false));
-    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    let server = TestServer::of(Arc::clone(&db))
+        .config(|c| c.with_extension(false))
+        .start();
+    let store = RemoteStore::connect(&server.url(), TOKEN).unwrap();
     assert!(!store.has_extension().unwrap());
-    let writes = server.stats().atomic_write_requests();
+    let writes = server.stats.atomic_write_requests();
     assert_eq!(
         store.commit(invoice(&store, 1)).unwrap_err(),
         Error::Unsupported {
@@ -352,11 +354,7 @@ fn a_server_without_the_extension_gets_no_numbered_write_and_the_client_says_uns
             needs: EXTENSION_NEEDED,
         }
     );
-    assert_eq!(
-        server.stats().atomic_write_requests(),
-        writes,
-        "it was sent"
-    );
+    assert_eq!(server.stats.atomic_write_requests(), writes, "it was sent");
     nothing_written(&db);
     // Plain commits still go through.
     assert!(
@@ -377,7 +375,7 @@ fn older_server(db: Arc<Database>) -> (std::net::SocketAddr, tokio::runtime::Run
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
     let addr = listener.local_addr().unwrap();
-    let config = tuplekv_server::ServerConfig::new(TEST_TOKEN).unwrap();
+    let config = tuplekv_server::ServerConfig::new(TOKEN).unwrap();
     let options = config.serve_options();
     let router = tuplekv_server::router(db, config).layer(axum::middleware::map_response(
         |uri: axum::http::Uri, response: axum::response::Response| async move {
@@ -406,7 +404,7 @@ fn older_server(db: Arc<Database>) -> (std::net::SocketAddr, tokio::runtime::Run
 fn a_server_that_does_not_number_commits_gets_no_numbered_write() {
     let db = Arc::new(Database::in_memory());
     let (addr, _runtime) = older_server(Arc::clone(&db));
-    let store = RemoteStore::connect(&format!("http://{addr}"), TEST_TOKEN).unwrap();
+    let store = RemoteStore::connect(&format!("http://{addr}"), TOKEN).unwrap();
     assert!(store.has_extension().unwrap());
     assert_eq!(
         store.commit(invoice(&store, 1)).unwrap_err(),

@@ -10,12 +10,12 @@ use tuplekv_engine::{
     TransactionOptions, key,
 };
 use tuplekv_remote::{ConnectError, RemoteOptions, RemoteStore};
-use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
+use tuplekv_testkit::server::{TOKEN, TestServer};
 
 fn served() -> (Arc<Database>, TestServer, RemoteStore) {
     let db = Arc::new(Database::in_memory());
     let server = TestServer::start(Arc::clone(&db));
-    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    let store = RemoteStore::connect(&server.url(), TOKEN).unwrap();
     (db, server, store)
 }
 
@@ -25,8 +25,8 @@ fn a_tuplekv_server_agrees_on_the_extension() {
     assert!(store.has_extension().unwrap());
     // Debug names the server, never the token.
     let debug = format!("{store:?}");
-    assert!(debug.contains(&server.addr().to_string()), "{debug}");
-    assert!(!debug.contains(TEST_TOKEN), "{debug}");
+    assert!(debug.contains(&server.addr.to_string()), "{debug}");
+    assert!(!debug.contains(TOKEN), "{debug}");
 }
 
 #[test]
@@ -155,7 +155,7 @@ fn a_wrong_token_fails_at_connect_and_a_bad_url_is_named() {
         matches!(err, ConnectError::Store(Error::Remote { status: 401, .. })),
         "{err:?}"
     );
-    let err = RemoteStore::connect("ftp://127.0.0.1:1", TEST_TOKEN).unwrap_err();
+    let err = RemoteStore::connect("ftp://127.0.0.1:1", TOKEN).unwrap_err();
     assert!(matches!(err, ConnectError::InvalidUrl { .. }), "{err}");
     assert!(err.to_string().contains("http:// or https://"), "{err}");
 }
@@ -170,8 +170,8 @@ fn an_unreachable_server_is_unavailable_after_the_retry_budget() {
         retry_for: Duration::from_millis(200),
         ..RemoteOptions::default()
     };
-    let err = RemoteStore::connect_with(&format!("http://127.0.0.1:{port}"), TEST_TOKEN, options)
-        .unwrap_err();
+    let err =
+        RemoteStore::connect_with(&format!("http://127.0.0.1:{port}"), TOKEN, options).unwrap_err();
     assert!(
         matches!(err, ConnectError::Store(Error::Unavailable { .. })),
         "{err}"
@@ -188,8 +188,8 @@ fn a_refused_connection_keeps_the_io_error_as_the_source_and_classifies_unavaila
         retry_for: Duration::from_millis(50),
         ..RemoteOptions::default()
     };
-    let err = RemoteStore::connect_with(&format!("http://127.0.0.1:{port}"), TEST_TOKEN, options)
-        .unwrap_err();
+    let err =
+        RemoteStore::connect_with(&format!("http://127.0.0.1:{port}"), TOKEN, options).unwrap_err();
     let ConnectError::Store(err) = err else {
         panic!("not a store error: {err:?}")
     };
@@ -211,8 +211,10 @@ fn a_refused_connection_keeps_the_io_error_as_the_source_and_classifies_unavaila
 /// A server that speaks plain KV Connect, as denokv does.
 fn plain() -> (Arc<Database>, TestServer, RemoteStore) {
     let db = Arc::new(Database::in_memory());
-    let server = TestServer::start_with(Arc::clone(&db), |c| c.with_extension(false));
-    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    let server = TestServer::of(Arc::clone(&db))
+        .config(|c| c.with_extension(false))
+        .start();
+    let store = RemoteStore::connect(&server.url(), TOKEN).unwrap();
     (db, server, store)
 }
 
@@ -294,9 +296,11 @@ fn without_the_extension_transactions_that_read_keys_work_and_ones_that_list_are
 #[test]
 fn the_client_renews_its_token_before_it_expires() {
     let db = Arc::new(Database::in_memory());
-    let server = TestServer::start_with(db, |c| c.with_token_lifetime(Duration::from_millis(400)));
-    let stats = Arc::clone(server.stats());
-    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    let server = TestServer::of(db)
+        .config(|c| c.with_token_lifetime(Duration::from_millis(400)))
+        .start();
+    let stats = Arc::clone(&server.stats);
+    let store = RemoteStore::connect(&server.url(), TOKEN).unwrap();
     assert_eq!(stats.metadata_requests(), 1);
     // Half the lifetime is the renewal margin for a short token: after it, the next request
     // runs the exchange again first.
@@ -310,15 +314,18 @@ fn a_watch_carries_on_across_a_server_restart() {
     let dir = tempfile::tempdir().unwrap();
     let db = Arc::new(Database::open(dir.path(), tuplekv_engine::Options::default()).unwrap());
     let server = TestServer::start(Arc::clone(&db));
-    let addr = server.addr();
-    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    let addr = server.addr;
+    let store = RemoteStore::connect(&server.url(), TOKEN).unwrap();
     let k = tuplekv_engine::codec::encode_key(&key!["w"]);
     let mut watch = store.watch_raw(vec![k.into()]).unwrap();
     assert_eq!(watch.next_blocking().unwrap().entries, vec![None]);
     drop(server);
     drop(db);
     let db = Arc::new(Database::open(dir.path(), tuplekv_engine::Options::default()).unwrap());
-    let _server = TestServer::start_on(Arc::clone(&db), addr, |c| c);
+    let _server = TestServer::of(Arc::clone(&db))
+        .at(addr)
+        .config(|c| c)
+        .start();
     let _ = store.atomic().set(&key!["w"], 9u64).commit().unwrap();
     let update = watch.next_blocking().unwrap();
     assert_eq!(update.entries[0].as_ref().unwrap().value.as_u64(), Some(9));
@@ -327,7 +334,7 @@ fn a_watch_carries_on_across_a_server_restart() {
 #[test]
 fn a_dropped_snapshot_is_released_on_the_server_with_the_next_read() {
     let (_db, server, store) = served();
-    let stats = Arc::clone(server.stats());
+    let stats = Arc::clone(&server.stats);
     let snap = store.snapshot();
     let _ = snap.get(&key!["a"]).unwrap();
     let clone = snap.clone();
@@ -361,9 +368,11 @@ fn a_watch_outlives_the_store_it_came_from() {
 #[test]
 fn a_write_answered_with_a_gateway_error_has_an_unknown_outcome_and_is_not_resent() {
     let db = Arc::new(Database::in_memory());
-    let server = TestServer::start_answering_writes_with(Arc::clone(&db), 502);
-    let stats = Arc::clone(server.stats());
-    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    let server = TestServer::of(Arc::clone(&db))
+        .answering_writes_with(502)
+        .start();
+    let stats = Arc::clone(&server.stats);
+    let store = RemoteStore::connect(&server.url(), TOKEN).unwrap();
     let err = store.atomic().set(&key!["k"], 1u64).commit().unwrap_err();
     assert!(matches!(err, Error::OutcomeUnknown { .. }), "{err:?}");
     assert_eq!(stats.atomic_write_requests(), 1, "never resent");
@@ -375,9 +384,11 @@ fn a_write_answered_with_a_gateway_error_has_an_unknown_outcome_and_is_not_resen
 fn a_write_answered_409_by_a_server_that_lost_its_stores_answer_has_an_unknown_outcome() {
     // A server over etcd answers 409 when its store lost the answer to a commit.
     let db = Arc::new(Database::in_memory());
-    let server = TestServer::start_answering_writes_with(Arc::clone(&db), 409);
-    let stats = Arc::clone(server.stats());
-    let store = RemoteStore::connect(&server.url(), TEST_TOKEN).unwrap();
+    let server = TestServer::of(Arc::clone(&db))
+        .answering_writes_with(409)
+        .start();
+    let stats = Arc::clone(&server.stats);
+    let store = RemoteStore::connect(&server.url(), TOKEN).unwrap();
     let err = store.atomic().sum(&key!["n"], 1).commit().unwrap_err();
     assert!(matches!(err, Error::OutcomeUnknown { .. }), "{err:?}");
     assert_eq!(stats.atomic_write_requests(), 1, "never resent");
@@ -387,7 +398,7 @@ fn a_write_answered_409_by_a_server_that_lost_its_stores_answer_has_an_unknown_o
 #[test]
 fn releasing_one_snapshot_keeps_another_clients_hold_on_the_same_state() {
     let (_db, server, store) = served();
-    let stats = Arc::clone(server.stats());
+    let stats = Arc::clone(&server.stats);
     let a = store.snapshot();
     let b = store.snapshot();
     let _ = a.get(&key!["x"]).unwrap();
@@ -420,12 +431,12 @@ fn options_out_of_range_are_brought_within_bounds() {
     };
     // Zero timeouts are raised to DURATION_MIN: a loopback exchange may or may not fit in a
     // millisecond, but nothing panics, and a sane configuration works.
-    let _ = RemoteStore::connect_with(&server.url(), TEST_TOKEN, options);
+    let _ = RemoteStore::connect_with(&server.url(), TOKEN, options);
     let sane = RemoteOptions {
         io_threads: 10_000,
         ..RemoteOptions::default()
     };
-    let store = RemoteStore::connect_with(&server.url(), TEST_TOKEN, sane).unwrap();
+    let store = RemoteStore::connect_with(&server.url(), TOKEN, sane).unwrap();
     assert!(store.get_many(&[key!["a"]]).unwrap()[0].is_none());
 }
 
@@ -472,7 +483,7 @@ fn a_versionstamped_set_whose_written_key_passes_the_write_limit_is_refused_and_
 #[test]
 fn concurrent_threads_share_one_connection() {
     let (_db, server, store) = served();
-    let stats = Arc::clone(server.stats());
+    let stats = Arc::clone(&server.stats);
     std::thread::scope(|s| {
         for t in 0..8u64 {
             let store = &store;
@@ -553,7 +564,7 @@ impl FreezingProxy {
 fn a_server_that_stops_answering_bounds_writes_and_reads_by_their_timeouts() {
     let db = Arc::new(Database::in_memory());
     let server = TestServer::start(Arc::clone(&db));
-    let proxy = FreezingProxy::start(server.addr());
+    let proxy = FreezingProxy::start(server.addr);
     let options = RemoteOptions {
         request_timeout: Duration::from_millis(300),
         connect_timeout: Duration::from_millis(300),
@@ -561,7 +572,7 @@ fn a_server_that_stops_answering_bounds_writes_and_reads_by_their_timeouts() {
         ..RemoteOptions::default()
     };
     let store =
-        RemoteStore::connect_with(&format!("http://{}", proxy.addr), TEST_TOKEN, options).unwrap();
+        RemoteStore::connect_with(&format!("http://{}", proxy.addr), TOKEN, options).unwrap();
     let _ = store.atomic().set(&key!["a"], 1u64).commit().unwrap();
     proxy
         .frozen

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tuplekv_engine::Database;
 use tuplekv_remote::RemoteStore;
 use tuplekv_testkit::contract::{Backend, Cost};
-use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
+use tuplekv_testkit::server::{TOKEN, TestServer};
 
 /// Opens each store on a server of its own; the servers run until the backend is dropped.
 struct Remote {
@@ -51,10 +51,10 @@ impl Backend for Remote {
 
     fn open(&self) -> RemoteStore {
         let extension = self.extension;
-        let server = TestServer::start_with(Arc::new(Database::in_memory()), |c| {
-            c.with_extension(extension)
-        });
-        let store = RemoteStore::connect(&server.url(), TEST_TOKEN).expect("the client connects");
+        let server = TestServer::of(Arc::new(Database::in_memory()))
+            .config(|c| c.with_extension(extension))
+            .start();
+        let store = RemoteStore::connect(&server.url(), TOKEN).expect("the client connects");
         assert_eq!(
             store.has_extension().expect("a metadata exchange"),
             extension

@@ -14,7 +14,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tuplekv_engine::{CommitResult, Database, Error, ListOptions, ReadView, Selector, Store, key};
 use tuplekv_remote::{ConnectError, DENO_CERT_ENV, RemoteOptions, RemoteStore};
 use tuplekv_server::{CommitMode, ServeOptions, ServerConfig, Tls};
-use tuplekv_testkit::server::{TEST_TOKEN, TestServer};
+use tuplekv_testkit::server::{TOKEN, TestServer};
 
 /// A CA that signs server certificates.
 struct TestCa {
@@ -78,7 +78,7 @@ impl TlsServer {
         dir: &Path,
         at: Option<SocketAddr>,
     ) -> TlsServer {
-        let config = ServerConfig::new(TEST_TOKEN)
+        let config = ServerConfig::new(TOKEN)
             .unwrap()
             .with_commit_mode(CommitMode::BlockingPool);
         let options = config.serve_options();
@@ -208,12 +208,8 @@ fn a_store_trusting_the_ca_sets_gets_lists_checks_and_watches_over_https() {
     let dir = tempfile::tempdir().unwrap();
     let (db, ca, server) = served(dir.path());
     let ca_file = ca.write(dir.path());
-    let store = RemoteStore::connect_with(
-        &server.url("localhost"),
-        TEST_TOKEN,
-        trusting(vec![ca_file]),
-    )
-    .unwrap();
+    let store = RemoteStore::connect_with(&server.url("localhost"), TOKEN, trusting(vec![ca_file]))
+        .unwrap();
     assert!(store.has_extension().unwrap(), "the extension over TLS too");
 
     // set and get
@@ -285,12 +281,8 @@ fn an_ip_address_url_is_checked_against_the_certificates_ip_address() {
     let dir = tempfile::tempdir().unwrap();
     let (_db, ca, server) = served(dir.path());
     let ca_file = ca.write(dir.path());
-    let store = RemoteStore::connect_with(
-        &server.url("127.0.0.1"),
-        TEST_TOKEN,
-        trusting(vec![ca_file]),
-    )
-    .unwrap();
+    let store = RemoteStore::connect_with(&server.url("127.0.0.1"), TOKEN, trusting(vec![ca_file]))
+        .unwrap();
     let _ = store.atomic().set(&key!["ip"], 1u64).commit().unwrap();
     assert_eq!(
         latest(&store, &key!["ip"]).unwrap().unwrap().value.as_u64(),
@@ -306,8 +298,7 @@ fn a_ca_file_may_hold_several_certificates() {
     let bundle = dir.path().join("bundle.pem");
     std::fs::write(&bundle, format!("{}{}", other.cert_pem, ca.cert_pem)).unwrap();
     let store =
-        RemoteStore::connect_with(&server.url("localhost"), TEST_TOKEN, trusting(vec![bundle]))
-            .unwrap();
+        RemoteStore::connect_with(&server.url("localhost"), TOKEN, trusting(vec![bundle])).unwrap();
     assert!(store.has_extension().unwrap());
 }
 
@@ -321,7 +312,7 @@ fn without_the_ca_the_connect_fails_naming_an_untrusted_certificate() {
     std::fs::write(&other_file, &other.cert_pem).unwrap();
     for ca_certs in [vec![], vec![other_file]] {
         let url = server.url("localhost");
-        let err = RemoteStore::connect_with(&url, TEST_TOKEN, trusting(ca_certs)).unwrap_err();
+        let err = RemoteStore::connect_with(&url, TOKEN, trusting(ca_certs)).unwrap_err();
         let text = err.to_string();
         assert!(text.contains(&url), "{text}");
         let reason = tls_reason(Err(err));
@@ -346,7 +337,7 @@ fn a_host_name_the_certificate_does_not_carry_fails_naming_the_mismatch() {
     for host in ["localhost", "127.0.0.1"] {
         let reason = tls_reason(RemoteStore::connect_with(
             &server.url(host),
-            TEST_TOKEN,
+            TOKEN,
             trusting(vec![ca_file.clone()]),
         ));
         assert!(
@@ -360,11 +351,11 @@ fn a_host_name_the_certificate_does_not_carry_fails_naming_the_mismatch() {
 #[test]
 fn https_to_a_plain_http_server_fails_saying_it_does_not_answer_tls() {
     let server = TestServer::start(Arc::new(Database::in_memory()));
-    let url = format!("https://{}", server.addr());
-    let result = RemoteStore::connect_with(&url, TEST_TOKEN, trusting(vec![]));
+    let url = format!("https://{}", server.addr);
+    let result = RemoteStore::connect_with(&url, TOKEN, trusting(vec![]));
     let reason = tls_reason(result);
     assert!(reason.contains("did not answer in TLS"), "{reason}");
-    assert_eq!(server.stats().metadata_requests(), 0);
+    assert_eq!(server.stats.metadata_requests(), 0);
 }
 
 #[test]
@@ -399,7 +390,7 @@ fn a_ca_file_that_cannot_be_used_fails_before_anything_is_sent() {
         // The good CA first: one bad file fails the whole list.
         let err = RemoteStore::connect_with(
             &server.url("localhost"),
-            TEST_TOKEN,
+            TOKEN,
             trusting(vec![ca_file.clone(), bad.clone()]),
         )
         .unwrap_err();
@@ -418,14 +409,14 @@ fn a_ca_file_that_cannot_be_used_fails_before_anything_is_sent() {
 fn ca_certs_are_not_read_for_a_plain_http_url() {
     let server = TestServer::start(Arc::new(Database::in_memory()));
     let options = trusting(vec![PathBuf::from("/nonexistent/ca.pem")]);
-    let store = RemoteStore::connect_with(&server.url(), TEST_TOKEN, options).unwrap();
+    let store = RemoteStore::connect_with(&server.url(), TOKEN, options).unwrap();
     assert!(store.has_extension().unwrap());
 }
 
 #[test]
 fn a_url_that_is_neither_http_nor_https_is_refused() {
     for url in ["ftp://127.0.0.1:1", "127.0.0.1:4512", "https:///v2"] {
-        let err = RemoteStore::connect(url, TEST_TOKEN).unwrap_err();
+        let err = RemoteStore::connect(url, TOKEN).unwrap_err();
         assert!(
             matches!(err, ConnectError::InvalidUrl { .. }),
             "{url}: {err}"
@@ -472,15 +463,11 @@ fn deno_cert_child() {
     let url = url.into_string().unwrap();
     let deno_cert = PathBuf::from(std::env::var_os(DENO_CERT_ENV).unwrap());
     // The library does not read DENO_CERT by itself.
-    let reason = tls_reason(RemoteStore::connect_with(
-        &url,
-        TEST_TOKEN,
-        trusting(vec![]),
-    ));
+    let reason = tls_reason(RemoteStore::connect_with(&url, TOKEN, trusting(vec![])));
     assert!(reason.contains("not signed by a trusted CA"), "{reason}");
     let options = trusting(vec![]).with_deno_cert_env();
     assert_eq!(options.ca_certs, vec![deno_cert]);
-    let store = RemoteStore::connect_with(&url, TEST_TOKEN, options).unwrap();
+    let store = RemoteStore::connect_with(&url, TOKEN, options).unwrap();
     let _ = store.atomic().set(&key!["deno"], 1u64).commit().unwrap();
     assert!(latest(&store, &key!["deno"]).unwrap().is_some());
     println!("deno_cert_child: connected");
@@ -505,12 +492,8 @@ fn a_tls_connection_is_made_again_after_a_server_restart() {
     let ca = TestCa::new("tuplekv remote test CA");
     let ca_file = ca.write(dir.path());
     let server = TlsServer::start(Arc::clone(&db), &ca, &["localhost"], dir.path());
-    let store = RemoteStore::connect_with(
-        &server.url("localhost"),
-        TEST_TOKEN,
-        trusting(vec![ca_file]),
-    )
-    .unwrap();
+    let store = RemoteStore::connect_with(&server.url("localhost"), TOKEN, trusting(vec![ca_file]))
+        .unwrap();
     let _ = store.atomic().set(&key!["r"], 1u64).commit().unwrap();
     let addr = server.addr;
     drop(server);
@@ -547,12 +530,8 @@ fn an_https_store_never_follows_the_metadata_to_a_plain_http_endpoint() {
         dir.path(),
         None,
     );
-    let err = RemoteStore::connect_with(
-        &server.url("localhost"),
-        TEST_TOKEN,
-        trusting(vec![ca_file]),
-    )
-    .unwrap_err();
+    let err = RemoteStore::connect_with(&server.url("localhost"), TOKEN, trusting(vec![ca_file]))
+        .unwrap_err();
     let ConnectError::Store(Error::Remote { message, .. }) = &err else {
         panic!("{err:?}")
     };
@@ -567,12 +546,8 @@ fn a_server_back_with_an_untrusted_certificate_makes_requests_unavailable_naming
     let ca = TestCa::new("tuplekv remote test CA");
     let ca_file = ca.write(dir.path());
     let server = TlsServer::start(Arc::clone(&db), &ca, &["localhost"], dir.path());
-    let store = RemoteStore::connect_with(
-        &server.url("localhost"),
-        TEST_TOKEN,
-        trusting(vec![ca_file]),
-    )
-    .unwrap();
+    let store = RemoteStore::connect_with(&server.url("localhost"), TOKEN, trusting(vec![ca_file]))
+        .unwrap();
     let _ = store.atomic().set(&key!["u"], 1u64).commit().unwrap();
     let addr = server.addr;
     drop(server);

@@ -10,7 +10,7 @@ use tuplekv_server::{CommitMode, ServerConfig};
 
 #[tokio::test]
 async fn data_path_checks_version_then_token_then_database_id() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let body = read_of(vec![get_range(&key("a"))]).encode_to_vec();
     let req = || data_request(server.addr, "snapshot_read", body.clone());
@@ -56,7 +56,7 @@ async fn data_path_checks_version_then_token_then_database_id() {
 
 #[tokio::test]
 async fn data_path_version_1_uses_the_transaction_domain_id() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h1().await;
     let body = read_of(vec![get_range(&key("a"))]).encode_to_vec();
     let v1 = data_request(server.addr, "snapshot_read", body)
@@ -69,7 +69,7 @@ async fn data_path_version_1_uses_the_transaction_domain_id() {
 
 #[tokio::test]
 async fn data_path_accepts_no_content_type_or_protobuf_and_refuses_others_with_415() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let body = read_of(vec![get_range(&key("a"))]).encode_to_vec();
     let req = || data_request(server.addr, "snapshot_read", body.clone());
@@ -94,7 +94,7 @@ async fn data_path_accepts_no_content_type_or_protobuf_and_refuses_others_with_4
 
 #[tokio::test]
 async fn unknown_paths_are_404_resource_not_found() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     for path in ["v2/nope", "v3/snapshot_read", "x"] {
         let req = hyper::Request::post(format!("http://{}/{path}", server.addr))
@@ -107,7 +107,7 @@ async fn unknown_paths_are_404_resource_not_found() {
 
 #[tokio::test]
 async fn malformed_and_truncated_protobuf_is_400_request_protobuf_is_invalid() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let good = write_of(vec![], vec![set(&key("a"), bytes_value(b"v"))]).encode_to_vec();
     for (method, body) in [
@@ -131,7 +131,7 @@ async fn malformed_and_truncated_protobuf_is_400_request_protobuf_is_invalid() {
 
 #[tokio::test]
 async fn set_get_list_and_check_round_trip_values_byte_for_byte() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let v8 = [0xff, 0x0f, 0x22, 0x02, b'h', b'i'];
     let out = c
@@ -204,7 +204,7 @@ fn out_versionstamp(e: &pb::KvEntry) -> Vec<u8> {
 
 #[tokio::test]
 async fn failed_checks_lists_the_index_of_every_failing_check() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     c.commit(write_of(
         vec![],
@@ -233,7 +233,7 @@ async fn failed_checks_lists_the_index_of_every_failing_check() {
 
 #[tokio::test]
 async fn a_failing_sum_writes_nothing_of_its_atomic_write() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     c.commit(write_of(
         vec![],
@@ -262,7 +262,7 @@ async fn a_failing_sum_writes_nothing_of_its_atomic_write() {
 
 #[tokio::test]
 async fn sum_min_and_max_on_le64_wrap_and_compare_unsigned() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let op = |kind, n| mutation(&key("n"), kind, Some(u64_value(n)));
     c.commit(write_of(
@@ -302,7 +302,7 @@ async fn sum_min_and_max_on_le64_wrap_and_compare_unsigned() {
 
 #[tokio::test]
 async fn versionstamped_key_is_the_prefix_plus_the_commit_stamp_as_a_string() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let out = c
         .commit(write_of(
@@ -327,7 +327,7 @@ async fn versionstamped_key_is_the_prefix_plus_the_commit_stamp_as_a_string() {
 
 #[tokio::test]
 async fn expire_at_in_the_past_hides_the_value_and_below_minus_one_is_invalid() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let mut m = set(&key("t"), bytes_value(b"v"));
     m.expire_at_ms = 1;
@@ -348,7 +348,7 @@ async fn expire_at_in_the_past_hides_the_value_and_below_minus_one_is_invalid() 
 
 #[tokio::test]
 async fn bad_values_and_kinds_are_400_not_500() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let unknown = pb::KvValue {
         data: b"x".to_vec(),
@@ -405,7 +405,7 @@ fn v8_number(x: f64) -> Vec<u8> {
 
 #[tokio::test]
 async fn sum_with_a_v8_operand_uses_the_engines_bounded_sum_and_its_texts() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     c.commit(write_of(vec![], vec![set(&key("u"), u64_value(5))]))
         .await;
@@ -456,14 +456,14 @@ async fn sum_with_a_v8_operand_uses_the_engines_bounded_sum_and_its_texts() {
 /// commits inline: `(status, failed checks, versionstamp)` of each, or the error reply.
 async fn answers_of_writes(mode: CommitMode) -> Vec<(u16, Vec<u32>, Vec<u8>, String)> {
     let store = std::sync::Arc::new(tuplekv_engine::Database::in_memory());
-    let server = TestServer::start_with(
-        store,
-        ServerConfig::new(TOKEN)
-            .expect("a long enough token")
-            .with_commit_mode(mode),
-        |o| o,
-    )
-    .await;
+    let server = TestServer::of(store)
+        .with_config(
+            ServerConfig::new(TOKEN)
+                .expect("a long enough token")
+                .with_commit_mode(mode),
+        )
+        .spawn()
+        .await;
     let mut c = server.h2().await;
     let writes = [
         write_of(

@@ -4,13 +4,11 @@
 
 use tuplekv_testkit::kv_connect as common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{TOKEN, TestServer, get_range, key, mutation, read_of, u64_value};
 use denokv_proto::datapath as pb;
 use prost::Message;
-use tuplekv_engine::Database;
 use tuplekv_server::ServerConfig;
 use tuplekv_server::limits::{RANGE_CHECKS_MAX, RELEASES_PER_READ_MAX};
 use tuplekv_wire::{
@@ -94,7 +92,7 @@ fn read_output(body: &[u8]) -> (Vec<pb::KvEntry>, Vec<u8>) {
 
 #[tokio::test]
 async fn the_extension_is_agreed_only_with_a_client_that_asks_for_it() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let plain = c
         .metadata(TOKEN, r#"{"supportedVersions":[2,3]}"#)
@@ -117,7 +115,7 @@ async fn the_extension_is_agreed_only_with_a_client_that_asks_for_it() {
 
 #[tokio::test]
 async fn a_held_snapshot_reads_the_same_state_after_later_commits() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     c.commit(set(&key("a"), 1)).await;
     let (first, vs) = read_output(
@@ -149,7 +147,7 @@ async fn a_held_snapshot_reads_the_same_state_after_later_commits() {
 
 #[tokio::test]
 async fn a_read_at_a_snapshot_not_held_is_410_gone() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let vs = tuplekv_engine::Versionstamp::from_version(12345);
     let reply = c
@@ -172,7 +170,7 @@ async fn an_idle_held_snapshot_is_dropped() {
     let config = ServerConfig::new(TOKEN)
         .expect("token")
         .with_held_snapshots(8, Duration::ZERO);
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     let mut c = server.h2().await;
     let (_, vs) = read_output(
         &c.data("snapshot_read", extended_read(vec![], hold()))
@@ -188,7 +186,7 @@ async fn an_idle_held_snapshot_is_dropped() {
 
 #[tokio::test]
 async fn a_range_check_fails_when_its_range_changed_and_the_report_says_so() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     c.commit(set(&key("x"), 1)).await;
     let (_, vs) = read_output(
@@ -231,7 +229,7 @@ async fn a_range_check_fails_when_its_range_changed_and_the_report_says_so() {
 
 #[tokio::test]
 async fn a_failed_key_check_reports_the_keys_actual_versionstamp() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let done = c.commit(set(&key("k"), 1)).await;
     let mut write = set(&key("k"), 2);
@@ -253,7 +251,7 @@ async fn a_failed_key_check_reports_the_keys_actual_versionstamp() {
 
 #[tokio::test]
 async fn range_checks_are_limited_and_need_a_held_snapshot() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let (_, vs) = read_output(
         &c.data("snapshot_read", extended_read(vec![], hold()))
@@ -295,7 +293,7 @@ async fn range_checks_are_limited_and_need_a_held_snapshot() {
 
 #[tokio::test]
 async fn a_released_snapshot_is_dropped_when_its_last_hold_goes() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let read = |ext| extended_read(vec![], ext);
     let (_, vs) = read_output(&c.data("snapshot_read", read(hold_as(1))).await.body);
@@ -334,7 +332,7 @@ async fn a_released_snapshot_is_dropped_when_its_last_hold_goes() {
 
 #[tokio::test]
 async fn releases_are_limited_per_read() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let v = tuplekv_engine::Versionstamp::from_version(5)
         .as_bytes()

@@ -6,15 +6,12 @@
 use tuplekv_testkit::kv_connect as common;
 mod numbered;
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use common::*;
 use denokv_proto::datapath as pb;
 use http_body_util::Full;
 use numbered::{claim, digits, numbered_body, outcome};
 use prost::Message;
-use tuplekv_engine::Database;
 use tuplekv_server::ServerConfig;
 use tuplekv_server::limits::*;
 
@@ -30,7 +27,7 @@ fn raw_key(i: usize, len: usize) -> Vec<u8> {
 
 #[tokio::test]
 async fn read_ranges_at_the_limit_pass_and_one_more_is_refused() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let ranges = |n: usize| read_of((0..n).map(|i| get_range(&raw_key(i, 4))).collect());
     let out: pb::SnapshotReadOutput = c.read(ranges(READ_RANGES_MAX)).await.decode();
@@ -43,7 +40,7 @@ async fn read_ranges_at_the_limit_pass_and_one_more_is_refused() {
 
 #[tokio::test]
 async fn read_entries_at_the_limit_pass_and_one_more_is_refused() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let split = |total: i32| {
         read_of(vec![
@@ -69,7 +66,7 @@ async fn read_entries_at_the_limit_pass_and_one_more_is_refused() {
 
 #[tokio::test]
 async fn read_keys_at_the_read_limit_pass_and_one_byte_more_is_refused() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let range = |len: usize| pb::ReadRange {
         start: raw_key(0, len),
@@ -89,7 +86,7 @@ async fn read_keys_at_the_read_limit_pass_and_one_byte_more_is_refused() {
 
 #[tokio::test]
 async fn write_keys_at_the_limit_pass_and_one_byte_more_is_refused() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let k = raw_key(1, WRITE_KEY_SIZE_MAX);
     let out = c
@@ -128,7 +125,7 @@ async fn watched_keys_at_the_limits_decode_and_past_them_are_refused() {
     let keys = tuplekv_server::protocol::decode_watch(&watch(WATCHED_KEYS_MAX, WRITE_KEY_SIZE_MAX))
         .expect("at the limits");
     assert_eq!(keys.len(), WATCHED_KEYS_MAX);
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     c.data("watch", watch(WATCHED_KEYS_MAX + 1, 4))
         .await
@@ -141,7 +138,7 @@ async fn watched_keys_at_the_limits_decode_and_past_them_are_refused() {
 
 #[tokio::test]
 async fn checks_at_the_limit_pass_and_one_more_is_refused() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let checks = |n: usize| {
         (0..n)
@@ -167,7 +164,7 @@ async fn checks_at_the_limit_pass_and_one_more_is_refused() {
 
 #[tokio::test]
 async fn mutations_at_the_limit_pass_and_one_more_is_refused() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let sets = |n: usize| {
         (0..n)
@@ -197,7 +194,7 @@ fn placeholder_key(tag: u8, i: usize) -> Vec<u8> {
 
 #[tokio::test]
 async fn counters_per_commit_at_the_limit_pass_and_one_more_is_refused() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let numbering = |n: usize| tuplekv_wire::Numbering {
         counters: (0..n).map(|i| claim(&raw_key(i, 4), 10, 2)).collect(),
@@ -243,7 +240,7 @@ async fn counters_per_commit_at_the_limit_pass_and_one_more_is_refused() {
 #[tokio::test]
 async fn number_slots_at_the_limit_pass_and_one_more_is_refused() {
     use tuplekv_wire::SlotTargetKind::{CheckKey, MutationKey, MutationValue};
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     // Every check key, mutation key and value holds four one-digit placeholders, all taking
     // the one number the write claims: NUMBER_SLOTS_MAX is exactly that many.
@@ -310,7 +307,7 @@ async fn number_slots_at_the_limit_pass_and_one_more_is_refused() {
 
 #[tokio::test]
 async fn values_at_the_limit_pass_and_one_byte_more_is_refused() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let big = vec![7u8; VALUE_SIZE_MAX];
     assert_eq!(
@@ -331,7 +328,7 @@ async fn values_at_the_limit_pass_and_one_byte_more_is_refused() {
 
 #[tokio::test]
 async fn total_mutation_size_at_the_limit_passes_and_one_byte_more_is_refused() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     // Each set counts twice its 4-byte key plus its value: 12 full values, then the rest.
     let per_full = 2 * 4 + VALUE_SIZE_MAX;
@@ -370,7 +367,7 @@ fn padded_read(len: usize) -> Vec<u8> {
 
 #[tokio::test]
 async fn request_bodies_at_the_limit_pass_and_one_byte_more_is_413() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     assert_eq!(
         c.data("snapshot_read", padded_read(REQUEST_BODY_MAX))
@@ -480,7 +477,7 @@ fn h2_request_of_header_list_size(
 
 #[tokio::test]
 async fn h1_header_blocks_at_the_limit_pass_and_one_byte_more_is_431() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let at = h1_raw_status(
         server.addr,
         &h1_request_of_head_size(server.addr, HEADER_BLOCK_SIZE_MAX),
@@ -503,7 +500,7 @@ async fn h1_header_blocks_at_the_limit_pass_and_one_byte_more_is_431() {
 
 #[tokio::test]
 async fn h2_header_lists_at_the_limit_pass_and_one_byte_more_is_431() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut h2 = server.h2().await;
     let at = h2_request_of_header_list_size(server.addr, HEADER_BLOCK_SIZE_MAX);
     assert_eq!(h2.call(at).await.status, 200);
@@ -519,15 +516,13 @@ async fn h2_header_lists_at_the_limit_pass_and_one_byte_more_is_431() {
 async fn connections_at_the_limit_that_showed_the_token_are_served_and_one_more_is_closed() {
     // Both open connections show the token, so neither is closed to make room (see
     // `stalls.rs` for connections that did not).
-    let server = TestServer::start_with(
-        Arc::new(Database::in_memory()),
-        ServerConfig::new(TOKEN).expect("a long enough token"),
-        |mut o| {
+    let server = TestServer::in_memory()
+        .options(|mut o| {
             o.connections_max = 2;
             o
-        },
-    )
-    .await;
+        })
+        .spawn()
+        .await;
     let mut a = server.h2().await;
     let mut b = server.h1().await;
     assert_eq!(a.read(read_of(vec![])).await.status, 200);
@@ -608,7 +603,7 @@ const SETTINGS_MAX_HEADER_LIST_SIZE: u16 = 0x6;
 
 #[tokio::test]
 async fn h2_connections_advertise_the_stream_and_header_limits() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let settings = server_h2_settings(server.addr).await;
     assert!(
         settings.contains(&(
@@ -629,15 +624,13 @@ async fn h2_connections_advertise_the_stream_and_header_limits() {
         "{settings:?}"
     );
     server.stop().await;
-    let configured = TestServer::start_with(
-        Arc::new(Database::in_memory()),
-        ServerConfig::new(TOKEN).expect("a long enough token"),
-        |mut o| {
+    let configured = TestServer::in_memory()
+        .options(|mut o| {
             o.h2_streams_per_connection_max = 2;
             o
-        },
-    )
-    .await;
+        })
+        .spawn()
+        .await;
     let settings = server_h2_settings(configured.addr).await;
     assert!(
         settings.contains(&(SETTINGS_MAX_CONCURRENT_STREAMS, 2)),
@@ -654,7 +647,7 @@ fn metadata_body(len: usize) -> String {
 
 #[tokio::test]
 async fn metadata_bodies_at_the_limit_pass_and_one_byte_more_is_413() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let at = c.metadata(TOKEN, &metadata_body(METADATA_BODY_MAX)).await;
     assert_eq!(at.status, 200, "{}", at.text());
@@ -680,7 +673,7 @@ async fn a_large_request_body_past_the_in_flight_limit_waits_for_a_free_slot() {
     let config = ServerConfig::new(TOKEN)
         .expect("a long enough token")
         .with_request_bodies_in_flight_max(1);
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     // With the slot free, large bodies are served one after the other.
     let mut c = server.h2().await;
     assert_eq!(
@@ -743,7 +736,7 @@ async fn bodies_of_a_small_bodys_size_need_no_slot_and_one_byte_more_does() {
             std::time::Duration::from_millis(200),
             REQUEST_BODY_READ_TIMEOUT,
         );
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     // The one slot, held by a body that stalls past a small body's size.
     let mut sender = h2_sender::<ChannelBody>(server.addr).await;
     let (tx, body) = channel_body();
@@ -781,15 +774,13 @@ async fn bodies_of_a_small_bodys_size_need_no_slot_and_one_byte_more_does() {
 #[tokio::test]
 async fn idle_http1_connections_are_closed_after_the_header_read_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let server = TestServer::start_with(
-        Arc::new(Database::in_memory()),
-        ServerConfig::new(TOKEN).expect("a long enough token"),
-        |mut o| {
+    let server = TestServer::in_memory()
+        .options(|mut o| {
             o.h1_header_read_timeout = std::time::Duration::from_millis(200);
             o
-        },
-    )
-    .await;
+        })
+        .spawn()
+        .await;
     // A connection that never sends a byte.
     let mut silent = tokio::net::TcpStream::connect(server.addr)
         .await
@@ -824,15 +815,13 @@ async fn idle_http1_connections_are_closed_after_the_header_read_timeout() {
 
 #[tokio::test]
 async fn a_connection_limit_past_the_semaphore_maximum_is_lowered_not_a_panic() {
-    let server = TestServer::start_with(
-        Arc::new(Database::in_memory()),
-        ServerConfig::new(TOKEN).expect("a long enough token"),
-        |mut o| {
+    let server = TestServer::in_memory()
+        .options(|mut o| {
             o.connections_max = usize::MAX;
             o
-        },
-    )
-    .await;
+        })
+        .spawn()
+        .await;
     assert_eq!(server.h2().await.read(read_of(vec![])).await.status, 200);
     server.stop().await;
 }

@@ -12,7 +12,7 @@ const ALL: &str = r#"{"supportedVersions":[1,2,3]}"#;
 
 #[tokio::test]
 async fn metadata_offers_version_3_with_one_strong_relative_endpoint() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let reply = server.h2().await.metadata(TOKEN, ALL).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.headers["content-type"], "application/json");
@@ -36,7 +36,7 @@ async fn metadata_offers_version_3_with_one_strong_relative_endpoint() {
 
 #[tokio::test]
 async fn metadata_picks_version_2_when_3_is_not_offered() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let reply = server
         .h1()
         .await
@@ -49,7 +49,7 @@ async fn metadata_picks_version_2_when_3_is_not_offered() {
 
 #[tokio::test]
 async fn metadata_version_1_gets_an_absolute_endpoint_url_from_the_host() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     for mut client in [server.h1().await, server.h2().await] {
         let reply = client.metadata(TOKEN, r#"{"supportedVersions":[1]}"#).await;
         assert_eq!(reply.json()["version"], 1, "{}", reply.text());
@@ -63,7 +63,7 @@ async fn metadata_version_1_gets_an_absolute_endpoint_url_from_the_host() {
 
 #[tokio::test]
 async fn metadata_without_a_common_version_is_refused_before_the_token_is_looked_at() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let reply = server
         .h2()
         .await
@@ -78,7 +78,7 @@ async fn metadata_without_a_common_version_is_refused_before_the_token_is_looked
 
 #[tokio::test]
 async fn metadata_without_a_json_body_needs_a_newer_client() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut client = server.h2().await;
     let text = "The server requires at least protocol version 2. Use Deno 1.38.0 or newer.";
     client.metadata(TOKEN, "").await.assert_error(400, text);
@@ -92,7 +92,7 @@ async fn metadata_without_a_json_body_needs_a_newer_client() {
 
 #[tokio::test]
 async fn metadata_with_a_wrong_token_is_401() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut client = server.h2().await;
     client
         .metadata("not-the-token", ALL)
@@ -108,7 +108,7 @@ async fn metadata_with_a_wrong_token_is_401() {
 
 #[tokio::test]
 async fn metadata_auth_scheme_is_bearer_in_any_case_and_else_malformed_or_invalid() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut client = server.h1().await;
     let send = |auth: Option<&str>| {
         let mut b = Request::post(format!("http://{}/", server.addr));

@@ -6,12 +6,10 @@
 use tuplekv_testkit::kv_connect as common;
 mod numbered;
 
-use std::sync::Arc;
-
 use common::{Client, TOKEN, TestServer, bytes_value, check, key, key2, set, u64_value, write_of};
 use denokv_proto::datapath as pb;
 use numbered::{claim, digits, numbered_body, outcome};
-use tuplekv_engine::{Database, Error, KeyBytes};
+use tuplekv_engine::{Error, KeyBytes};
 use tuplekv_server::ServerConfig;
 use tuplekv_server::limits::REQUEST_BODY_MAX;
 use tuplekv_wire::{
@@ -72,7 +70,7 @@ async fn nothing_written(c: &mut Client) {
 
 #[tokio::test]
 async fn the_numbering_extension_is_agreed_only_with_a_client_that_asks_for_it() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let both = c
         .metadata(
@@ -101,7 +99,7 @@ async fn the_numbering_extension_is_agreed_only_with_a_client_that_asks_for_it()
 
 #[tokio::test]
 async fn a_numbered_write_fills_key_value_and_check_placeholders_and_reports_the_first_numbers() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     // Two numbers from the invoice counter (9999 and 10000: the second widens its key), one
     // from a second counter, inserted as a key part into a check and a mutation key.
@@ -157,7 +155,7 @@ async fn a_numbered_write_fills_key_value_and_check_placeholders_and_reports_the
 
 #[tokio::test]
 async fn outputs_carry_numbers_only_for_numbered_writes_of_the_extension() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     // A plain client (Deno's) never sees the field.
     let reply = c
@@ -179,7 +177,7 @@ async fn outputs_carry_numbers_only_for_numbered_writes_of_the_extension() {
 
 #[tokio::test]
 async fn hostile_numberings_are_400_and_write_nothing() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let past_u32 = u64::from(u32::MAX) + 1;
     let cases = [
@@ -293,7 +291,7 @@ fn header_error(reply: &common::Reply) -> Error {
 
 #[tokio::test]
 async fn numbering_refusals_carry_the_engines_error_and_write_nothing() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     let counter_key = KeyBytes::from(counter());
     // Two numbers from a counter whose max is its start.
@@ -359,7 +357,7 @@ async fn a_server_without_the_extension_refuses_a_numbered_write_rather_than_dro
     let config = ServerConfig::new(TOKEN)
         .expect("token")
         .with_extension(false);
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     let mut c = server.h2().await;
     let reply = c
         .data("atomic_write", invoice(one_number(1, key_slot())))

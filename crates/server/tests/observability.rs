@@ -44,7 +44,7 @@ fn series(text: &str, key: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn healthz_answers_200_without_a_token_on_both_protocols_and_to_head() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     for mut client in [server.h1().await, server.h2().await] {
         let reply = client
             .call(request("GET", server.addr, "/healthz", None))
@@ -79,7 +79,7 @@ async fn readyz_is_503_with_the_reason_after_a_failed_log_sync() {
     )
     .expect("open");
     let db = Arc::new(db);
-    let server = TestServer::start_with(Arc::clone(&db), config(), |o| o).await;
+    let server = TestServer::of(Arc::clone(&db)).spawn().await;
     let mut client = server.h1().await;
     let reply = client
         .call(request("GET", server.addr, "/readyz", None))

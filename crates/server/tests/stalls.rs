@@ -74,7 +74,7 @@ async fn concurrent_large_writes(addr: SocketAddr, n: usize) -> Vec<u16> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_concurrent_600_kb_writes_on_one_h2_connection_all_commit() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let statuses = tokio::time::timeout(STALL_MAX, concurrent_large_writes(server.addr, 100))
         .await
         .expect("100 concurrent large writes on one connection complete");
@@ -93,7 +93,7 @@ async fn a_hundred_concurrent_600_kb_writes_on_one_h2_connection_all_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_600_kb_writes_on_one_h2_connection_all_commit() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let statuses = tokio::time::timeout(STALL_MAX, concurrent_large_writes(server.addr, 200))
         .await
         .expect("200 concurrent large writes on one connection complete");
@@ -107,7 +107,7 @@ async fn large_writes_past_the_body_slots_on_one_connection_wait_and_then_commit
     // Two slots for eight bodies of ~600 kB on one connection: six wait with their bodies
     // unread, and the slot holders' bodies still arrive.
     let config = config().with_request_bodies_in_flight_max(2);
-    let server = TestServer::start_configured(config).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     let statuses = tokio::time::timeout(STALL_MAX, concurrent_large_writes(server.addr, 8))
         .await
         .expect("the writes complete");
@@ -117,7 +117,7 @@ async fn large_writes_past_the_body_slots_on_one_connection_wait_and_then_commit
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_on_another_connection_is_answered_while_one_client_floods_large_writes() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let addr = server.addr;
     let flood = tokio::spawn(concurrent_large_writes(addr, 200));
     wait_until("the flood to start", || {
@@ -181,7 +181,7 @@ async fn reply_status_then_close(tcp: &mut TcpStream) -> u16 {
 async fn slow_large_uploads_at_the_slot_limit_never_stop_other_writes_and_time_out_with_408() {
     let read_timeout = Duration::from_millis(1500);
     let config = config().with_body_timeouts(BODY_SLOT_WAIT_MAX, read_timeout);
-    let server = TestServer::start_configured(config).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     // Every large-body slot taken by an upload that sent more than a small body's worth,
     // then stalled; and as many again that sent one byte (they hold no slot).
     let mut holders = Vec::new();
@@ -229,7 +229,7 @@ async fn a_large_body_that_finds_no_slot_in_time_gets_503_with_retry_after_and_w
     let config = config()
         .with_request_bodies_in_flight_max(1)
         .with_body_timeouts(Duration::from_millis(300), Duration::from_secs(30));
-    let server = TestServer::start_configured(config).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     let _holder = stalled_upload(
         server.addr,
         upload_head(server.addr, 600_000),
@@ -273,7 +273,7 @@ async fn stalled_metadata_bodies_without_the_token_fill_their_slots_then_get_503
         // Long enough that all the stalled bodies still hold their slots when the one past
         // them comes, short enough for the test to see them answered 408.
         .with_body_timeouts(BODY_SLOT_WAIT_MAX, Duration::from_secs(8));
-    let server = TestServer::start_configured(config).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     let mut stalled = Vec::new();
     for _ in 0..UNAUTHENTICATED_BODIES_IN_FLIGHT_MAX {
         let head = stalled_metadata_head(server.addr, METADATA_BODY_MAX);
@@ -309,11 +309,13 @@ async fn stalled_metadata_bodies_without_the_token_fill_their_slots_then_get_503
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_at_the_limit_make_room_for_a_new_client_oldest_first() {
-    let server = TestServer::start_serving(|mut o| {
-        o.connections_max = 8;
-        o
-    })
-    .await;
+    let server = TestServer::in_memory()
+        .options(|mut o| {
+            o.connections_max = 8;
+            o
+        })
+        .spawn()
+        .await;
     let mut idle = Vec::new();
     for _ in 0..8 {
         idle.push(TcpStream::connect(server.addr).await.expect("connect"));
@@ -344,7 +346,7 @@ async fn a_new_client_commits_while_slow_uploads_stalled_metadata_and_1024_idle_
     // The default limits, but a read timeout long enough that the slow bodies are surely
     // still held when the new client comes, however loaded the machine.
     let config = config().with_body_timeouts(BODY_SLOT_WAIT_MAX, Duration::from_secs(300));
-    let server = TestServer::start_configured(config).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     let addr = server.addr;
     let mut held = Vec::new();
     for i in 0..CONNECTIONS_MAX {
@@ -441,7 +443,7 @@ async fn h2_with_nagle(addr: SocketAddr, nagle: bool) -> http2::SendRequest<Full
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_from_a_client_with_nagle_on_take_within_3x_of_the_same_writes_without_it() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut nagle = h2_with_nagle(server.addr, true).await;
     let mut control = h2_with_nagle(server.addr, false).await;
     let write = |len: usize| {
@@ -495,7 +497,7 @@ fn watch_of_the_most_keys() -> (Vec<Vec<u8>>, Vec<u8>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http1_watch_stream_whose_client_reads_nothing_is_closed_after_the_send_timeout() {
     let config = config().with_watch_send_timeout(Duration::from_millis(500));
-    let server = TestServer::start_configured(config).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     let (keys, watch) = watch_of_the_most_keys();
     let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
     let head = format!(
@@ -545,7 +547,7 @@ async fn an_http1_watch_stream_whose_client_reads_nothing_is_closed_after_the_se
 async fn an_http1_watch_stream_whose_client_reads_stays_open_past_the_send_timeout() {
     let send_timeout = Duration::from_millis(300);
     let config = config().with_watch_send_timeout(send_timeout);
-    let server = TestServer::start_configured(config).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     let (keys, watch) = watch_of_the_most_keys();
     let mut h1 = server.h1().await;
     let res = h1
@@ -591,7 +593,7 @@ async fn an_http1_watch_stream_whose_client_reads_stays_open_past_the_send_timeo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_opened_and_reset_streams_never_stops_other_clients() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let addr = server.addr;
     // One client opens streams whose bodies never come and cancels each at once (the
     // "rapid reset" pattern), as fast as it can, on as many connections as it needs.

@@ -20,21 +20,23 @@ const METADATA_V3: &str = r#"{"supportedVersions":[2,3]}"#;
 /// A TLS server on a free port with a fresh CA's certificate, as files in `dir`.
 async fn tls_server(
     dir: &std::path::Path,
-    opts: impl FnOnce(ServeOptions) -> ServeOptions,
+    opts: impl FnOnce(ServeOptions) -> ServeOptions + 'static,
 ) -> (TestServer, TestCa, Tls) {
     let ca = TestCa::new("tuplekv test CA");
     let (cert, key) = ca.server_cert("first").write(dir);
     let tls = Tls::from_pem_files(&cert, &key).expect("a good certificate and key");
-    let server = TestServer::start_serving({
-        let tls = tls.clone();
-        move |o| {
-            opts(ServeOptions {
-                tls: Some(tls),
-                ..o
-            })
-        }
-    })
-    .await;
+    let server = TestServer::in_memory()
+        .options({
+            let tls = tls.clone();
+            move |o| {
+                opts(ServeOptions {
+                    tls: Some(tls),
+                    ..o
+                })
+            }
+        })
+        .spawn()
+        .await;
     (server, ca, tls)
 }
 
@@ -236,14 +238,16 @@ async fn certificates_from_parts_can_be_replaced_but_not_reloaded() {
     let tls = Tls::from_parts(vec![a.cert_der.clone()], a.key()).expect("good parts");
     assert!(tls.files().is_none());
     assert!(matches!(tls.reload(), Err(TlsError::NoFiles)));
-    let server = TestServer::start_serving({
-        let tls = tls.clone();
-        move |o| ServeOptions {
-            tls: Some(tls),
-            ..o
-        }
-    })
-    .await;
+    let server = TestServer::in_memory()
+        .options({
+            let tls = tls.clone();
+            move |o| ServeOptions {
+                tls: Some(tls),
+                ..o
+            }
+        })
+        .spawn()
+        .await;
     let first = TlsClient::connect(server.addr, &ca.cert_der, H2).await;
     assert_eq!(first.server_cert, a.cert_der);
     let mismatch = tls.replace(vec![b.cert_der.clone()], a.key());

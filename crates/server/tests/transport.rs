@@ -14,7 +14,7 @@ use tuplekv_server::{CommitMode, ReadMode, ServerConfig};
 
 #[tokio::test]
 async fn http1_and_h2c_clients_share_one_port_and_one_store() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut h1 = server.h1().await;
     let mut h2 = server.h2().await;
     assert_eq!(
@@ -50,7 +50,7 @@ async fn http1_and_h2c_clients_share_one_port_and_one_store() {
 #[tokio::test]
 async fn many_connections_at_once_are_all_served() {
     const CLIENTS: usize = 200;
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let addr = server.addr;
     let tasks: Vec<_> = (0..CLIENTS)
         .map(|i| {
@@ -93,7 +93,7 @@ async fn many_connections_at_once_are_all_served() {
 
 #[tokio::test]
 async fn shutdown_waits_for_a_request_in_flight_and_then_returns() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let addr = server.addr;
     let mut sender = h2_sender(addr).await;
     // A write whose body is still arriving when shutdown begins.
@@ -147,7 +147,10 @@ async fn concurrent_durable_writes_share_log_syncs(mode: CommitMode) {
     let config = ServerConfig::new(TOKEN)
         .expect("a long enough token")
         .with_commit_mode(mode);
-    let server = TestServer::start_with(Arc::clone(&db), config, |o| o).await;
+    let server = TestServer::of(Arc::clone(&db))
+        .with_config(config)
+        .spawn()
+        .await;
     let before = db.stats().log_syncs;
     // One h2 connection, 64 concurrent streams: what Deno's client does under load.
     let sender = h2_sender::<http_body_util::Full<bytes::Bytes>>(server.addr).await;
@@ -289,7 +292,10 @@ async fn a_waiting_read_on_the_blocking_pool_leaves_the_runtime_to_other_request
     let config = ServerConfig::new(TOKEN)
         .expect("a long enough token")
         .with_read_mode(ReadMode::BlockingPool);
-    let server = TestServer::start_with(Arc::clone(&store), config, |o| o).await;
+    let server = TestServer::of(Arc::clone(&store))
+        .with_config(config)
+        .spawn()
+        .await;
     let mut reader = server.h2().await;
     let read = tokio::spawn(async move { reader.read(read_of(vec![get_range(&key("k"))])).await });
     while store.gate.waiting.load(std::sync::atomic::Ordering::SeqCst) == 0 {

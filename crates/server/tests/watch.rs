@@ -13,7 +13,6 @@ use denokv_proto::datapath as pb;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use prost::Message;
-use tuplekv_engine::Database;
 use tuplekv_server::ServerConfig;
 
 /// Reads `u32 LE length ++ WatchOutput` frames off a watch response.
@@ -88,7 +87,7 @@ fn value_of(k: &pb::WatchKeyOutput) -> Option<Vec<u8>> {
 
 #[tokio::test]
 async fn watch_sends_a_ping_then_the_current_state_then_each_change() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut c = server.h2().await;
     c.commit(write_of(vec![], vec![set(&key("a"), bytes_value(b"1"))]))
         .await;
@@ -127,7 +126,7 @@ async fn watch_sends_a_ping_then_the_current_state_then_each_change() {
 
 #[tokio::test]
 async fn a_watch_of_no_keys_sends_its_empty_first_state() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut w = Frames::open(&mut server.h2().await, &[]).await;
     assert_eq!(w.next().await, Some(None), "the ping");
     let first = w.next_data().await;
@@ -140,7 +139,7 @@ async fn an_idle_watch_gets_pings() {
     let config = ServerConfig::new(TOKEN)
         .expect("a long enough token")
         .with_watch_ping_interval(Duration::from_millis(20));
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     let mut w = Frames::open(&mut server.h1().await, &[key("idle")]).await;
     assert_eq!(w.next().await, Some(None));
     w.next_data().await;
@@ -155,7 +154,7 @@ async fn a_zero_ping_interval_is_raised_to_the_minimum_instead_of_panicking() {
     let config = ServerConfig::new(TOKEN)
         .expect("a long enough token")
         .with_watch_ping_interval(Duration::ZERO);
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     let mut w = Frames::open(&mut server.h2().await, &[key("idle")]).await;
     assert_eq!(w.next().await, Some(None));
     w.next_data().await;
@@ -168,7 +167,7 @@ async fn a_client_that_disconnects_mid_watch_frees_its_stream() {
     let config = ServerConfig::new(TOKEN)
         .expect("a long enough token")
         .with_watch_ping_interval(Duration::from_millis(20));
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     for h2 in [true, false] {
         let mut c = if h2 {
             server.h2().await
@@ -194,7 +193,7 @@ async fn watch_streams_at_the_limit_open_and_one_more_is_429() {
     let config = ServerConfig::new(TOKEN)
         .expect("a long enough token")
         .with_watch_streams_max(2);
-    let server = TestServer::start_with(Arc::new(Database::in_memory()), config, |o| o).await;
+    let server = TestServer::in_memory().with_config(config).spawn().await;
     let mut c = server.h2().await;
     let first = Frames::open(&mut c, &[key("x")]).await;
     let _second = Frames::open(&mut c, &[key("y")]).await;
@@ -213,7 +212,7 @@ async fn watch_streams_at_the_limit_open_and_one_more_is_429() {
 
 #[tokio::test]
 async fn shutdown_ends_open_watch_streams() {
-    let server = TestServer::start().await;
+    let server = TestServer::in_memory().spawn().await;
     let mut w = Frames::open(&mut server.h2().await, &[key("k")]).await;
     w.next_data().await;
     let stats = Arc::clone(&server.stats);

@@ -1,9 +1,9 @@
-//! For the server's and the command's tests: a KV Connect server on a free loopback port that
-//! the test stops, and a raw hyper client speaking HTTP/1.1 or h2c with prior knowledge.
+//! For the server's and the command's tests: a raw hyper client speaking HTTP/1.1 or h2c with
+//! prior knowledge, and builders for KV Connect's protobuf messages. The test server itself
+//! lives in [`crate::server`] and is re-exported here with its token and configuration.
 #![allow(clippy::unwrap_used, reason = "test support fails loudly")]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use denokv_proto::datapath as pb;
@@ -12,108 +12,12 @@ use hyper::client::conn::{http1, http2};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-use tuplekv_engine::{Database, Store};
-use tuplekv_server::{ServeOptions, ServerConfig, ServerStats, router, serve_with};
+use tokio::net::TcpStream;
 
-/// The access token the test server accepts.
-pub const TOKEN: &str = "test-token-0123456789";
 /// The database id a server of one store reports (the nil UUID).
 pub const NIL_ID: &str = "00000000-0000-0000-0000-000000000000";
 
-/// The default configuration with [`TOKEN`].
-pub fn config() -> ServerConfig {
-    ServerConfig::new(TOKEN).expect("a long enough token")
-}
-
-/// A running server; [`TestServer::stop`] shuts it down gracefully.
-pub struct TestServer {
-    /// Where the server listens (loopback, a free port).
-    pub addr: SocketAddr,
-    /// The server's counters.
-    pub stats: Arc<ServerStats>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<std::io::Result<()>>>,
-}
-
-impl TestServer {
-    /// An in-memory store behind the default configuration.
-    pub async fn start() -> TestServer {
-        Self::start_with(
-            Arc::new(Database::in_memory()),
-            ServerConfig::new(TOKEN).expect("a long enough token"),
-            |o| o,
-        )
-        .await
-    }
-
-    /// An in-memory store behind `config`, with the default transport options.
-    pub async fn start_configured(config: ServerConfig) -> TestServer {
-        Self::start_with(Arc::new(Database::in_memory()), config, |o| o).await
-    }
-
-    /// An in-memory store behind the default configuration, with transport options adjusted
-    /// by `opts`.
-    pub async fn start_serving(opts: impl FnOnce(ServeOptions) -> ServeOptions) -> TestServer {
-        Self::start_with(Arc::new(Database::in_memory()), config(), opts).await
-    }
-
-    /// `store` behind `config`, with transport options adjusted by `opts`.
-    pub async fn start_with<S: Store + 'static>(
-        store: Arc<S>,
-        config: ServerConfig,
-        opts: impl FnOnce(ServeOptions) -> ServeOptions,
-    ) -> TestServer
-    where
-        S::Watch: 'static,
-    {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let stats = Arc::clone(config.stats());
-        let options = opts(config.serve_options());
-        let (tx, rx) = oneshot::channel::<()>();
-        let app = router(store, config);
-        let task = tokio::spawn(serve_with(listener, app, options, async move {
-            let _ = rx.await;
-        }));
-        TestServer {
-            addr,
-            stats,
-            shutdown: Some(tx),
-            task: Some(task),
-        }
-    }
-
-    /// Shuts the server down and waits for it to return.
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.await.expect("serve task").expect("serve result");
-        }
-    }
-
-    /// An h2c client on a new connection.
-    pub async fn h2(&self) -> Client {
-        Client::h2(self.addr).await
-    }
-
-    /// An HTTP/1.1 client on a new connection.
-    pub async fn h1(&self) -> Client {
-        Client::h1(self.addr).await
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-    }
-}
+pub use crate::server::{TOKEN, TestServer, config};
 
 enum Sender {
     H1(http1::SendRequest<Full<Bytes>>),
