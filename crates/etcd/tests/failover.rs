@@ -30,10 +30,9 @@
 //! - a user: ids are unique per request, so reading the user by id says whether it landed,
 //!   and a unique violation naming our own id is our own earlier attempt.
 //!
-//! The user record, these operations, the report lines and the checks are those of the
-//! tuplekv app-servers example (`crates/tuplekv/examples/app_servers/shared.rs`, included
-//! here by path), which runs the same scenario through `RemoteStore` against a tuplekv
-//! server that is killed.
+//! The user record, these operations, the report lines and the checks are
+//! `tuplekv_testkit::app_servers`, which the tuplekv app-servers example shares: it runs the
+//! same scenario through `RemoteStore` against a tuplekv server that is killed.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -46,14 +45,7 @@ use tuplekv_engine::{Store, key};
 use tuplekv_etcd::EtcdStore;
 use tuplekv_testkit::etcd::Cluster;
 
-#[path = "../../tuplekv/examples/app_servers/shared.rs"]
-#[allow(
-    dead_code,
-    reason = "the example's helpers this scenario has no use for (its report lines of counts)"
-)]
-mod shared;
-
-use shared::{App, Reported, User};
+use tuplekv_testkit::app_servers::{self as shared, App, Reported, User};
 
 type Result<T, E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
 

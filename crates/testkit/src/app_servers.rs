@@ -1,13 +1,11 @@
-//! What the app-servers scenario (`scenario.rs`: `RemoteStore` against a tuplekv server that
-//! is killed) and the etcd leader-failover test (`crates/etcd/tests/failover.rs`: `EtcdStore`
-//! on a cluster whose leader is killed) share, so both run the same checks: the user record
-//! and its collection, the keys an app writes beside its codes, how a store error is told
-//! apart, the fault counters and report lines an app writes, and the checks the parent runs
-//! on the store afterwards.
+//! What the app-servers scenario (`crates/tuplekv/examples/app_servers`: `RemoteStore` against a
+//! tuplekv server that is killed) and the etcd leader-failover test
+//! (`crates/etcd/tests/failover.rs`: `EtcdStore` on a cluster whose leader is killed) share, so
+//! both run the same checks: the user record and its collection, the keys an app writes beside
+//! its codes, how a store error is told apart, the fault counters and report lines an app
+//! writes, and the checks the parent runs on the store afterwards.
 //!
-//! Everything is generic over the [`Store`], and names only `serde`, `tuplekv_engine`,
-//! `tuplekv_index` and `tuplekv_sequence`, which both crates have: `scenario.rs` declares it
-//! as a module, the failover test includes it with `#[path]`.
+//! Everything is generic over the [`Store`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,15 +19,15 @@ use tuplekv_sequence::{self as sequence, FastSequence, GaplessSequence, Mode, Re
 use tuplekv_sequence::{SequenceOptions, Sequences};
 
 /// An error of the shared code (each caller turns it into its own).
-pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The key root of a fast code's log: `[LOG_ROOT, code] = log_tag(app, code)`.
-pub(crate) const LOG_ROOT: &str = "logs";
+pub const LOG_ROOT: &str = "logs";
 /// The key root of a gapless request's idempotency key: `[REQUEST_ROOT, app, thread, i]`
 /// holds the number the request got.
-pub(crate) const REQUEST_ROOT: &str = "inv_req";
+pub const REQUEST_ROOT: &str = "inv_req";
 /// The key root of the invoices: `[INVOICE_ROOT, code]`, one per gapless number.
-pub(crate) const INVOICE_ROOT: &str = "invoices";
+pub const INVOICE_ROOT: &str = "invoices";
 /// The pause before an app retries an operation that met a fault.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
@@ -38,22 +36,22 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// A user of the unique-email collection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct User {
-    pub(crate) id: u64,
-    pub(crate) email: String,
+pub struct User {
+    /// Unique per request, so a read by id says whether an insert landed.
+    pub id: u64,
+    /// Unique over the collection (its `email` index).
+    pub email: String,
 }
 
 /// The collection, declared the same way by every process.
-pub(crate) fn users<S: Store + Clone>(
-    store: &S,
-) -> Result<Collection<User, S>, tuplekv_index::Error> {
+pub fn users<S: Store + Clone>(store: &S) -> Result<Collection<User, S>, tuplekv_index::Error> {
     Collection::builder("users", |u: &User| key![u.id])
         .unique("email", |u| Some(key![u.email.clone()]))
         .open(store.clone())
 }
 
 /// Creates the sequences and the collection once, before any app starts.
-pub(crate) fn set_up<S: Store + Clone>(
+pub fn set_up<S: Store + Clone>(
     store: &S,
     fast: &[&str],
     gapless: &str,
@@ -76,17 +74,17 @@ pub(crate) fn set_up<S: Store + Clone>(
 }
 
 /// What a fast code's log key holds: the app that recorded it, and the code.
-pub(crate) fn log_tag(app: u64, code: &str) -> String {
+pub fn log_tag(app: u64, code: &str) -> String {
     format!("A{app}:{code}")
 }
 
 /// The latest value of `key`, read outside any snapshot.
-pub(crate) fn read<S: Store>(store: &S, key: &Key) -> Result<Option<Value>, tuplekv_engine::Error> {
+pub fn read<S: Store>(store: &S, key: &Key) -> Result<Option<Value>, tuplekv_engine::Error> {
     Ok(store.get_latest_raw(&encode_key(key))?.map(|e| e.value))
 }
 
 /// Every entry under `prefix`, from one snapshot.
-pub(crate) fn list<S: Store>(store: &S, prefix: &Key) -> Result<Vec<Entry>, tuplekv_engine::Error> {
+pub fn list<S: Store>(store: &S, prefix: &Key) -> Result<Vec<Entry>, tuplekv_engine::Error> {
     ListIter::new(
         store.snapshot(),
         Selector::prefix(prefix),
@@ -99,7 +97,7 @@ pub(crate) fn list<S: Store>(store: &S, prefix: &Key) -> Result<Vec<Entry>, tupl
 // Faults
 
 /// Whether a store error says "nothing is known to have happened: look, then retry".
-pub(crate) fn engine_maybe(e: &tuplekv_engine::Error) -> bool {
+pub fn engine_maybe(e: &tuplekv_engine::Error) -> bool {
     e.is_transient()
         || matches!(
             e,
@@ -109,7 +107,7 @@ pub(crate) fn engine_maybe(e: &tuplekv_engine::Error) -> bool {
 }
 
 /// [`engine_maybe`] for a sequence error.
-pub(crate) fn seq_maybe(e: &sequence::Error) -> bool {
+pub fn seq_maybe(e: &sequence::Error) -> bool {
     match e {
         sequence::Error::Store(e) => engine_maybe(e),
         sequence::Error::OutcomeUnknown { .. }
@@ -120,7 +118,7 @@ pub(crate) fn seq_maybe(e: &sequence::Error) -> bool {
 }
 
 /// Whether a sequence error says the write was sent and its outcome is unknown.
-pub(crate) fn seq_unknown(e: &sequence::Error) -> bool {
+pub fn seq_unknown(e: &sequence::Error) -> bool {
     matches!(
         e,
         sequence::Error::Store(tuplekv_engine::Error::OutcomeUnknown { .. })
@@ -130,7 +128,7 @@ pub(crate) fn seq_unknown(e: &sequence::Error) -> bool {
 }
 
 /// What one app met: writes whose outcome was unknown, and how they turned out.
-pub(crate) struct Faults {
+pub struct Faults {
     /// The app, for the messages.
     app: u64,
     /// Writes answered `OutcomeUnknown` (sent, then the connection or the member failed).
@@ -147,7 +145,7 @@ pub(crate) struct Faults {
 
 impl Faults {
     /// No faults yet, for app `app`.
-    pub(crate) fn new(app: u64) -> Faults {
+    pub fn new(app: u64) -> Faults {
         Faults {
             app,
             unknown: AtomicU64::new(0),
@@ -159,7 +157,7 @@ impl Faults {
 
     /// Counts a handled error (`unknown`: its outcome is unknown); prints the first two of
     /// each kind.
-    pub(crate) fn note(&self, what: &str, e: &dyn std::fmt::Display, unknown: bool) {
+    pub fn note(&self, what: &str, e: &dyn std::fmt::Display, unknown: bool) {
         let counter = if unknown {
             &self.unknown
         } else {
@@ -171,18 +169,18 @@ impl Faults {
     }
 
     /// Counts a write found committed after its answer was lost.
-    pub(crate) fn landed(&self) {
+    pub fn landed(&self) {
         self.landed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Notes how long one round took.
-    pub(crate) fn waited(&self, round: Duration) {
+    pub fn waited(&self, round: Duration) {
         let ms = u64::try_from(round.as_millis()).unwrap_or(u64::MAX);
         self.stall_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
     /// The report line of the counts.
-    pub(crate) fn line(&self) -> String {
+    pub fn line(&self) -> String {
         format!(
             "faults {} {} {} {}",
             self.unknown.load(Ordering::Relaxed),
@@ -197,22 +195,24 @@ impl Faults {
 // An app's operations
 
 /// What an app's threads share: the store, the sequences, the collection, the counts.
-pub(crate) struct App<S: Store> {
+pub struct App<S: Store> {
     /// The app's number (1, 2, …), in its log tags and request keys.
-    pub(crate) app: u64,
+    pub app: u64,
     store: S,
     /// The fast sequences, in the order the threads take turns with them.
-    pub(crate) fast: Vec<FastSequence<S>>,
-    pub(crate) gapless: GaplessSequence<S>,
+    pub fast: Vec<FastSequence<S>>,
+    /// The gapless sequence the invoices take their codes from.
+    pub gapless: GaplessSequence<S>,
     users: Collection<User, S>,
-    pub(crate) faults: Faults,
+    /// What the app met on the way: faults, retries, waits.
+    pub faults: Faults,
     /// How long one operation may keep meeting faults before the app gives up.
     retry_for: Duration,
 }
 
 impl<S: Store + Clone + 'static> App<S> {
     /// App `app` on `store`, issuing from the fast sequences `fast` and the gapless one.
-    pub(crate) fn open(
+    pub fn open(
         store: S,
         app: u64,
         fast: &[&str],
@@ -258,7 +258,7 @@ impl<S: Store + Clone + 'static> App<S> {
 
     /// The next code of `seq`, recorded with the sequence's uniqueness key and a log key
     /// `[LOG_ROOT, code] = log_tag(app, code)`.
-    pub(crate) fn issue_fast(&self, seq: &FastSequence<S>) -> Result<u64, Error> {
+    pub fn issue_fast(&self, seq: &FastSequence<S>) -> Result<u64, Error> {
         let started = Instant::now();
         let n = loop {
             match seq.next_number() {
@@ -310,7 +310,7 @@ impl<S: Store + Clone + 'static> App<S> {
     /// The next gapless number for request `i` of `thread`, committed with the request's
     /// idempotency key (checked absent in the same commit, so a resend of a commit that
     /// landed is refused, and the key says which number the request got) and an invoice.
-    pub(crate) fn issue_gapless(&self, thread: u64, i: u64) -> Result<u64, Error> {
+    pub fn issue_gapless(&self, thread: u64, i: u64) -> Result<u64, Error> {
         let started = Instant::now();
         let request = key![REQUEST_ROOT, self.app, thread, i];
         let tag = format!("A{}:T{thread}:I{i}", self.app);
@@ -363,7 +363,7 @@ impl<S: Store + Clone + 'static> App<S> {
     }
 
     /// Inserts `user`; `false` when another user holds its email.
-    pub(crate) fn insert_user(&self, user: &User) -> Result<bool, Error> {
+    pub fn insert_user(&self, user: &User) -> Result<bool, Error> {
         let started = Instant::now();
         let pk = key![user.id];
         loop {
@@ -411,18 +411,18 @@ impl<S: Store + Clone + 'static> App<S> {
 // The report lines
 
 /// The report line of a fast code.
-pub(crate) fn fast_line(prefix: &str, n: u64) -> String {
+pub fn fast_line(prefix: &str, n: u64) -> String {
     format!("fast {prefix} {n}")
 }
 
 /// The report line of a gapless number.
-pub(crate) fn gapless_line(prefix: &str, n: u64) -> String {
+pub fn gapless_line(prefix: &str, n: u64) -> String {
     format!("gapless {prefix} {n}")
 }
 
 /// The report line of a gapless handle's counts: commits refused because the counter moved,
 /// and commits the store numbered.
-pub(crate) fn gapless_stats_line(stats: &sequence::GaplessStats) -> String {
+pub fn gapless_stats_line(stats: &sequence::GaplessStats) -> String {
     format!(
         "gapless_stats {} {}",
         stats.counter_conflicts, stats.store_numbered
@@ -435,14 +435,14 @@ fn code_of(value: &Value) -> Option<&str> {
 }
 
 /// The report line of a user insert (`false`: refused, another user holds the email).
-pub(crate) fn user_line(user: &User, inserted: bool) -> String {
+pub fn user_line(user: &User, inserted: bool) -> String {
     let verdict = if inserted { "inserted" } else { "refused" };
     format!("user {} {verdict} {}", user.id, user.email)
 }
 
 /// What the apps said they got.
 #[derive(Default)]
-pub(crate) struct Reported {
+pub struct Reported {
     /// Per prefix, every number handed out, with the app that got it.
     codes: BTreeMap<String, Vec<(u64, usize)>>,
     /// User id → (email, inserted).
@@ -453,24 +453,17 @@ pub(crate) struct Reported {
     stall_ms: u64,
     /// Gapless commits refused because the counter moved, and commits the store numbered,
     /// over every app.
-    pub(crate) counter_conflicts: u64,
-    #[allow(
-        dead_code,
-        reason = "only the scenario's parent reads it; the failover test does not"
-    )]
-    pub(crate) store_numbered: u64,
+    pub counter_conflicts: u64,
+    /// Gapless commits the store numbered itself, over every app.
+    pub store_numbered: u64,
     /// Every acknowledgement time of every app (Unix ms), sorted; from `acks` lines, which
     /// only the failover test's apps write.
-    #[allow(
-        dead_code,
-        reason = "only the failover test reads the acknowledgement times"
-    )]
-    pub(crate) acks: Vec<u64>,
+    pub acks: Vec<u64>,
 }
 
 impl Reported {
     /// The apps' fault counts, as a line to print.
-    pub(crate) fn summary(&self) -> String {
+    pub fn summary(&self) -> String {
         format!(
             "apps: {} writes with an unknown outcome, {} other retried errors; {} writes found \
              committed after their answer was lost; longest wait for one round: {} ms; gapless \
@@ -481,7 +474,7 @@ impl Reported {
 }
 
 /// Reads the apps' reports, app `i + 1`'s at `reports[i]`.
-pub(crate) fn parse_reports(reports: &[String]) -> Result<Reported, Error> {
+pub fn parse_reports(reports: &[String]) -> Result<Reported, Error> {
     let mut r = Reported::default();
     for (i, text) in reports.iter().enumerate() {
         let app = i + 1;
@@ -530,7 +523,7 @@ pub(crate) fn parse_reports(reports: &[String]) -> Result<Reported, Error> {
 
 /// Every check of the store against the reports, for the fast sequences `fast` and the
 /// gapless one; prints the figures, returns what failed.
-pub(crate) fn check<S: Store + Clone>(
+pub fn check<S: Store + Clone>(
     store: &S,
     reported: &Reported,
     fast: &[&str],

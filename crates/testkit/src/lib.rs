@@ -5,10 +5,12 @@
 //! memory tests (`counted`), helpers for tests that drive a database (`db`) or its directory
 //! on disk (`durable`), the contract every store backend keeps, written once and run on each
 //! (`contract`), a checker thread's rounds for concurrent tests to wait on (`rounds`), a
-//! seeded generator (`rng`), a local etcd cluster (`etcd`), a KV Connect test server and raw HTTP client (`kv_connect`)
-//! with its TLS variant (`tls`), and the bodies of the fuzz
-//! targets so `cargo test` can replay their corpus.
+//! seeded generator (`rng`), a local etcd cluster (`etcd`), the KV Connect test server
+//! (`server`) with a raw HTTP client (`kv_connect`) and its TLS variant (`tls`), the app
+//! logic and checks the app-servers scenarios share (`app_servers`), and the bodies of the
+//! fuzz targets so `cargo test` can replay their corpus.
 
+pub mod app_servers;
 pub mod config;
 pub mod contract;
 pub mod counted;

@@ -119,10 +119,6 @@ fn each_contract_macro_lists_exactly_its_suite_s_functions() {
     }
 }
 
-/// `#[path]` includes that still cross a crate boundary, each to be replaced by a test kit
-/// module. The list only shrinks.
-const PATH_ACROSS_CRATES_LEFT: &[&str] = &["crates/etcd/tests/failover.rs"];
-
 /// The crate folder a workspace-relative path lies in (`crates/NAME`, or its top folder).
 fn crate_of(rel: &str) -> String {
     let mut parts = rel.split('/');
@@ -134,7 +130,7 @@ fn crate_of(rel: &str) -> String {
 }
 
 #[test]
-fn no_new_path_attribute_reaches_across_crates() {
+fn no_path_attribute_reaches_across_crates() {
     let mut crossing = BTreeSet::new();
     for dir in ["crates", "benches", "examples", "xtask"] {
         for file in rust_files(&root().join(dir)) {
@@ -152,19 +148,9 @@ fn no_new_path_attribute_reaches_across_crates() {
             }
         }
     }
-    let allowed: BTreeSet<String> = PATH_ACROSS_CRATES_LEFT
-        .iter()
-        .map(|s| (*s).to_string())
-        .collect();
-    let new: Vec<_> = crossing.difference(&allowed).collect();
     assert!(
-        new.is_empty(),
-        "move shared test support into tuplekv-testkit instead: {new:?}"
-    );
-    let gone: Vec<_> = allowed.difference(&crossing).collect();
-    assert!(
-        gone.is_empty(),
-        "remove these from PATH_ACROSS_CRATES_LEFT: {gone:?}"
+        crossing.is_empty(),
+        "move shared test support into tuplekv-testkit instead: {crossing:?}"
     );
 }
 

@@ -1,5 +1,5 @@
 //! The three roles of the app-servers scenario (parent, server, app); the parent checks the
-//! store afterwards with `shared.rs`. Shared by `examples/app_servers/main.rs` and
+//! store afterwards with `tuplekv_testkit::app_servers`. Shared by `examples/app_servers/main.rs` and
 //! `tests/app_servers.rs`: each process is the same binary started again with `--role`.
 //!
 //! How an app server handles a write whose outcome is unknown (the server died while it was
@@ -13,8 +13,8 @@
 //!   landed; a unique violation naming our own id is our own earlier attempt.
 //!
 //! The user record, these operations (an app re-reads until the store answers, and retries
-//! for [`OPERATION_RETRY_FOR`]), the report lines and the checks live in `shared.rs`, which
-//! the etcd leader-failover test (`crates/etcd/tests/failover.rs`) runs too, on an
+//! for [`OPERATION_RETRY_FOR`]), the report lines and the checks live in
+//! `tuplekv_testkit::app_servers`, which the etcd leader-failover test (`crates/etcd/tests/failover.rs`) runs too, on an
 //! `EtcdStore`.
 
 use std::io::{BufRead, BufReader, Write};
@@ -29,10 +29,7 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use tuplekv::{Database, Options, RemoteStore};
 use tuplekv_server::{CommitMode, ServerConfig};
 
-#[path = "shared.rs"]
-mod shared;
-
-use shared::{App, User};
+use tuplekv_testkit::app_servers::{self as shared, App, User};
 
 /// The environment variable that carries the access token to the child processes.
 const TOKEN_ENV: &str = "TUPLEKV_ACCESS_TOKEN";
