@@ -100,10 +100,8 @@ fn tls_unavailable(reason: String) -> Error {
 /// What a refusal's headers add to its status and text.
 #[derive(Default)]
 struct Detail {
-    /// For a 400 about a mutation, the mutation's index.
-    mutation_index: Option<usize>,
-    /// For a 400 refusing a numbering, the engine's error.
-    numbering: Option<Box<Error>>,
+    /// The engine error a tuplekv server named by code (`tuplekv_wire::ERROR_HEADER`).
+    error: Option<Box<Error>>,
 }
 
 /// The pooled client (one HTTP/2 connection): h2c for `http://`, HTTP/2 over TLS for
@@ -395,10 +393,8 @@ impl Transport {
             let status = resp.status();
             let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok());
             let detail = Detail {
-                mutation_index: header(tuplekv_wire::MUTATION_INDEX_HEADER)
-                    .and_then(|v| v.parse::<usize>().ok()),
-                numbering: header(tuplekv_wire::NUMBERING_ERROR_HEADER)
-                    .and_then(tuplekv_wire::numbering_error_from_header)
+                error: header(tuplekv_wire::ERROR_HEADER)
+                    .and_then(tuplekv_wire::error_from_header)
                     .map(Box::new),
             };
             let body = resp
@@ -581,35 +577,18 @@ fn build_client(
     }
 }
 
-/// The error for a non-success status. A 400 about a mutation that failed on a non-U64 value
-/// (with its index, from a tuplekv server) is `Error::NotU64` with an empty key, which the
-/// caller fills in from its write; a 400 refusing a numbering is the engine's error its
-/// header names.
+/// The error for a non-success status: the engine error a tuplekv server named by code
+/// (`Error::NotU64` comes with an empty key, which the caller fills in from its write), a
+/// snapshot the server dropped for a 410 without one, and otherwise `Error::Remote` with
+/// the status and text. The text is never parsed: it is denokv's, written for people.
 fn status_error(status: StatusCode, message: String, detail: Detail) -> Error {
-    if status == StatusCode::BAD_REQUEST
-        && let Some(e) = detail.numbering
-    {
+    if let Some(e) = detail.error {
         return *e;
     }
-    if let Some(index) = detail.mutation_index
-        && status == StatusCode::BAD_REQUEST
-        && let Some(op) = ["sum", "min", "max"].into_iter().find(|op| {
-            message.starts_with(&format!("Failed to perform '{op}' mutation on a non-U64"))
-        })
-    {
-        return Error::NotU64 {
-            op,
-            index,
-            key: tuplekv_engine::KeyBytes::default(),
-        };
-    }
     if status.as_u16() == tuplekv_wire::SNAPSHOT_GONE_STATUS {
-        let versionstamp = message
-            .split_whitespace()
-            .find(|w| w.len() == 20 && w.bytes().all(|b| b.is_ascii_hexdigit()))
-            .unwrap_or("unknown")
-            .to_owned();
-        return Error::SnapshotExpired { versionstamp };
+        return Error::SnapshotExpired {
+            versionstamp: "unknown".to_owned(),
+        };
     }
     Error::Remote {
         status: status.as_u16(),

@@ -616,6 +616,9 @@ fn snapshot_gone(at: Versionstamp) -> ApiError {
         StatusCode::GONE,
         format!("The snapshot at {at} is no longer held (idle too long, or the server restarted)."),
     )
+    .with_engine_error(&tuplekv_engine::Error::SnapshotExpired {
+        versionstamp: at.to_string(),
+    })
 }
 
 /// `POST /v2/atomic_write`: one commit, run where [`ServerConfig::commit_mode`] says: by

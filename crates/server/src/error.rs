@@ -22,20 +22,17 @@ use tuplekv_engine::Error;
 pub struct ApiError {
     status: StatusCode,
     message: String,
-    /// For a mutation that failed on the stored value, its index: sent as
-    /// `tuplekv_wire::MUTATION_INDEX_HEADER`, so tuplekv's client can name the mutation as the engine does.
-    mutation_index: Option<usize>,
-    /// For a numbered write refused on a counter's value or a number's width: the engine's
-    /// error, sent as `tuplekv_wire::NUMBERING_ERROR_HEADER`, so tuplekv's client gets the
-    /// same error a local store gives.
-    numbering_error: Option<String>,
+    /// The engine error behind the refusal, by code (`tuplekv_wire::error_header`): sent as
+    /// `tuplekv_wire::ERROR_HEADER`, so tuplekv's client gives the same error a local store
+    /// gives without reading the text.
+    engine_error: Option<String>,
     /// For a request refused because the server is at a limit it will leave soon: the
     /// seconds to wait, sent as `Retry-After`. Such refusals are logged at `debug` (they are
     /// counted), not as server errors.
     retry_after_secs: Option<u32>,
 }
 
-use tuplekv_wire::{MUTATION_INDEX_HEADER, NUMBERING_ERROR_HEADER, numbering_error_header};
+use tuplekv_wire::{ERROR_HEADER, error_header};
 
 /// denokv's texts, for the errors both servers have.
 pub(crate) mod text {
@@ -90,8 +87,7 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
-            mutation_index: None,
-            numbering_error: None,
+            engine_error: None,
             retry_after_secs: None,
         }
     }
@@ -136,7 +132,22 @@ impl ApiError {
     /// The error a commit or read of the engine maps to: limit violations and type errors
     /// are the client's (400, with denokv's text where it has one); anything else (I/O
     /// failures, say) is ours: 500 `An internal server error occurred.`, as denokv answers.
+    /// With it goes the engine error by code (`tuplekv_wire::ERROR_HEADER`), where it has one.
     pub fn from_engine(e: &Error) -> Self {
+        Self::text_for_engine(e).with_engine_error(e)
+    }
+
+    /// `self`, carrying `e` by code in `tuplekv_wire::ERROR_HEADER` (nothing if `e` has no
+    /// code).
+    pub(crate) fn with_engine_error(self, e: &Error) -> Self {
+        ApiError {
+            engine_error: error_header(e),
+            ..self
+        }
+    }
+
+    /// The status and text for `e`.
+    fn text_for_engine(e: &Error) -> Self {
         match e {
             Error::KeyTooLargeForWrite { .. } | Error::KeyTooLargeForRead { .. } => {
                 Self::bad_request(text::KEY_TOO_LONG)
@@ -152,43 +163,31 @@ impl ApiError {
             Error::ZeroLimit | Error::ZeroBatchSize => {
                 Self::bad_request(text::INVALID_READ_RANGE_LIMIT)
             }
-            Error::NotU64 { op, index, .. } => ApiError {
-                mutation_index: Some(*index),
-                ..Self::bad_request(format!(
-                    "Failed to perform '{op}' mutation on a non-U64 value in the database"
-                ))
-            },
+            Error::NotU64 { op, .. } => Self::bad_request(format!(
+                "Failed to perform '{op}' mutation on a non-U64 value in the database"
+            )),
             // The engine's texts for these are denokv's (`SumError`'s `Display`).
             Error::Sum(sum) => Self::bad_request(sum.to_string()),
             Error::InvalidNumbering { reason } => {
                 Self::bad_request(format!("Invalid numbering: {reason}."))
             }
-            Error::CounterNotU64 { key } => ApiError {
-                numbering_error: numbering_error_header(e),
-                ..Self::bad_request(format!(
-                    "The counter {key:?} the write takes numbers from does not hold a U64. \
-                     Nothing was written."
-                ))
-            },
+            Error::CounterNotU64 { key } => Self::bad_request(format!(
+                "The counter {key:?} the write takes numbers from does not hold a U64. Nothing \
+                 was written."
+            )),
             Error::CounterExhausted {
                 key,
                 next,
                 count,
                 max,
-            } => ApiError {
-                numbering_error: numbering_error_header(e),
-                ..Self::bad_request(format!(
-                    "The counter {key:?} is exhausted: {count} numbers from {next} pass its max \
-                     {max}. Nothing was written."
-                ))
-            },
-            Error::NumberTooWide { number, width } => ApiError {
-                numbering_error: numbering_error_header(e),
-                ..Self::bad_request(format!(
-                    "The number {number} has more than the {width} digits its placeholder \
-                     holds, and the placeholder may not widen. Nothing was written."
-                ))
-            },
+            } => Self::bad_request(format!(
+                "The counter {key:?} is exhausted: {count} numbers from {next} pass its max \
+                 {max}. Nothing was written."
+            )),
+            Error::NumberTooWide { number, width } => Self::bad_request(format!(
+                "The number {number} has more than the {width} digits its placeholder holds, \
+                 and the placeholder may not widen. Nothing was written."
+            )),
             Error::TooManyWatchedKeys { .. } => Self::bad_request(text::TOO_MANY_WATCHED_KEYS),
             Error::EmptyKey => Self::bad_request("key cannot be empty"),
             Error::ExpireInTooLarge { .. } => Self::bad_request(text::INVALID_MUTATION_EXPIRE_AT),
@@ -208,6 +207,12 @@ impl ApiError {
             Error::OutcomeUnknown { .. } => {
                 Self::new(StatusCode::CONFLICT, text::OUTCOME_UNKNOWN.to_owned())
             }
+            // A read at a snapshot the store no longer keeps (an etcd cluster compacted it):
+            // as for a snapshot the server dropped, 410, never a 5xx Deno would retry.
+            Error::SnapshotExpired { versionstamp } => Self::new(
+                StatusCode::GONE,
+                format!("The snapshot at {versionstamp} is no longer kept by the store."),
+            ),
             _ => Self::internal(),
         }
     }
@@ -244,16 +249,11 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
         }
-        if let Some(index) = self.mutation_index {
-            response
-                .headers_mut()
-                .insert(MUTATION_INDEX_HEADER, header::HeaderValue::from(index));
-        }
         if let Some(value) = self
-            .numbering_error
+            .engine_error
             .and_then(|v| header::HeaderValue::from_str(&v).ok())
         {
-            response.headers_mut().insert(NUMBERING_ERROR_HEADER, value);
+            response.headers_mut().insert(ERROR_HEADER, value);
         }
         response
     }
@@ -314,8 +314,8 @@ mod tests {
             assert_eq!(api.status().as_u16(), 400);
             assert!(api.message().ends_with("Nothing was written."), "{api}");
             let response = api.into_response();
-            let header = response.headers()[NUMBERING_ERROR_HEADER].to_str().unwrap();
-            assert_eq!(tuplekv_wire::numbering_error_from_header(header), Some(e));
+            let header = response.headers()[ERROR_HEADER].to_str().unwrap();
+            assert_eq!(tuplekv_wire::error_from_header(header), Some(e));
         }
         let invalid = Error::InvalidNumbering {
             reason: "counter 0 takes no number (count 0)".into(),

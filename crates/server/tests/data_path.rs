@@ -253,6 +253,15 @@ async fn a_failing_sum_writes_nothing_of_its_atomic_write() {
         400,
         "Failed to perform 'sum' mutation on a non-U64 value in the database",
     );
+    // tuplekv's client reads which mutation failed from the header, not the text.
+    assert_eq!(
+        reply.engine_error(),
+        Some(tuplekv_engine::Error::NotU64 {
+            op: "sum",
+            index: 1,
+            key: tuplekv_engine::KeyBytes::default(),
+        })
+    );
     assert!(
         c.get(&key("before")).await.is_none(),
         "the earlier set was not kept"
@@ -409,16 +418,26 @@ async fn sum_with_a_v8_operand_uses_the_engines_bounded_sum_and_its_texts() {
     let mut c = server.h2().await;
     c.commit(write_of(vec![], vec![set(&key("u"), u64_value(5))]))
         .await;
-    c.write(write_of(
-        vec![],
-        vec![mutation(
-            &key("u"),
-            pb::MutationType::MSum,
-            Some(v8_value(&v8_number(1.0))),
-        )],
-    ))
-    .await
-    .assert_error(400, "Cannot sum KvU64 with Number");
+    let reply = c
+        .write(write_of(
+            vec![],
+            vec![mutation(
+                &key("u"),
+                pb::MutationType::MSum,
+                Some(v8_value(&v8_number(1.0))),
+            )],
+        ))
+        .await;
+    reply.assert_error(400, "Cannot sum KvU64 with Number");
+    assert_eq!(
+        reply.engine_error(),
+        Some(tuplekv_engine::Error::Sum(
+            tuplekv_engine::SumError::KindMismatch {
+                stored: "KvU64",
+                operand: "Number"
+            }
+        ))
+    );
     // Number + Number, clamped to the max.
     c.commit(write_of(
         vec![],

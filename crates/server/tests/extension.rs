@@ -158,6 +158,12 @@ async fn a_read_at_a_snapshot_not_held_is_410_gone() {
         .await;
     assert_eq!(reply.status, 410, "{}", reply.text());
     assert!(reply.text().contains(&vs.to_string()), "{}", reply.text());
+    assert_eq!(
+        reply.engine_error(),
+        Some(tuplekv_engine::Error::SnapshotExpired {
+            versionstamp: vs.to_string()
+        })
+    );
     let bad = c
         .data("snapshot_read", extended_read(vec![], at(&[1, 2, 3])))
         .await;

@@ -1,7 +1,7 @@
 //! Numbered writes in tuplekv's extension (`tuplekv_wire::Numbering`): agreed only when asked
 //! for, applied whole with the first numbers in the output, refused (400, nothing written,
 //! never a panic) when hostile, and refused on a counter's value with the engine's error in
-//! `NUMBERING_ERROR_HEADER`.
+//! `ERROR_HEADER`.
 
 use tuplekv_testkit::kv_connect as common;
 mod numbered;
@@ -13,8 +13,7 @@ use tuplekv_engine::{Error, KeyBytes};
 use tuplekv_server::ServerConfig;
 use tuplekv_server::limits::REQUEST_BODY_MAX;
 use tuplekv_wire::{
-    NUMBERING_ERROR_HEADER, NumberFormKind, NumberSlot, Numbering, SlotTargetKind,
-    numbering_error_from_header,
+    ERROR_HEADER, NumberFormKind, NumberSlot, Numbering, SlotTargetKind, error_from_header,
 };
 
 use SlotTargetKind::{CheckKey, MutationKey, MutationValue};
@@ -280,13 +279,11 @@ async fn hostile_numberings_are_400_and_write_nothing() {
     server.stop().await;
 }
 
-/// The engine error a refused write's [`NUMBERING_ERROR_HEADER`] carries.
+/// The engine error a refused write's [`ERROR_HEADER`] carries.
 fn header_error(reply: &common::Reply) -> Error {
     assert_eq!(reply.status, 400, "{}", reply.text());
-    let header = reply.headers[NUMBERING_ERROR_HEADER]
-        .to_str()
-        .expect("ASCII");
-    numbering_error_from_header(header).expect("an engine error")
+    let header = reply.headers[ERROR_HEADER].to_str().expect("ASCII");
+    error_from_header(header).expect("an engine error")
 }
 
 #[tokio::test]

@@ -44,9 +44,9 @@ use tuplekv_engine::limits::{
     TRANSACTION_ATTEMPTS_MAX, VALUE_SIZE_MAX, VERSIONSTAMPED_KEY_SUFFIX_LEN, WATCH_KEYS_MAX,
 };
 use tuplekv_engine::{
-    Atomic, ByteRange, CommitResult, Entry, Error, Expiry, Key, KeyBytes, KeyWatch, ListOptions,
-    MutationKind, ReadView, Selector, Store, TransactionOptions, Value, Versionstamp, key,
-    versionstamped_key,
+    Atomic, BoundedSum, ByteRange, CommitResult, Entry, Error, Expiry, Key, KeyBytes, KeyWatch,
+    ListOptions, MutationKind, ReadView, Selector, Store, SumError, TransactionOptions, Value,
+    Versionstamp, key, versionstamped_key,
 };
 
 use crate::executor::block_on;
@@ -1109,6 +1109,63 @@ pub fn sum_min_max_refuse_non_u64_values<B: Backend>(backend: &B) {
     );
 }
 
+/// A bounded sum (Deno's sum of V8 numbers) that cannot apply fails with the engine's own
+/// [`SumError`] on every store, a remote one included (its server names the error by code),
+/// and the operation writes nothing.
+pub fn bounded_sums_that_cannot_apply_fail_with_the_sum_error<B: Backend>(backend: &B) {
+    let store = backend.open();
+    let u = key!["sum", "u"];
+    let f = key!["sum", "f"];
+    // A V8 double: `FF 0F`, tag `N`, 8 bytes little-endian.
+    let number = |x: f64| {
+        let mut v = vec![0xff, 0x0f, b'N'];
+        v.extend_from_slice(&x.to_le_bytes());
+        Value::V8(v.into())
+    };
+    assert_commits(
+        store.atomic().sum(&u, 5).set(&f, number(1.5)),
+        "a U64 and a Number",
+    );
+    let bounded = |operand: Value, max: Option<Value>| {
+        MutationKind::SumBounded(Box::new(BoundedSum {
+            operand,
+            min: None,
+            max: max.map(|m| match m {
+                Value::V8(bytes) => bytes,
+                other => panic!("a V8 bound, not {other:?}"),
+            }),
+            clamp: false,
+        }))
+    };
+    let cases = [
+        (
+            u.clone(),
+            bounded(number(1.0), None),
+            SumError::KindMismatch {
+                stored: "KvU64",
+                operand: "Number",
+            },
+        ),
+        (
+            f.clone(),
+            bounded(number(2.0), Some(number(3.0))),
+            SumError::OutOfRange,
+        ),
+    ];
+    for (at, kind, expected) in cases {
+        let write = store
+            .atomic()
+            .set(&key!["sum", "beside"], "x")
+            .mutate_raw(&encode_key(&at), kind);
+        assert_rejected(
+            &store,
+            write,
+            Error::Sum(expected.clone()),
+            &expected.to_string(),
+        );
+    }
+}
+
 /// [`CONTENTION_THREADS`] threads each commit [`CONTENTION_ROUNDS`] read-modify-write
 /// increments of one counter through `store.transaction`: the final value is exact, so no
 /// increment was lost or applied twice.
@@ -1437,6 +1494,7 @@ macro_rules! store_contract_tests {
             transaction_attempts_limit_ends_a_transaction_that_always_conflicts,
             sum_min_max_apply_in_order,
             sum_min_max_refuse_non_u64_values,
+            bounded_sums_that_cannot_apply_fail_with_the_sum_error,
             transactions_under_contention_lose_no_increment,
             read_modify_writes_over_a_listed_range_are_serializable,
             expired_values_vanish_from_reads_and_checks,

@@ -62,6 +62,17 @@ impl Reply {
         );
     }
 
+    /// The engine error a tuplekv server named by code (`tuplekv_wire::ERROR_HEADER`), if
+    /// the reply carries one it can read.
+    pub fn engine_error(&self) -> Option<tuplekv_engine::Error> {
+        let value = self
+            .headers
+            .get(tuplekv_wire::ERROR_HEADER)?
+            .to_str()
+            .ok()?;
+        tuplekv_wire::error_from_header(value)
+    }
+
     /// The body decoded as the protobuf message `M` (panics if it is not one).
     pub fn decode<M: Message + Default>(&self) -> M {
         assert_eq!(self.status, StatusCode::OK, "body: {}", self.text());

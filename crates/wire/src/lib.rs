@@ -28,13 +28,20 @@
 //! - **Numbered commits.** An `AtomicWrite` may carry a [`Numbering`] (the engine's
 //!   [`tuplekv_engine::numbering`]): counters the server takes numbers from under its commit
 //!   lock, and placeholders it fills with them. The output reports the first number of each
-//!   claim ([`WriteOutcome::numbers`]), and a refusal by a counter's value comes with
-//!   [`NUMBERING_ERROR_HEADER`], which carries the engine's error whole. A server lists
+//!   claim ([`WriteOutcome::numbers`]). A server lists
 //!   [`NUMBERING_EXTENSION`] as well when it applies numberings: a client sends one only to
 //!   such a server, so an older server of the extension never commits unfilled placeholders.
+//! - **Errors by code.** A refusal carries, beside denokv's text, [`ERROR_HEADER`]: the engine
+//!   error it stands for, by a stable code with its fields ([`error_header`]), so a client
+//!   gives the same [`Error`](tuplekv_engine::Error) a local store gives without reading the
+//!   text.
+
+mod error;
+
+pub use error::{ERROR_HEADER, error_from_header, error_header};
 
 use denokv_proto::datapath as pb;
-use tuplekv_engine::{Entry, Error, KeyBytes, Value};
+use tuplekv_engine::{Entry, Value};
 
 /// The extension's name, as the metadata exchange lists it.
 pub const EXTENSION: &str = "tuplekv.snapshots.v1";
@@ -49,17 +56,6 @@ pub const EXTENSIONS_JSON_FIELD: &str = "tuplekvExtensions";
 /// The protobuf field number the extension uses in every message it extends: far above the
 /// protocol's own fields, so it never meets one.
 pub const EXTENSION_FIELD: u32 = 1000;
-
-/// The response header that carries, with a 400 about a mutation that failed on the stored
-/// value (`sum` on a string, say), that mutation's index: the text alone (denokv's) does not
-/// say which mutation it was.
-pub const MUTATION_INDEX_HEADER: &str = "x-tuplekv-mutation-index";
-
-/// The response header that carries, with a 400 refusing a numbered write on a counter's value
-/// or a number's width, the engine's error whole ([`numbering_error_header`] writes it,
-/// [`numbering_error_from_header`] reads it), so a client gets the same
-/// [`Error`] a local store gives.
-pub const NUMBERING_ERROR_HEADER: &str = "x-tuplekv-numbering-error";
 
 /// Most snapshot releases one read carries ([`ReadExtension::release`]).
 pub const RELEASES_PER_READ_MAX: usize = 1024;
@@ -286,82 +282,6 @@ pub struct WriteOutcome {
     pub numbers: Vec<u64>,
 }
 
-/// The value of [`NUMBERING_ERROR_HEADER`] for `e`, if it is a refusal of a numbering by the
-/// store: [`Error::CounterNotU64`], [`Error::CounterExhausted`] or
-/// [`Error::NumberTooWide`]. Keys travel in hex.
-pub fn numbering_error_header(e: &Error) -> Option<String> {
-    match e {
-        Error::CounterNotU64 { key } => Some(format!("counter-not-u64 key={}", hex(key))),
-        Error::CounterExhausted {
-            key,
-            next,
-            count,
-            max,
-        } => Some(format!(
-            "counter-exhausted key={} next={next} count={count} max={max}",
-            hex(key)
-        )),
-        Error::NumberTooWide { number, width } => {
-            Some(format!("number-too-wide number={number} width={width}"))
-        }
-        _ => None,
-    }
-}
-
-/// The engine error a [`NUMBERING_ERROR_HEADER`] value names; `None` if it is not one
-/// [`numbering_error_header`] writes.
-pub fn numbering_error_from_header(value: &str) -> Option<Error> {
-    let mut words = value.split(' ');
-    let kind = words.next()?;
-    let fields: Vec<(&str, &str)> = words.map(|w| w.split_once('=')).collect::<Option<_>>()?;
-    let field = |name: &str| match fields.iter().filter(|(n, _)| *n == name).count() {
-        1 => fields.iter().find(|(n, _)| *n == name).map(|(_, v)| *v),
-        _ => None,
-    };
-    let names = |expected: &[&str]| {
-        fields.len() == expected.len() && expected.iter().all(|n| field(n).is_some())
-    };
-    let key = || unhex(field("key")?).map(KeyBytes::from);
-    match kind {
-        "counter-not-u64" if names(&["key"]) => Some(Error::CounterNotU64 { key: key()? }),
-        "counter-exhausted" if names(&["key", "next", "count", "max"]) => {
-            Some(Error::CounterExhausted {
-                key: key()?,
-                next: decimal(field("next")?)?,
-                count: decimal(field("count")?)?,
-                max: decimal(field("max")?)?,
-            })
-        }
-        "number-too-wide" if names(&["number", "width"]) => Some(Error::NumberTooWide {
-            number: decimal(field("number")?)?,
-            width: decimal(field("width")?)?,
-        }),
-        _ => None,
-    }
-}
-
-/// A number in plain decimal digits (no sign), in range for `T`.
-fn decimal<T: std::str::FromStr>(s: &str) -> Option<T> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    s.as_bytes()
-        .chunks(2)
-        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
-        .collect()
-}
-
 /// A value as the protocol's (encoding, payload).
 pub fn encode_value(value: &Value) -> (pb::ValueEncoding, Vec<u8>) {
     match value {
@@ -513,54 +433,6 @@ mod tests {
         assert_eq!(pb::AtomicWrite::decode(&body[..]).ok(), Some(plain));
         // Out-of-range numbers arrive as sent, for the server to refuse.
         assert_eq!(AtomicWriteExtension::decode(&body[..]).ok(), Some(ext));
-    }
-
-    #[test]
-    fn numbering_errors_round_trip_through_their_header() {
-        let key = KeyBytes::from(vec![2, b'n', 0, 0xff]);
-        for e in [
-            Error::CounterNotU64 { key: key.clone() },
-            Error::CounterExhausted {
-                key: key.clone(),
-                next: u64::MAX,
-                count: u32::MAX,
-                max: 7,
-            },
-            Error::CounterExhausted {
-                key: KeyBytes::default(),
-                next: 0,
-                count: 1,
-                max: 0,
-            },
-            Error::NumberTooWide {
-                number: 100_000,
-                width: u8::MAX,
-            },
-        ] {
-            let header = numbering_error_header(&e).expect("a numbering error");
-            assert!(header.bytes().all(|b| b.is_ascii_graphic() || b == b' '));
-            assert_eq!(numbering_error_from_header(&header), Some(e));
-        }
-        assert_eq!(numbering_error_header(&Error::Closed), None);
-    }
-
-    #[test]
-    fn a_numbering_error_header_that_is_not_exactly_one_is_none() {
-        for bad in [
-            "",
-            "counter-not-u64",
-            "counter-not-u64 key=0",
-            "counter-not-u64 key=zz",
-            "counter-not-u64 key=02 key=02",
-            "counter-not-u64 key=02 extra=1",
-            "number-too-wide number=1 width=256",
-            "number-too-wide number=+1 width=2",
-            "number-too-wide number=1",
-            "counter-exhausted key=02 next=1 count=4294967296 max=1",
-            "something-else key=02",
-        ] {
-            assert_eq!(numbering_error_from_header(bad), None, "{bad:?}");
-        }
     }
 
     #[test]
