@@ -40,10 +40,10 @@ use crossbeam_epoch as epoch;
 use parking_lot::{Condvar, Mutex};
 
 use crate::atomic::{AtomicWrite, CommitResult, MutationKind};
-use crate::db::Inner;
 use crate::durable::wal::Wal;
 use crate::durable::{Durability, checkpoint};
 use crate::error::Error;
+use crate::inner::Inner;
 use crate::key_bytes::KeyBytes;
 use crate::pipeline::{LogSink, Slots, validate};
 use crate::snapshot::Snapshot;

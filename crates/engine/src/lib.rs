@@ -90,6 +90,7 @@ mod db;
 pub mod durable;
 mod error;
 mod group_commit;
+mod inner;
 mod key_bytes;
 // With `reference-keymap`, `map` is crossbeam's `SkipMap` and the skiplist is compiled only
 // for its own tests.

@@ -16,9 +16,9 @@ use crate::atomic::{
     AtomicWrite, Check, CommitResult, Conflict, Expiry, FailedCheck, Mutation, MutationKind,
     RangeCheck, versionstamped_key,
 };
-use crate::db::Inner;
 use crate::durable::record::FrameWriter;
 use crate::error::Error;
+use crate::inner::Inner;
 use crate::key_bytes::KeyBytes;
 use crate::limits::*;
 use crate::limits::{check_read_key, check_write_key};

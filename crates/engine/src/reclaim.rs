@@ -33,7 +33,7 @@ use parking_lot::{Condvar, Mutex};
 use crossbeam_epoch as epoch;
 use smallvec::SmallVec;
 
-use crate::db::Inner;
+use crate::inner::Inner;
 use crate::key_bytes::KeyBytes;
 use crate::map::Slot;
 use crate::snapshot::Retention;

@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 use tuplekv_codec::{ByteRange, Key, Selector};
 
-use crate::db::Inner;
 use crate::error::Error;
+use crate::inner::Inner;
 use crate::limits::GET_MANY_KEYS_MAX;
 use crate::limits::check_read_key;
 use crate::list::{ListIter, ListOptions};

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 use smallvec::SmallVec;
 
-use crate::db::Inner;
 use crate::error::Error;
+use crate::inner::Inner;
 use crate::key_bytes::KeyBytes;
 use crate::limits::{KEY_SIZE_MAX_WRITE, WATCH_KEYS_MAX};
 use crate::snapshot::Snapshot;
