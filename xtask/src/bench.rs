@@ -21,11 +21,17 @@ use crate::{
 const PACKAGE: &str = "tuplekv-benches";
 
 /// Options of `cargo xtask bench`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub(crate) struct BenchArgs {
-    /// Pass criterion's `--quick` (a short statistical run, for smoke tests and CI).
+    /// Criterion's `--quick` with short warm-up and measurement: a smoke run of about 5
+    /// minutes on a 2-vCPU machine once the benches are built (engine about 2.5, index about
+    /// 1.2); building them first takes 7 minutes or more (much more on a busy machine, and
+    /// more with the bench profile's debug info).
+    #[arg(long)]
     pub(crate) quick: bool,
-    /// Groups to run; empty means every group.
+    /// Groups to run (files benches/benches/<GROUP>.rs, or `server`, `remote`, `etcd`,
+    /// `service`); none means every criterion group.
+    #[arg(value_name = "GROUP")]
     pub(crate) groups: Vec<String>,
 }
 

@@ -10,11 +10,13 @@ use anyhow::{Result, bail};
 use crate::{cmd, deps, miri};
 
 /// Options of `cargo xtask ci`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub(crate) struct CiArgs {
-    /// Leave out `cargo test --workspace` (`.ci/run` has already run it).
+    /// Leave out `cargo test --workspace` (`.ci/run` runs it before calling this).
+    #[arg(long)]
     pub(crate) skip_tests: bool,
-    /// Leave out `cargo xtask miri` (for a quick local run; CI runs it).
+    /// Leave out Miri (a few minutes; CI runs it).
+    #[arg(long)]
     pub(crate) skip_miri: bool,
 }
 

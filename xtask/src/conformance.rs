@@ -28,115 +28,75 @@ use crate::etcd_cluster::{EtcdCluster, MEMBERS_DEFAULT};
 use crate::server_process::{Running, Stderr, generate_token, scratch_dir, target_dir};
 use crate::{clients, cmd, test_ca};
 
-/// Help for `cargo xtask conformance`.
-pub(crate) const HELP: &str = "\
-cargo xtask conformance [--against tuplekv|denokv|both] [--etcd | --tls] [--keep-output DIR]
-                        [--tuplekv-bin PATH]
-
+/// What `cargo xtask conformance --help` says beside the options.
+pub(crate) const ABOUT: &str = "\
 Runs the KV Connect conformance scripts of conformance/ with the real clients: Deno 2.9.6
 (`deno run -A --unstable-kv conformance/deno.ts`) and Node's @deno/kv 0.14.0
 (`node conformance/node.mjs`), installed when missing into $TUPLEKV_TOOLS_DIR (default
 target/tools). For each server: starts it on a free 127.0.0.1 port with a generated access
 token, runs the Deno script, the Node script, the cross-client values (Node writes, Deno reads;
 then Deno writes and Node reads, recorded only: Node 20 cannot read Deno 2.9's V8 values),
-and stops it. Any failing script fails the command.
-
-OPTIONS:
-    --against S        tuplekv (default): `tuplekv serve`, built with `cargo build -p tuplekv-cli`
-                       denokv: denokv 0.14.0 (`cargo install`ed into the tool cache the
-                       first time, which takes minutes)
-                       both: both servers, then their case lines compared; a difference fails
-                       unless conformance/expected-differences.txt lists the case
-    --etcd             run tuplekv as `tuplekv serve --etcd` on a fresh 3-member etcd cluster
-                       on loopback (`etcd` must be installed; see `cargo xtask etcd-cluster`);
-                       its outputs are named tuplekv-etcd. Not with `--against denokv`
-    --tls              run tuplekv as `tuplekv serve --tls-cert --tls-key` with a certificate
-                       from a throwaway CA (made with the `openssl` command), the clients on
-                       https://localhost:PORT trusting it through DENO_CERT and
-                       NODE_EXTRA_CA_CERTS; its outputs are named tuplekv-tls. Not with
-                       `--against denokv` or `--etcd`
-    --keep-output DIR  write each script's output to DIR/<server>-<script>.txt
-    --tuplekv-bin P    use this tuplekv binary instead of building tuplekv-cli";
+and stops it. Any failing script fails the command.";
 
 /// The file listing the cases where tuplekv differs from denokv on purpose.
 const EXPECTED_DIFFERENCES: &str = "conformance/expected-differences.txt";
 /// Which server(s) a run is against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub(crate) enum Against {
-    /// `tuplekv serve`.
+    /// `tuplekv serve`, built with `cargo build -p tuplekv-cli`.
     #[default]
     Tuplekv,
-    /// denokv.
+    /// denokv 0.14.0 (`cargo install`ed into the tool cache the first time, which takes
+    /// minutes).
     Denokv,
-    /// Both, then compared.
+    /// Both servers, then their case lines compared: a difference fails unless
+    /// conformance/expected-differences.txt lists the case.
     Both,
 }
 
 /// Options of `cargo xtask conformance`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, clap::Args)]
 pub(crate) struct ConformanceArgs {
     /// The server(s) under test.
+    #[arg(long, value_enum, default_value_t = Against::Tuplekv)]
     pub(crate) against: Against,
-    /// Where to keep each script's output.
+    /// Write each script's output to DIR/<server>-<script>.txt.
+    #[arg(long, value_name = "DIR")]
     pub(crate) keep_output: Option<PathBuf>,
-    /// A prebuilt tuplekv binary.
+    /// Use this tuplekv binary instead of building tuplekv-cli.
+    #[arg(long, value_name = "PATH")]
     pub(crate) tuplekv_bin: Option<PathBuf>,
-    /// Serve tuplekv from a fresh etcd cluster (`tuplekv serve --etcd`).
+    /// Run tuplekv as `tuplekv serve --etcd` on a fresh 3-member etcd cluster on loopback
+    /// (`etcd` must be installed; see `cargo xtask etcd-cluster`); its outputs are named
+    /// tuplekv-etcd. Not with `--against denokv`.
+    #[arg(long, conflicts_with = "tls")]
     pub(crate) etcd: bool,
-    /// Serve tuplekv over TLS (`tuplekv serve --tls-cert --tls-key`).
+    /// Run tuplekv as `tuplekv serve --tls-cert --tls-key` with a certificate from a throwaway
+    /// CA (made with the `openssl` command), the clients on https://localhost:PORT trusting it
+    /// through DENO_CERT and NODE_EXTRA_CA_CERTS; its outputs are named tuplekv-tls. Not with
+    /// `--against denokv` or `--etcd`.
+    #[arg(long)]
     pub(crate) tls: bool,
 }
 
-/// Parses the options of `conformance`: `Ok(None)` asks for help.
-pub(crate) fn parse(args: &[String]) -> Result<Option<ConformanceArgs>, String> {
-    let mut out = ConformanceArgs::default();
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = |name: &str| {
-            inline
-                .clone()
-                .or_else(|| args.next().cloned())
-                .ok_or_else(|| format!("`{name}` needs a value"))
-        };
-        match flag {
-            "-h" | "--help" => return Ok(None),
-            "--against" => {
-                out.against = match value("--against")?.as_str() {
-                    "tuplekv" => Against::Tuplekv,
-                    "denokv" => Against::Denokv,
-                    "both" => Against::Both,
-                    other => {
-                        return Err(format!(
-                            "`--against` takes tuplekv, denokv or both, not `{other}`"
-                        ));
-                    }
-                }
-            }
-            "--keep-output" => out.keep_output = Some(PathBuf::from(value("--keep-output")?)),
-            "--tuplekv-bin" => out.tuplekv_bin = Some(PathBuf::from(value("--tuplekv-bin")?)),
-            "--etcd" if inline.is_none() => out.etcd = true,
-            "--tls" if inline.is_none() => out.tls = true,
-            other => return Err(format!("`conformance` does not take `{other}`")),
+impl ConformanceArgs {
+    /// The combinations the options cannot say by themselves: `--etcd` and `--tls` serve
+    /// tuplekv, so neither goes with `--against denokv`.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.etcd && self.against == Against::Denokv {
+            return Err(
+                "`--etcd` runs `tuplekv serve --etcd`; it does not go with `--against denokv`"
+                    .into(),
+            );
         }
+        if self.tls && self.against == Against::Denokv {
+            return Err(
+                "`--tls` runs `tuplekv serve` over TLS; it does not go with `--against denokv`"
+                    .into(),
+            );
+        }
+        Ok(())
     }
-    if out.etcd && out.against == Against::Denokv {
-        return Err(
-            "`--etcd` runs `tuplekv serve --etcd`; it does not go with `--against denokv`".into(),
-        );
-    }
-    if out.tls && out.against == Against::Denokv {
-        return Err(
-            "`--tls` runs `tuplekv serve` over TLS; it does not go with `--against denokv`".into(),
-        );
-    }
-    if out.tls && out.etcd {
-        return Err("`--tls` and `--etcd` are separate runs: give one of them".into());
-    }
-    Ok(Some(out))
 }
 
 /// The server implementations.
@@ -660,52 +620,6 @@ mod tests {
     }
 
     use super::*;
-
-    fn args(line: &str) -> Vec<String> {
-        line.split_whitespace().map(str::to_owned).collect()
-    }
-
-    #[test]
-    fn parses_options() {
-        assert_eq!(parse(&args("")), Ok(Some(ConformanceArgs::default())));
-        assert_eq!(parse(&args("--help")), Ok(None));
-        assert_eq!(
-            parse(&args("--against both --keep-output out")),
-            Ok(Some(ConformanceArgs {
-                against: Against::Both,
-                keep_output: Some(PathBuf::from("out")),
-                tuplekv_bin: None,
-                etcd: false,
-                tls: false,
-            }))
-        );
-        assert_eq!(
-            parse(&args("--etcd --against both")).map(|a| a.map(|a| (a.etcd, a.against))),
-            Ok(Some((true, Against::Both)))
-        );
-        assert_eq!(
-            parse(&args("--tls --against both")).map(|a| a.map(|a| (a.tls, a.against))),
-            Ok(Some((true, Against::Both)))
-        );
-        assert_eq!(
-            parse(&args("--against=denokv")).map(|a| a.map(|a| a.against)),
-            Ok(Some(Against::Denokv))
-        );
-        for bad in [
-            "--against",
-            "--against x",
-            "--keep-output",
-            "--fast",
-            "denokv",
-            "--etcd --against denokv",
-            "--etcd=1",
-            "--tls --against denokv",
-            "--tls --etcd",
-            "--tls=yes",
-        ] {
-            assert!(parse(&args(bad)).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn compares_case_lines() {

@@ -19,9 +19,7 @@ use crate::cmd;
 use crate::server_process::{target_dir, wait_with_deadline};
 
 /// Help for `cargo xtask etcd-cluster`.
-pub(crate) const HELP: &str = "\
-cargo xtask etcd-cluster [--members N]
-
+pub(crate) const ABOUT: &str = "\
 Starts a local etcd cluster of N members (default 3, at most 7) on free 127.0.0.1 ports, with
 the flags tuplekv needs (the test harness's: --max-txn-ops, --max-request-bytes, revision
 auto-compaction), data in a scratch directory. Prints the client URLs and a
@@ -42,34 +40,16 @@ const URLS_PREFIX: &str = "etcd client urls: ";
 /// The testkit binary that runs the cluster.
 const CLUSTER_BIN: &str = "etcd_cluster";
 
-/// Parses the options of `etcd-cluster`: the member count, or `Ok(None)` for help.
-pub(crate) fn parse(args: &[String]) -> Result<Option<usize>, String> {
-    let mut members = MEMBERS_DEFAULT;
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-            _ => (arg.as_str(), None),
-        };
-        match flag {
-            "-h" | "--help" => return Ok(None),
-            "--members" => {
-                let value = inline
-                    .or_else(|| args.next().cloned())
-                    .ok_or("`--members` needs a value")?;
-                members = match value.parse::<usize>() {
-                    Ok(n) if (1..=MEMBERS_MAX).contains(&n) => n,
-                    _ => {
-                        return Err(format!(
-                            "`--members` takes a number from 1 to {MEMBERS_MAX}, not `{value}`"
-                        ));
-                    }
-                };
-            }
-            other => return Err(format!("`etcd-cluster` does not take `{other}`")),
-        }
-    }
-    Ok(Some(members))
+/// Options of `cargo xtask etcd-cluster`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+pub(crate) struct EtcdClusterArgs {
+    /// Members of the cluster.
+    #[arg(
+        long,
+        default_value_t = MEMBERS_DEFAULT,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MEMBERS_MAX as u64),
+    )]
+    pub(crate) members: usize,
 }
 
 /// Runs `cargo xtask etcd-cluster`: until Ctrl-C (or until the cluster process ends).
@@ -201,30 +181,4 @@ fn cluster_binary() -> Result<PathBuf> {
         bail!("cargo built no {}", binary.display());
     }
     Ok(binary)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(line: &str) -> Vec<String> {
-        line.split_whitespace().map(str::to_owned).collect()
-    }
-
-    #[test]
-    fn parses_options() {
-        assert_eq!(parse(&args("")), Ok(Some(MEMBERS_DEFAULT)));
-        assert_eq!(parse(&args("--members 5")), Ok(Some(5)));
-        assert_eq!(parse(&args("--members=1")), Ok(Some(1)));
-        assert_eq!(parse(&args("--help")), Ok(None));
-        for bad in [
-            "--members",
-            "--members 0",
-            "--members 8",
-            "--members x",
-            "3",
-        ] {
-            assert!(parse(&args(bad)).is_err(), "{bad}");
-        }
-    }
 }

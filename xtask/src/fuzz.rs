@@ -54,6 +54,43 @@ pub(crate) struct FuzzArgs {
     pub(crate) seconds: u64,
 }
 
+/// The command line of `cargo xtask fuzz`: one target, `--all` or `--list`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+#[command(group(clap::ArgGroup::new("targets").required(true).args(["target", "all", "list"])))]
+pub(crate) struct FuzzCli {
+    /// The target to fuzz (a `[[bin]]` of fuzz/Cargo.toml).
+    target: Option<String>,
+    /// Fuzz every target in fuzz/Cargo.toml, one after another.
+    #[arg(long)]
+    all: bool,
+    /// Print the targets and exit.
+    #[arg(long, conflicts_with = "seconds")]
+    list: bool,
+    /// Fuzzing time per target, in seconds.
+    #[arg(
+        long,
+        default_value_t = DEFAULT_SECONDS,
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    seconds: u64,
+}
+
+impl From<FuzzCli> for FuzzArgs {
+    fn from(cli: FuzzCli) -> Self {
+        let selection = match (cli.list, cli.all, cli.target) {
+            (true, _, _) => Selection::List,
+            (false, true, _) => Selection::All,
+            (false, false, Some(target)) => Selection::One(target),
+            // The argument group asks for one of the three.
+            (false, false, None) => Selection::List,
+        };
+        FuzzArgs {
+            selection,
+            seconds: cli.seconds,
+        }
+    }
+}
+
 /// What one fuzzing run ended with.
 #[derive(Debug)]
 enum Outcome {

@@ -15,9 +15,7 @@ use crate::server_process::{Running, Stderr, generate_token, log_tail, scratch_d
 use crate::{clients, cmd};
 
 /// Help for `cargo xtask remote-denokv`.
-pub(crate) const HELP: &str = "\
-cargo xtask remote-denokv
-
+pub(crate) const ABOUT: &str = "\
 Runs crates/remote/tests/denokv.rs against a real denokv 0.14.0: installs it when missing
 (`cargo install denokv --version 0.14.0 --locked` into $TUPLEKV_TOOLS_DIR/denokv, default
 target/tools; several minutes the first time), starts it on a free 127.0.0.1 port with a

@@ -21,15 +21,23 @@ use crate::{cmd, miri, nightly, sanitizer};
 pub(crate) const DEFAULT_CASES: u32 = 5_000;
 
 /// Options of `cargo xtask soak`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub(crate) struct SoakArgs {
     /// Cases per property test (`TUPLEKV_PROPTEST_CASES`).
+    #[arg(
+        long,
+        default_value_t = DEFAULT_CASES,
+        value_parser = clap::value_parser!(u32).range(1..),
+    )]
     pub(crate) cases: u32,
     /// Leave out the loom model checks (they rebuild the sequence crate with `--cfg loom`).
+    #[arg(long)]
     pub(crate) skip_loom: bool,
     /// Leave out the AddressSanitizer run of the engine's tests (it rebuilds the engine).
+    #[arg(long)]
     pub(crate) skip_asan: bool,
     /// Leave out the ThreadSanitizer run (it rebuilds the standard library and the engine).
+    #[arg(long)]
     pub(crate) skip_tsan: bool,
 }
 
