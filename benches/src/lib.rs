@@ -29,23 +29,63 @@ pub fn skip(group: &str, peer: &str, reason: &str) {
     }
 }
 
-/// The `--flag value` pairs of a load binary's command line, in order.
+/// Threads per load process unless `--threads` says otherwise.
+pub const THREADS_DEFAULT: usize = 4;
+/// Most threads one load process may run.
+pub const THREADS_MAX: usize = 256;
+/// Measured seconds unless `--seconds` says otherwise.
+pub const SECONDS_DEFAULT: f64 = 5.0;
+/// Unmeasured seconds before the window unless `--warmup` says otherwise.
+pub const WARMUP_DEFAULT: f64 = 0.5;
+/// Shortest window `--seconds` may ask for.
+pub const SECONDS_MIN: f64 = 0.1;
+/// Longest window `--seconds` or `--warmup` may ask for.
+pub const SECONDS_MAX: f64 = 600.0;
+
+/// `value` as a number in `min..=max`, for a load binary's clap value parsers.
 ///
 /// # Errors
-/// `usage` for `-h` or `--help`; a flag without a value names the flag, then `usage`.
-pub fn flag_pairs<'a>(argv: &'a [String], usage: &str) -> Result<Vec<(&'a str, &'a str)>, String> {
-    let mut pairs = Vec::new();
-    let mut it = argv.iter();
-    while let Some(flag) = it.next() {
-        if flag == "-h" || flag == "--help" {
-            return Err(usage.to_owned());
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("`{flag}` needs a value\n{usage}"))?;
-        pairs.push((flag.as_str(), value.as_str()));
+/// A message naming the range, for a value that is not a number in it.
+pub fn in_range<T>(value: &str, min: T, max: T) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    match value.parse::<T>() {
+        Ok(n) if n >= min && n <= max => Ok(n),
+        _ => Err(format!("needs a number from {min} to {max}, not `{value}`")),
     }
-    Ok(pairs)
+}
+
+/// A thread count in `1..=`[`THREADS_MAX`] (a clap value parser).
+///
+/// # Errors
+/// As [`in_range`].
+pub fn thread_count(value: &str) -> Result<usize, String> {
+    in_range(value, 1, THREADS_MAX)
+}
+
+/// A measured window in [`SECONDS_MIN`]`..=`[`SECONDS_MAX`] seconds (a clap value parser).
+///
+/// # Errors
+/// As [`in_range`].
+pub fn measured_seconds(value: &str) -> Result<f64, String> {
+    in_range(value, SECONDS_MIN, SECONDS_MAX)
+}
+
+/// A warm-up in `0..=`[`SECONDS_MAX`] seconds (a clap value parser).
+///
+/// # Errors
+/// As [`in_range`].
+pub fn warmup_seconds(value: &str) -> Result<f64, String> {
+    in_range(value, 0.0, SECONDS_MAX)
+}
+
+/// A server's base URL without trailing slashes (a clap value parser).
+///
+/// # Errors
+/// Never; the `Result` is what clap asks of a value parser.
+pub fn base_url(value: &str) -> Result<String, String> {
+    Ok(value.trim_end_matches('/').to_owned())
 }
 
 /// The `q`-quantile of sorted latencies (nearest rank); 0 when there are none.
@@ -65,18 +105,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn flags_come_in_pairs() {
-        let argv: Vec<String> = ["--a", "1", "--b", "x"].map(String::from).to_vec();
-        assert_eq!(
-            flag_pairs(&argv, "usage"),
-            Ok(vec![("--a", "1"), ("--b", "x")])
-        );
-        let lone = vec!["--a".to_owned()];
-        assert_eq!(
-            flag_pairs(&lone, "usage"),
-            Err("`--a` needs a value\nusage".into())
-        );
-        assert_eq!(flag_pairs(&["-h".to_owned()], "usage"), Err("usage".into()));
+    fn numbers_are_taken_only_inside_their_range() {
+        assert_eq!(thread_count("1"), Ok(1));
+        assert_eq!(thread_count("256"), Ok(THREADS_MAX));
+        for bad in ["0", "257", "-1", "x", ""] {
+            assert!(thread_count(bad).is_err(), "{bad}");
+        }
+        assert_eq!(measured_seconds("0.1"), Ok(SECONDS_MIN));
+        assert_eq!(measured_seconds("600"), Ok(SECONDS_MAX));
+        assert_eq!(warmup_seconds("0"), Ok(0.0));
+        for bad in ["0.09", "600.1", "NaN", "inf", "-1"] {
+            assert!(measured_seconds(bad).is_err(), "{bad}");
+        }
+        assert!(warmup_seconds("-0.5").is_err());
+        assert_eq!(base_url("http://a:1//"), Ok("http://a:1".to_owned()));
     }
 
     #[test]

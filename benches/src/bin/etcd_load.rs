@@ -20,22 +20,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, KvClient, Txn, TxnOp};
-use tuplekv_benches::{flag_pairs, quantile};
+use tuplekv_benches::{
+    SECONDS_DEFAULT, THREADS_DEFAULT, WARMUP_DEFAULT, measured_seconds, quantile, thread_count,
+    warmup_seconds,
+};
 use tuplekv_engine::{CommitResult, Store, Versionstamp, key};
 use tuplekv_etcd::{CONNECT_TIMEOUT, EtcdStore, REQUEST_TIMEOUT};
 use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
 
-/// Threads per process unless `--threads` says otherwise.
-const THREADS_DEFAULT: usize = 4;
-/// Most threads one process may run.
-const THREADS_MAX: usize = 256;
-/// Measured seconds unless `--seconds` says otherwise.
-const SECONDS_DEFAULT: f64 = 5.0;
-/// Unmeasured seconds before the window unless `--warmup` says otherwise.
-const WARMUP_DEFAULT: f64 = 0.5;
-/// Longest window `--seconds` or `--warmup` may ask for.
-const SECONDS_MAX: f64 = 600.0;
 /// Key prefix (of the store, and of the raw keys) unless `--prefix` says otherwise.
 const PREFIX_DEFAULT: &str = "BENCH";
 /// Digits of the codes: wide enough that a run never widens them.
@@ -48,17 +42,16 @@ const VALUE_SIZE: usize = 100;
 /// so the two rows differ by our layer only.
 const RAW_IO_THREADS: usize = 2;
 
-const USAGE: &str = "\
-usage: etcd_load checked|raw-txn|fast|gapless --endpoints URL[,URL...] [--threads N]
-                 [--seconds S] [--warmup S] [--prefix P]
-Prints JSON lines on stdout.";
-
 /// What this process does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Workload {
+    /// Commits through an `EtcdStore`, each with one key check and one set.
     Checked,
+    /// The same through the `etcd-client` crate directly.
     RawTxn,
+    /// Codes of one fast sequence.
     Fast,
+    /// Codes of one gapless sequence.
     Gapless,
 }
 
@@ -73,70 +66,28 @@ impl Workload {
     }
 }
 
-#[derive(Debug)]
+/// One process of `cargo xtask bench etcd`; prints JSON lines on stdout.
+#[derive(Debug, Parser)]
+#[command(name = "etcd_load")]
 struct Args {
+    /// The workload to drive.
+    #[arg(value_enum)]
     workload: Workload,
+    /// The cluster's client URLs, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
     endpoints: Vec<String>,
+    /// Threads in this process.
+    #[arg(long, default_value_t = THREADS_DEFAULT, value_parser = thread_count)]
     threads: usize,
+    /// Measured seconds.
+    #[arg(long, default_value_t = SECONDS_DEFAULT, value_parser = measured_seconds)]
     seconds: f64,
+    /// Unmeasured seconds before the window.
+    #[arg(long, default_value_t = WARMUP_DEFAULT, value_parser = warmup_seconds)]
     warmup: f64,
+    /// Key prefix (of the store, and of the raw keys).
+    #[arg(long, default_value = PREFIX_DEFAULT)]
     prefix: String,
-}
-
-fn parse_number<T: std::str::FromStr + PartialOrd>(
-    flag: &str,
-    value: &str,
-    min: T,
-    max: T,
-) -> Result<T, String> {
-    match value.parse::<T>() {
-        Ok(n) if n >= min && n <= max => Ok(n),
-        _ => Err(format!("`{flag}` needs a number in range, not `{value}`")),
-    }
-}
-
-fn parse_args(argv: &[String]) -> Result<Args, String> {
-    let (workload, rest) = match argv.split_first() {
-        Some((w, rest)) => (
-            match w.as_str() {
-                "checked" => Workload::Checked,
-                "raw-txn" => Workload::RawTxn,
-                "fast" => Workload::Fast,
-                "gapless" => Workload::Gapless,
-                other => return Err(format!("unknown workload `{other}`\n{USAGE}")),
-            },
-            rest,
-        ),
-        None => return Err(USAGE.to_owned()),
-    };
-    let mut args = Args {
-        workload,
-        endpoints: Vec::new(),
-        threads: THREADS_DEFAULT,
-        seconds: SECONDS_DEFAULT,
-        warmup: WARMUP_DEFAULT,
-        prefix: PREFIX_DEFAULT.to_owned(),
-    };
-    for (flag, value) in flag_pairs(rest, USAGE)? {
-        match flag {
-            "--endpoints" => {
-                args.endpoints = value
-                    .split(',')
-                    .filter(|e| !e.is_empty())
-                    .map(str::to_owned)
-                    .collect();
-            }
-            "--threads" => args.threads = parse_number(flag, value, 1, THREADS_MAX)?,
-            "--seconds" => args.seconds = parse_number(flag, value, 0.1, SECONDS_MAX)?,
-            "--warmup" => args.warmup = parse_number(flag, value, 0.0, SECONDS_MAX)?,
-            "--prefix" => args.prefix = value.to_owned(),
-            other => return Err(format!("unknown flag `{other}`\n{USAGE}")),
-        }
-    }
-    if args.endpoints.is_empty() {
-        return Err(format!("`--endpoints` is required\n{USAGE}"));
-    }
-    Ok(args)
 }
 
 /// What the threads of one rate run counted.
@@ -362,14 +313,16 @@ fn codes(args: &Args) -> Result<Tally, String> {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let args = match parse_args(&argv) {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("etcd_load: {message}");
-            return ExitCode::from(2);
-        }
-    };
+    let mut args = Args::parse();
+    args.endpoints.retain(|e| !e.is_empty());
+    if args.endpoints.is_empty() {
+        <Args as clap::CommandFactory>::command()
+            .error(
+                clap::error::ErrorKind::InvalidValue,
+                "`--endpoints` names no URL",
+            )
+            .exit();
+    }
     let result = match args.workload {
         Workload::Checked => checked(&args),
         Workload::RawTxn => raw_txn(&args),
@@ -408,14 +361,13 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    fn argv(line: &str) -> Vec<String> {
-        line.split_whitespace().map(str::to_owned).collect()
+    fn parse_args(line: &str) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("etcd_load").chain(line.split_whitespace()))
     }
 
     #[test]
     fn parses_workloads_and_refuses_bad_flags() {
-        let args =
-            parse_args(&argv("raw-txn --endpoints http://a,http://b --threads 8")).expect("parses");
+        let args = parse_args("raw-txn --endpoints http://a,http://b --threads 8").expect("parses");
         assert_eq!(args.workload, Workload::RawTxn);
         assert_eq!(args.endpoints, ["http://a", "http://b"]);
         assert_eq!(args.threads, 8);
@@ -428,7 +380,7 @@ mod tests {
             "cluster",
             "gapless --endpoints http://x --nope 1",
         ] {
-            assert!(parse_args(&argv(bad)).is_err(), "{bad}");
+            assert!(parse_args(bad).is_err(), "{bad}");
         }
     }
 }

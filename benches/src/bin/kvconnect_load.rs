@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use clap::Parser;
 use denokv_proto::datapath::{
     AtomicWrite, AtomicWriteOutput, AtomicWriteStatus, KvValue, Mutation, MutationType, ReadRange,
     SnapshotRead, SnapshotReadOutput, SnapshotReadStatus, ValueEncoding,
@@ -31,7 +32,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
-use tuplekv_benches::{flag_pairs, quantile};
+use tuplekv_benches::{base_url, in_range, measured_seconds, quantile, warmup_seconds};
 use tuplekv_codec::{encode_key, key};
 
 /// The protocol versions offered in the metadata exchange (the data path is the same for both).
@@ -61,11 +62,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Clock ticks per second of `/proc/<pid>/stat`'s CPU times (Linux's fixed `USER_HZ`).
 const USER_HZ: u64 = 100;
-/// The longest measured time a point may ask for, in seconds.
-const SECONDS_MAX: f64 = 600.0;
 
 /// One measured operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Op {
     /// `snapshot_read` of one preloaded key: the range `[k, k ++ 0x00)`, limit 1.
     Get,
@@ -80,137 +79,78 @@ impl Op {
             Op::Write => "write",
         }
     }
-
-    fn parse(s: &str) -> Result<Op, String> {
-        match s {
-            "get" => Ok(Op::Get),
-            "write" => Ok(Op::Write),
-            other => Err(format!("unknown op `{other}` (known: get, write)")),
-        }
-    }
 }
 
-/// The command line.
-#[derive(Debug)]
+/// A KV Connect load generator: one JSON line per point on stdout, a table on stderr.
+#[derive(Debug, Parser)]
+#[command(name = "kvconnect_load")]
 struct Args {
+    /// The server, an http:// URL (h2c).
+    #[arg(long, value_parser = h2c_url)]
     url: String,
+    /// The access token.
+    #[arg(long, env = "DENO_KV_ACCESS_TOKEN", hide_env_values = true)]
     token: String,
+    /// Measured time per point, in seconds.
+    #[arg(long, default_value_t = SECONDS_DEFAULT, value_parser = measured_seconds)]
     seconds: f64,
+    /// Unmeasured warm-up before each point, in seconds.
+    #[arg(long, default_value_t = WARMUP_SECONDS_DEFAULT, value_parser = warmup_seconds)]
     warmup: f64,
+    /// Concurrent requests per point, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values_t = CONCURRENCY_DEFAULT,
+        value_parser = concurrency,
+    )]
     concurrency: Vec<usize>,
+    /// The operations to measure, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Op::Get, Op::Write])]
     ops: Vec<Op>,
+    /// HTTP/2 connections the requests share.
+    #[arg(long, default_value_t = 1, value_parser = connections)]
     connections: usize,
+    /// Runtime worker threads.
+    #[arg(long, default_value_t = 1, value_parser = worker_threads)]
     threads: usize,
+    /// Keys preloaded for the reads.
+    #[arg(long, default_value_t = KEYS_DEFAULT, value_parser = key_count)]
     keys: u32,
+    /// The server's process id, to read its CPU time around each point.
+    #[arg(long)]
     server_pid: Option<u32>,
+    /// The server's name in the table and the JSON lines.
+    #[arg(long, default_value = "server")]
     label: String,
 }
 
-const USAGE: &str = "\
-usage: kvconnect_load --url http://HOST:PORT [--token T] [--seconds S] [--warmup S]
-                      [--concurrency 1,16,64] [--ops get,write] [--connections N]
-                      [--threads N] [--keys N] [--server-pid PID] [--label NAME]
-The token defaults to $DENO_KV_ACCESS_TOKEN. Prints one JSON line per point on stdout and a
-table on stderr.";
-
-fn parse_number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
-    value
-        .parse()
-        .map_err(|_| format!("`{flag}` needs a number, not `{value}`"))
+/// An `http://` URL without trailing slashes: h2c only.
+fn h2c_url(value: &str) -> Result<String, String> {
+    if !value.starts_with("http://") {
+        return Err(format!("must be an http:// URL (h2c), not `{value}`"));
+    }
+    base_url(value)
 }
 
-fn parse_seconds(flag: &str, value: &str, min: f64) -> Result<f64, String> {
-    let s: f64 = parse_number(flag, value)?;
-    if !(s >= min && s <= SECONDS_MAX) {
-        return Err(format!(
-            "`{flag}` is {value} s, it must be between {min} and {SECONDS_MAX}"
-        ));
-    }
-    Ok(s)
+/// A concurrency level in `1..=CONCURRENCY_MAX`.
+fn concurrency(value: &str) -> Result<usize, String> {
+    in_range(value, 1, CONCURRENCY_MAX)
 }
 
-fn parse_list<T>(value: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
-    value
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(parse)
-        .collect()
+/// A connection count in `1..=CONNECTIONS_MAX`.
+fn connections(value: &str) -> Result<usize, String> {
+    in_range(value, 1, CONNECTIONS_MAX)
 }
 
-fn parse_args(argv: &[String]) -> Result<Args, String> {
-    let mut args = Args {
-        url: String::new(),
-        token: std::env::var("DENO_KV_ACCESS_TOKEN").unwrap_or_default(),
-        seconds: SECONDS_DEFAULT,
-        warmup: WARMUP_SECONDS_DEFAULT,
-        concurrency: CONCURRENCY_DEFAULT.to_vec(),
-        ops: vec![Op::Get, Op::Write],
-        connections: 1,
-        threads: 1,
-        keys: KEYS_DEFAULT,
-        server_pid: None,
-        label: String::from("server"),
-    };
-    for (flag, value) in flag_pairs(argv, USAGE)? {
-        match flag {
-            "--url" => args.url = value.trim_end_matches('/').to_owned(),
-            "--token" => args.token = value.to_owned(),
-            "--seconds" => args.seconds = parse_seconds(flag, value, 0.1)?,
-            "--warmup" => args.warmup = parse_seconds(flag, value, 0.0)?,
-            "--concurrency" => {
-                args.concurrency = parse_list(value, |s| {
-                    let n: usize = parse_number(flag, s)?;
-                    if n == 0 || n > CONCURRENCY_MAX {
-                        return Err(format!(
-                            "concurrency {n} is out of range 1..={CONCURRENCY_MAX}"
-                        ));
-                    }
-                    Ok(n)
-                })?;
-            }
-            "--ops" => args.ops = parse_list(value, Op::parse)?,
-            "--connections" => {
-                args.connections = parse_number(flag, value)?;
-                if args.connections == 0 || args.connections > CONNECTIONS_MAX {
-                    return Err(format!(
-                        "`--connections` is {}, it must be in 1..={CONNECTIONS_MAX}",
-                        args.connections
-                    ));
-                }
-            }
-            "--threads" => {
-                args.threads = parse_number(flag, value)?;
-                if args.threads == 0 {
-                    return Err("`--threads` must be at least 1".to_owned());
-                }
-            }
-            "--keys" => {
-                args.keys = parse_number(flag, value)?;
-                if args.keys == 0 || args.keys > KEYS_MAX {
-                    return Err(format!(
-                        "`--keys` is {}, it must be in 1..={KEYS_MAX}",
-                        args.keys
-                    ));
-                }
-            }
-            "--server-pid" => args.server_pid = Some(parse_number(flag, value)?),
-            "--label" => args.label = value.to_owned(),
-            other => return Err(format!("unknown option `{other}`\n{USAGE}")),
-        }
-    }
-    if !args.url.starts_with("http://") {
-        return Err(format!(
-            "`--url` must be an http:// URL (h2c), not `{}`\n{USAGE}",
-            args.url
-        ));
-    }
-    if args.token.is_empty() {
-        return Err("no access token: pass --token or set DENO_KV_ACCESS_TOKEN".to_owned());
-    }
-    if args.concurrency.is_empty() || args.ops.is_empty() {
-        return Err("`--concurrency` and `--ops` need at least one entry".to_owned());
-    }
-    Ok(args)
+/// A worker thread count of at least 1.
+fn worker_threads(value: &str) -> Result<usize, String> {
+    in_range(value, 1, usize::MAX)
+}
+
+/// A key count in `1..=KEYS_MAX`.
+fn key_count(value: &str) -> Result<u32, String> {
+    in_range(value, 1, KEYS_MAX)
 }
 
 /// Where the data path lives and how to call it, from the metadata exchange.
@@ -739,14 +679,15 @@ async fn run(args: Args) -> Result<(), String> {
 }
 
 fn main() -> std::process::ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let args = match parse_args(&argv) {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("kvconnect_load: {message}");
-            return std::process::ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
+    if args.token.is_empty() {
+        <Args as clap::CommandFactory>::command()
+            .error(
+                clap::error::ErrorKind::InvalidValue,
+                "no access token: pass --token or set DENO_KV_ACCESS_TOKEN",
+            )
+            .exit();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads)
         .enable_all()
@@ -771,16 +712,16 @@ fn main() -> std::process::ExitCode {
 mod tests {
     use super::*;
 
-    fn argv(line: &str) -> Vec<String> {
-        line.split_whitespace().map(str::to_owned).collect()
+    fn parse_args(line: &str) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("kvconnect_load").chain(line.split_whitespace()))
     }
 
     #[test]
     fn parses_a_full_command_line() {
-        let args = parse_args(&argv(
+        let args = parse_args(
             "--url http://127.0.0.1:4512/ --token abcdefabcdef --seconds 1 --concurrency 1,64 \
              --ops write --connections 2 --server-pid 7",
-        ))
+        )
         .expect("valid");
         assert_eq!(args.url, "http://127.0.0.1:4512");
         assert_eq!(args.concurrency, vec![1, 64]);
@@ -799,7 +740,7 @@ mod tests {
             "--url http://x --token t --keys",
             "--url http://x --token t --connections 0",
         ] {
-            assert!(parse_args(&argv(bad)).is_err(), "{bad}");
+            assert!(parse_args(bad).is_err(), "{bad}");
         }
     }
 

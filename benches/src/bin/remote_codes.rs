@@ -17,22 +17,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use tuplekv_benches::redis::Redis;
-use tuplekv_benches::{flag_pairs, quantile};
+use tuplekv_benches::{
+    SECONDS_DEFAULT, THREADS_DEFAULT, WARMUP_DEFAULT, base_url, in_range, measured_seconds,
+    quantile, thread_count, warmup_seconds,
+};
 use tuplekv_engine::{Database, Options, Store, key};
 use tuplekv_remote::RemoteStore;
 use tuplekv_sequence::{Mode, Numbering, SequenceOptions, Sequences};
 
-/// Threads per process unless `--threads` says otherwise.
-const THREADS_DEFAULT: usize = 4;
-/// Most threads one process may run.
-const THREADS_MAX: usize = 256;
-/// Measured seconds unless `--seconds` says otherwise.
-const SECONDS_DEFAULT: f64 = 5.0;
-/// Unmeasured seconds before the window unless `--warmup` says otherwise.
-const WARMUP_DEFAULT: f64 = 0.5;
-/// Longest window `--seconds` or `--warmup` may ask for.
-const SECONDS_MAX: f64 = 600.0;
 /// Operations per latency series unless `--ops` says otherwise.
 const LATENCY_OPS_DEFAULT: usize = 2000;
 /// Most operations per latency series.
@@ -46,20 +40,19 @@ const ERRORS_MAX: u64 = 100;
 /// Bytes of the value each latency commit writes.
 const VALUE_SIZE: usize = 100;
 
-const USAGE: &str = "\
-usage: remote_codes fast|gapless|gapless-checked --url http://HOST:PORT [--threads N] [--seconds S] [--warmup S] [--prefix P]
-       remote_codes redis-incr --url redis://HOST:PORT [--threads N] [--seconds S] [--warmup S]
-       remote_codes latency --url http://HOST:PORT --data-dir DIR [--ops N]
-The KV Connect token is $DENO_KV_ACCESS_TOKEN. Prints JSON lines on stdout.";
-
 /// What this process measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Workload {
+    /// Fast codes through a `RemoteStore`.
     Fast,
+    /// Gapless codes, numbered by the server.
     Gapless,
     /// Gapless with the handle checking the counter's versionstamp (the old mode).
     GaplessChecked,
+    /// Redis `INCR`s (`--url redis://HOST:PORT`).
     RedisIncr,
+    /// The sequential latency of a get and a commit, remote and in process (needs
+    /// `--data-dir`).
     Latency,
 }
 
@@ -75,76 +68,47 @@ impl Workload {
     }
 }
 
-#[derive(Debug)]
+/// One process of `cargo xtask bench remote`; prints JSON lines on stdout.
+#[derive(Debug, Parser)]
+#[command(name = "remote_codes")]
 struct Args {
+    /// The workload to run.
+    #[arg(value_enum)]
     workload: Workload,
+    /// The server: `http://HOST:PORT` (KV Connect), or `redis://HOST:PORT` for `redis-incr`.
+    #[arg(long, value_parser = base_url)]
     url: String,
+    /// The KV Connect access token.
+    #[arg(
+        long,
+        env = "DENO_KV_ACCESS_TOKEN",
+        default_value = "",
+        hide_env_values = true
+    )]
     token: String,
+    /// Threads in this process.
+    #[arg(long, default_value_t = THREADS_DEFAULT, value_parser = thread_count)]
     threads: usize,
+    /// Measured seconds.
+    #[arg(long, default_value_t = SECONDS_DEFAULT, value_parser = measured_seconds)]
     seconds: f64,
+    /// Unmeasured seconds before the window.
+    #[arg(long, default_value_t = WARMUP_DEFAULT, value_parser = warmup_seconds)]
     warmup: f64,
+    /// Sequence prefix (the xtask gives each mode its own).
+    #[arg(long, default_value = PREFIX_DEFAULT)]
     prefix: String,
+    /// Where `latency` opens its in-process durable database.
+    #[arg(long, required_if_eq("workload", "latency"))]
     data_dir: Option<String>,
+    /// Operations per latency series.
+    #[arg(long, default_value_t = LATENCY_OPS_DEFAULT, value_parser = latency_ops)]
     ops: usize,
 }
 
-fn parse_number<T: std::str::FromStr + PartialOrd>(
-    flag: &str,
-    value: &str,
-    min: T,
-    max: T,
-) -> Result<T, String> {
-    match value.parse::<T>() {
-        Ok(n) if n >= min && n <= max => Ok(n),
-        _ => Err(format!("`{flag}` needs a number in range, not `{value}`")),
-    }
-}
-
-fn parse_args(argv: &[String]) -> Result<Args, String> {
-    let (workload, rest) = match argv.split_first() {
-        Some((w, rest)) => (
-            match w.as_str() {
-                "fast" => Workload::Fast,
-                "gapless" => Workload::Gapless,
-                "gapless-checked" => Workload::GaplessChecked,
-                "redis-incr" => Workload::RedisIncr,
-                "latency" => Workload::Latency,
-                other => return Err(format!("unknown workload `{other}`\n{USAGE}")),
-            },
-            rest,
-        ),
-        None => return Err(USAGE.to_owned()),
-    };
-    let mut args = Args {
-        workload,
-        url: String::new(),
-        token: std::env::var("DENO_KV_ACCESS_TOKEN").unwrap_or_default(),
-        threads: THREADS_DEFAULT,
-        seconds: SECONDS_DEFAULT,
-        warmup: WARMUP_DEFAULT,
-        prefix: PREFIX_DEFAULT.to_owned(),
-        data_dir: None,
-        ops: LATENCY_OPS_DEFAULT,
-    };
-    for (flag, value) in flag_pairs(rest, USAGE)? {
-        match flag {
-            "--url" => args.url = value.trim_end_matches('/').to_owned(),
-            "--threads" => args.threads = parse_number(flag, value, 1, THREADS_MAX)?,
-            "--seconds" => args.seconds = parse_number(flag, value, 0.1, SECONDS_MAX)?,
-            "--warmup" => args.warmup = parse_number(flag, value, 0.0, SECONDS_MAX)?,
-            "--prefix" => args.prefix = value.to_owned(),
-            "--data-dir" => args.data_dir = Some(value.to_owned()),
-            "--ops" => args.ops = parse_number(flag, value, 1, LATENCY_OPS_MAX)?,
-            other => return Err(format!("unknown flag `{other}`\n{USAGE}")),
-        }
-    }
-    if args.url.is_empty() {
-        return Err(format!("`--url` is required\n{USAGE}"));
-    }
-    if workload == Workload::Latency && args.data_dir.is_none() {
-        return Err(format!("`latency` needs `--data-dir`\n{USAGE}"));
-    }
-    Ok(args)
+/// An operation count in `1..=LATENCY_OPS_MAX` (a clap value parser).
+fn latency_ops(value: &str) -> Result<usize, String> {
+    in_range(value, 1, LATENCY_OPS_MAX)
 }
 
 /// What the threads of one rate run counted.
@@ -411,14 +375,7 @@ fn latencies(args: &Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let args = match parse_args(&argv) {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("remote_codes: {message}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     let result = match args.workload {
         Workload::Fast | Workload::Gapless | Workload::GaplessChecked => codes(&args),
         Workload::RedisIncr => redis_incr(&args),
@@ -461,13 +418,13 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    fn argv(line: &str) -> Vec<String> {
-        line.split_whitespace().map(str::to_owned).collect()
+    fn parse_args(line: &str) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("remote_codes").chain(line.split_whitespace()))
     }
 
     #[test]
     fn parses_workloads_and_refuses_bad_flags() {
-        let args = parse_args(&argv("gapless --url http://x/ --threads 8")).expect("parses");
+        let args = parse_args("gapless --url http://x/ --threads 8").expect("parses");
         assert_eq!(args.workload, Workload::Gapless);
         assert_eq!(args.url, "http://x");
         assert_eq!(args.threads, 8);
@@ -480,7 +437,7 @@ mod tests {
             "latency --url http://x",
             "fast --url http://x --nope 1",
         ] {
-            assert!(parse_args(&argv(bad)).is_err(), "{bad}");
+            assert!(parse_args(bad).is_err(), "{bad}");
         }
     }
 
