@@ -28,8 +28,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, bail};
 
 use crate::bench::Redis;
-use crate::bench_server::{LOAD_PACKAGE, build_release, load_average, publish, rate, run_client};
+use crate::bench_server::{LOAD_PACKAGE, build_release, load_average, publish, rate};
 use crate::etcd_cluster::EtcdCluster;
+use crate::fleet::{NO_TOKEN, Rate, run_at_once, sum_rates};
 use crate::report;
 
 /// The name `cargo xtask bench` routes here.
@@ -54,9 +55,6 @@ const LOADED: (usize, usize) = (PROCESSES, THREADS);
 const SEQUENTIAL: (usize, usize) = (1, 1);
 /// Longest wait for one `/metrics` answer.
 const METRICS_TIMEOUT: Duration = Duration::from_secs(3);
-/// No secret to hide in the load processes' command lines (NUL never occurs in one).
-const NO_TOKEN: &str = "\0";
-
 /// The etcd metrics the report reads: histogram sums and counts, summed over their labels.
 const WAL_FSYNC: &str = "etcd_disk_wal_fsync_duration_seconds";
 const BACKEND_COMMIT: &str = "etcd_disk_backend_commit_duration_seconds";
@@ -86,17 +84,11 @@ const QUICK: Durations = Durations {
     warmup: 0.2,
 };
 
-/// A summed rate of one workload.
+/// A summed rate of one workload, with what the leader's metrics moved by.
 #[derive(Debug, Clone, PartialEq, Default)]
 struct Measured {
-    per_sec: f64,
-    /// The slowest process's p50 and p99 per operation, µs (where reported).
-    p50_us: Option<f64>,
-    p99_us: Option<f64>,
-    errors: u64,
-    first_error: Option<String>,
-    commits: Option<u64>,
-    conflicts: Option<u64>,
+    /// The fleet's summed rate.
+    rate: Rate,
     /// What the leader's metrics moved by during the workload.
     leader: Option<Delta>,
 }
@@ -109,56 +101,6 @@ struct Delta {
     backend_commits: f64,
     backend_seconds: f64,
     proposals: f64,
-}
-
-/// Sums the JSON result lines of the load processes.
-fn sum_rates(outputs: &[String]) -> Result<Measured> {
-    let mut total = Measured::default();
-    let max = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
-    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-    };
-    for out in outputs {
-        let line = out
-            .lines()
-            .find(|l| l.starts_with('{'))
-            .context("a load process printed no result line")?;
-        let v: serde_json::Value =
-            serde_json::from_str(line).with_context(|| format!("result line `{line}`"))?;
-        total.per_sec += v["ops_per_sec"]
-            .as_f64()
-            .with_context(|| format!("no `ops_per_sec` in `{line}`"))?;
-        total.p50_us = max(total.p50_us, v["p50_us"].as_f64());
-        total.p99_us = max(total.p99_us, v["p99_us"].as_f64());
-        total.errors += v["errors"].as_u64().unwrap_or(0);
-        if total.first_error.is_none() {
-            total.first_error = v["first_error"].as_str().map(str::to_owned);
-        }
-        total.commits = add(total.commits, v["commits"].as_u64());
-        total.conflicts = add(total.conflicts, v["conflicts"].as_u64());
-    }
-    Ok(total)
-}
-
-/// Runs `commands` at once, each with its output captured, and returns the outputs.
-fn run_at_once(commands: Vec<Command>) -> Result<Vec<String>> {
-    std::thread::scope(|scope| {
-        let running: Vec<_> = commands
-            .into_iter()
-            .map(|mut c| scope.spawn(move || run_client(&mut c, NO_TOKEN)))
-            .collect();
-        running
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
-            })
-            .collect()
-    })
 }
 
 /// Parses etcd's Prometheus text: every sample of the metrics the report reads, summed over
@@ -279,7 +221,10 @@ fn etcd_workload(
             c
         })
         .collect();
-    let mut measured = sum_rates(&run_at_once(commands)?)?;
+    let mut measured = Measured {
+        rate: sum_rates(&run_at_once(commands, NO_TOKEN)?)?,
+        leader: None,
+    };
     if let (Some(before), Some(after)) = (before, cluster.leader_metrics()) {
         measured.leader = Some(delta(&before, &after));
     }
@@ -292,11 +237,11 @@ fn mean(rounds: Vec<Measured>) -> Option<Measured> {
     let mut it = rounds.into_iter();
     let mut out = it.next()?;
     for r in it {
-        out.per_sec += r.per_sec;
-        out.errors += r.errors;
-        out.first_error = out.first_error.or(r.first_error);
-        out.p50_us = out.p50_us.zip(r.p50_us).map(|(a, b)| a.max(b));
-        out.p99_us = out.p99_us.zip(r.p99_us).map(|(a, b)| a.max(b));
+        out.rate.per_sec += r.rate.per_sec;
+        out.rate.errors += r.rate.errors;
+        out.rate.first_error = out.rate.first_error.or(r.rate.first_error);
+        out.rate.p50_us = out.rate.p50_us.zip(r.rate.p50_us).map(|(a, b)| a.max(b));
+        out.rate.p99_us = out.rate.p99_us.zip(r.rate.p99_us).map(|(a, b)| a.max(b));
         if let (Some(a), Some(b)) = (&mut out.leader, r.leader) {
             a.fsyncs += b.fsyncs;
             a.fsync_seconds += b.fsync_seconds;
@@ -305,7 +250,7 @@ fn mean(rounds: Vec<Measured>) -> Option<Measured> {
             a.proposals += b.proposals;
         }
     }
-    out.per_sec /= n;
+    out.rate.per_sec /= n;
     if let Some(l) = &mut out.leader {
         l.fsyncs /= n;
         l.fsync_seconds /= n;
@@ -397,7 +342,9 @@ fn measure(load: &Path, redis_load: &Path, d: Durations) -> Result<Results> {
                     c
                 })
                 .collect();
-            err(run_at_once(commands).and_then(|o| sum_rates(&o)))
+            err(run_at_once(commands, NO_TOKEN)
+                .and_then(|o| sum_rates(&o))
+                .map(|rate| Measured { rate, leader: None }))
         }
         Err(reason) => Err(reason),
     };
@@ -444,7 +391,7 @@ fn rate_of(results: &Results, label: &str) -> Option<f64> {
         .iter()
         .find(|r| r.label == label)
         .and_then(|r| r.result.as_ref().ok())
-        .map(|m| m.per_sec)
+        .map(|m| m.rate.per_sec)
         .filter(|r| *r > 0.0)
 }
 
@@ -496,16 +443,16 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
             let _ = writeln!(out, "| {} | — ({why}) | | | | | |", row.label);
             continue;
         };
-        let mut cell = rate(m.per_sec);
-        if m.errors > 0 {
-            let _ = write!(cell, " ({} errors)", m.errors);
+        let mut cell = rate(m.rate.per_sec);
+        if m.rate.errors > 0 {
+            let _ = write!(cell, " ({} errors)", m.rate.errors);
         }
-        let latency = match (m.p50_us, m.p99_us) {
+        let latency = match (m.rate.p50_us, m.rate.p99_us) {
             (Some(a), Some(b)) => format!("{} / {}", latency(a), latency(b)),
             _ => "—".to_owned(),
         };
         let ratio = |peer: Option<f64>| {
-            peer.map_or_else(|| "—".to_owned(), |p| format!("{:.2}x", m.per_sec / p))
+            peer.map_or_else(|| "—".to_owned(), |p| format!("{:.2}x", m.rate.per_sec / p))
         };
         let (fsync, per_fsync) = match m.leader {
             Some(l) if l.fsyncs > 0.0 => (
@@ -548,16 +495,20 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
     for row in &results.rows {
         match &row.result {
             Ok(m) => {
-                if let Some(e) = &m.first_error {
-                    let _ = writeln!(out, "- {}: {} errors, the first: {e}", row.label, m.errors);
+                if let Some(e) = &m.rate.first_error {
+                    let _ = writeln!(
+                        out,
+                        "- {}: {} errors, the first: {e}",
+                        row.label, m.rate.errors
+                    );
                 }
-                if let Some(commits) = m.commits {
+                if let Some(commits) = m.rate.commits {
                     let _ = write!(
                         out,
                         "- {}: {commits} store commits over the run, warm-up included",
                         row.label
                     );
-                    if let Some(conflicts) = m.conflicts {
+                    if let Some(conflicts) = m.rate.conflicts {
                         let _ = write!(out, ", {conflicts} refused by a check (conflicts)");
                     }
                     out.push_str(".\n");
@@ -657,16 +608,18 @@ mod tests {
     fn report_gives_the_ratio_to_raw_and_the_goal() {
         let ok = |per_sec| {
             Ok(Measured {
-                per_sec,
-                p50_us: Some(1500.0),
-                p99_us: Some(4000.0),
+                rate: Rate {
+                    per_sec,
+                    p50_us: Some(1500.0),
+                    p99_us: Some(4000.0),
+                    ..Rate::default()
+                },
                 leader: Some(Delta {
                     fsyncs: 1100.0,
                     fsync_seconds: 1.1,
                     proposals: 4950.0,
                     ..Delta::default()
                 }),
-                ..Measured::default()
             })
         };
         let results = Results {
@@ -712,16 +665,5 @@ mod tests {
         );
         assert!(report.contains("0.20 ms"), "{report}");
         assert_eq!(latency(0.03), "0.03 µs");
-    }
-
-    #[test]
-    fn sums_the_processes_lines() {
-        let line = |r: f64, p99: f64| {
-            format!("{{\"ops_per_sec\":{r},\"p50_us\":10,\"p99_us\":{p99},\"errors\":0}}\n")
-        };
-        let total = sum_rates(&[line(100.0, 50.0), line(50.5, 70.0)]).expect("sums");
-        assert_eq!(total.per_sec, 150.5);
-        assert_eq!(total.p99_us, Some(70.0));
-        assert!(sum_rates(&["no json".to_owned()]).is_err());
     }
 }

@@ -25,6 +25,7 @@ use crate::bench::Redis;
 use crate::bench_server::{
     CLI_BIN, CLI_PACKAGE, LOAD_PACKAGE, build_release, load_average, publish, rate, run_client,
 };
+use crate::fleet::{NO_TOKEN, Rate, run_at_once, sum_rates};
 use crate::server_process::{Running, Stderr, generate_token, scratch_dir};
 use crate::{cmd, report};
 
@@ -120,82 +121,14 @@ struct RateRow {
     goal: Option<f64>,
 }
 
-/// A summed rate.
-#[derive(Debug, Clone, PartialEq)]
-struct Measured {
-    per_sec: f64,
-    errors: u64,
-    first_error: Option<String>,
-    /// Store commits and refused commits, summed, where the processes reported them.
-    commits: Option<u64>,
-    conflicts: Option<u64>,
-}
-
-impl Measured {
-    fn zero() -> Measured {
-        Measured {
-            per_sec: 0.0,
-            errors: 0,
-            first_error: None,
-            commits: None,
-            conflicts: None,
-        }
-    }
-}
-
-/// `a + b` where either is known.
-fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-    }
-}
+/// A summed rate (the fleet's).
+type Measured = Rate;
 
 /// p50 and p99 in µs of one op on one store.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Latency {
     p50: f64,
     p99: f64,
-}
-
-/// Sums the JSON lines of the `remote_codes` processes.
-fn sum_rates(outputs: &[String]) -> Result<Measured> {
-    let mut total = Measured::zero();
-    for out in outputs {
-        let line = out
-            .lines()
-            .find(|l| l.starts_with('{'))
-            .context("a load process printed no result line")?;
-        let v: serde_json::Value =
-            serde_json::from_str(line).with_context(|| format!("result line `{line}`"))?;
-        total.per_sec += v["ops_per_sec"]
-            .as_f64()
-            .with_context(|| format!("no `ops_per_sec` in `{line}`"))?;
-        total.errors += v["errors"].as_u64().unwrap_or(0);
-        if total.first_error.is_none() {
-            total.first_error = v["first_error"].as_str().map(str::to_owned);
-        }
-        total.commits = add(total.commits, v["commits"].as_u64());
-        total.conflicts = add(total.conflicts, v["conflicts"].as_u64());
-    }
-    Ok(total)
-}
-
-/// Runs `commands` at once, each with its output captured, and returns the outputs.
-fn run_at_once(commands: Vec<Command>, token: &str) -> Result<Vec<String>> {
-    std::thread::scope(|scope| {
-        let running: Vec<_> = commands
-            .into_iter()
-            .map(|mut c| scope.spawn(move || run_client(&mut c, token)))
-            .collect();
-        running
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
-            })
-            .collect()
-    })
 }
 
 /// [`PROCESSES`] `remote_codes WORKLOAD` processes against `url`, summed.
@@ -359,9 +292,9 @@ impl Postgres {
                 c
             })
             .collect();
-        let mut total = Measured::zero();
+        let mut total = Measured::default();
         // No token to hide: NUL never occurs in an argument.
-        for out in run_at_once(commands, "\0")? {
+        for out in run_at_once(commands, NO_TOKEN)? {
             total.per_sec += parse_pgbench_tps(&out)
                 .with_context(|| format!("no `tps = ` line in pgbench's output:\n{out}"))?;
         }
@@ -738,22 +671,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sums_the_processes_lines() {
-        let line = |r: f64, e: u64| {
-            format!(
-                "{{\"workload\":\"fast\",\"ops_per_sec\":{r},\"errors\":{e},\"first_error\":{}}}\n",
-                if e > 0 { "\"boom\"" } else { "null" }
-            )
-        };
-        let total = sum_rates(&[line(100.0, 0), line(50.5, 2)]).expect("sums");
-        assert_eq!(total.commits, None);
-        assert_eq!(total.per_sec, 150.5);
-        assert_eq!(total.errors, 2);
-        assert_eq!(total.first_error.as_deref(), Some("boom"));
-        assert!(sum_rates(&["no json".to_owned()]).is_err());
-    }
-
-    #[test]
     fn reads_pgbench_tps() {
         let out = "number of failed transactions: 0 (0.000%)\n\
                    tps = 12345.678901 (without initial connection time)\n";
@@ -768,7 +685,7 @@ mod tests {
                 per_sec,
                 commits: Some(7),
                 conflicts: Some(2),
-                ..Measured::zero()
+                ..Measured::default()
             })
         };
         let results = Results {

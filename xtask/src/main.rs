@@ -17,6 +17,7 @@ mod cmd;
 mod conformance;
 mod deps;
 mod etcd_cluster;
+mod fleet;
 mod fuzz;
 mod handoff;
 mod miri;
