@@ -3,8 +3,9 @@
 //! - `crates/engine/src/durable/` imports nothing from the store above it (`db`, `pipeline`,
 //!   `group_commit`);
 //! - each contract suite's macro lists exactly the suite's property functions;
-//! - `#[path]` does not reach across crates (a shrinking list of known ones, each a test
-//!   support file still to move into the test kit; no new one may appear).
+//! - `#[path]` does not reach across crates (shared test support lives in the test kit);
+//! - each measured figure (a latency, a rate, bytes per key) appears in one file of the docs
+//!   and the crates' doc comments, so a new measurement changes it in one place.
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
 use std::collections::BTreeSet;
@@ -162,4 +163,121 @@ fn crate_folders_are_told_apart_by_their_first_two_parts() {
         "crates/server"
     );
     assert_eq!(crate_of("xtask/src/main.rs"), "xtask");
+}
+
+/// Units that mark a figure as a measurement of ours.
+const MEASURED_UNITS: [&str; 11] = [
+    "B/key",
+    "bytes per key",
+    "resident bytes per key",
+    "k/s",
+    "ops/s",
+    "codes/s",
+    "commits/s",
+    "µs",
+    "ns",
+    "MB/s",
+    "GB/s",
+];
+
+/// The measured figures in `text`: each number (digits, with `.` or `,` inside) followed,
+/// after at most one space, by one of [`MEASURED_UNITS`], as `"NUMBER UNIT"`.
+fn measured_figures(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts_number = bytes[i].is_ascii_digit()
+            && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'.'));
+        if !starts_number {
+            i += 1;
+            continue;
+        }
+        let mut end = i;
+        while end < bytes.len()
+            && (bytes[end].is_ascii_digit()
+                || (matches!(bytes[end], b'.' | b',')
+                    && bytes.get(end + 1).is_some_and(u8::is_ascii_digit)))
+        {
+            end += 1;
+        }
+        let number = &text[i..end];
+        let after = &text[end..];
+        let after = after.strip_prefix(' ').unwrap_or(after);
+        if let Some(unit) = MEASURED_UNITS.iter().find(|u| {
+            after.starts_with(*u)
+                && !after[u.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(char::is_alphanumeric)
+        }) {
+            out.insert(format!("{number} {unit}"));
+        }
+        i = end.max(i + 1);
+    }
+    out
+}
+
+/// The text the figure rule reads: the top-level Markdown files, `docs/`, and the doc
+/// comments (`//!`, `///`) of every crate's sources, by file.
+fn documented_texts() -> Vec<(String, String)> {
+    let root = root();
+    let mut out = Vec::new();
+    let mut markdown: Vec<PathBuf> = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
+    for entry in fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            markdown.push(path);
+        }
+    }
+    markdown.sort();
+    for path in markdown {
+        out.push((relative(&path), fs::read_to_string(&path).unwrap()));
+    }
+    for file in rust_files(&root.join("crates")) {
+        let docs: String = fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .filter(|l| {
+                let l = l.trim_start();
+                l.starts_with("//!") || l.starts_with("///")
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        out.push((relative(&file), docs));
+    }
+    out
+}
+
+#[test]
+fn measured_figures_are_found_with_their_unit_and_nothing_else_is() {
+    let found = measured_figures(
+        "get: 1.41x, 101.1 B/key; 3.5–3.8 µs and 225 ns; 19.4 k/s; v2 ns; 1,234 ops/s; 30 ms; \
+         12nsx; 5 µsecs",
+    );
+    let expected: BTreeSet<String> = ["101.1 B/key", "3.8 µs", "225 ns", "19.4 k/s", "1,234 ops/s"]
+        .map(String::from)
+        .into();
+    assert_eq!(found, expected);
+}
+
+#[test]
+fn each_measured_figure_is_written_in_one_file() {
+    let mut homes: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
+    for (file, text) in documented_texts() {
+        for figure in measured_figures(&text) {
+            homes.entry(figure).or_default().insert(file.clone());
+        }
+    }
+    let copied: Vec<String> = homes
+        .iter()
+        .filter(|(_, files)| files.len() > 1)
+        .map(|(figure, files)| format!("{figure}: {files:?}"))
+        .collect();
+    assert!(
+        copied.is_empty(),
+        "a measured figure in more than one file: keep it in one (docs/performance.md, or \
+         the guide that owns it) and link there:\n{}",
+        copied.join("\n")
+    );
 }
