@@ -448,6 +448,11 @@ impl GroupCommit {
         if let Ok(r) = &result
             && r.is_committed()
         {
+            // The queue is in version order (a flush publishes its last, as its newest).
+            debug_assert!(
+                pending.waiters.last().is_none_or(|(v, _)| *v < *last),
+                "a commit queued below one queued before it"
+            );
             pending.waiters.push((*last, Arc::clone(slot)));
             // Nobody leads: this committer does (or, if it cannot, the flusher thread),
             // unless an exclusive writer (a checkpoint, an explicit sync) is waiting for the
@@ -520,6 +525,10 @@ impl GroupCommit {
     /// or an exclusive writer waits for it.
     fn pass_lead(&self) {
         let mut pending = self.pending.lock();
+        debug_assert!(
+            pending.flushing,
+            "the lead passed by someone not holding it"
+        );
         if pending.waiters.is_empty() || pending.exclusive_wanted > 0 {
             pending.flushing = false;
         } else {
@@ -593,6 +602,10 @@ impl GroupCommit {
         let Some(&(newest, _)) = batch.waiters.last() else {
             return Ok(());
         };
+        debug_assert!(
+            newest > inner.visible_version(),
+            "a batch of versions already published"
+        );
         let error = match self.wal.append(&batch.sink.frames.buf, newest) {
             Ok(checkpoint_due) => {
                 inner.publish(newest);
@@ -681,8 +694,17 @@ impl GroupCommit {
         // older segments is then published, so a snapshot taken next covers all of it.
         let started = self.exclusively(inner, || {
             // Everything written so far is published (flushes publish before they return).
-            let replaced = self.wal.start_segment(inner.visible_version() + 1)?;
-            Ok((Snapshot::register(inner), replaced))
+            let first = inner.visible_version() + 1;
+            let replaced = self.wal.start_segment(first)?;
+            let snapshot = Snapshot::register(inner);
+            // The checkpoint covers exactly what the segments it replaces hold: every
+            // version below the new segment's first, all published.
+            debug_assert_eq!(
+                snapshot.versionstamp().version() + 1,
+                first,
+                "a checkpoint at another version than its segment boundary"
+            );
+            Ok((snapshot, replaced))
         });
         self.background.lock().checkpoint_wanted = false;
         let (snapshot, replaced): (Snapshot, Vec<PathBuf>) = started?;

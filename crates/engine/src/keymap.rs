@@ -511,6 +511,10 @@ impl KeyMap {
     /// Unlinks `node` from every level and drops its linked count; `false` if it was already
     /// removed. Called with the writer lock held.
     fn unlink(&self, node: NodeRef<'_>, guard: &Guard) -> bool {
+        debug_assert!(
+            self.writer.lock.is_locked(),
+            "an unlink without the writer lock"
+        );
         if node.is_removed() {
             return false;
         }
