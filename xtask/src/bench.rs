@@ -29,7 +29,7 @@ pub(crate) struct BenchArgs {
     /// more with the bench profile's debug info).
     #[arg(long)]
     pub(crate) quick: bool,
-    /// Groups to run (files benches/benches/<GROUP>.rs, or `server`, `remote`, `etcd`,
+    /// Groups to run (files benches/benches/GROUP.rs, or `server`, `remote`, `etcd`,
     /// `service`); none means every criterion group.
     #[arg(value_name = "GROUP")]
     pub(crate) groups: Vec<String>,

@@ -60,7 +60,7 @@ pub(crate) struct ConformanceArgs {
     /// The server(s) under test.
     #[arg(long, value_enum, default_value_t = Against::Tuplekv)]
     pub(crate) against: Against,
-    /// Write each script's output to DIR/<server>-<script>.txt.
+    /// Write each script's output to DIR/SERVER-SCRIPT.txt.
     #[arg(long, value_name = "DIR")]
     pub(crate) keep_output: Option<PathBuf>,
     /// Use this tuplekv binary instead of building tuplekv-cli.
