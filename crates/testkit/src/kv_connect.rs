@@ -19,9 +19,49 @@ pub const NIL_ID: &str = "00000000-0000-0000-0000-000000000000";
 
 pub use crate::server::{TOKEN, TestServer, config};
 
-enum Sender {
+/// One connection's request sender, HTTP/1.1 or HTTP/2: what the plain [`Client`] and the
+/// TLS client (`crate::tls::TlsClient`) send through.
+pub(crate) enum Sender {
     H1(http1::SendRequest<Full<Bytes>>),
     H2(http2::SendRequest<Full<Bytes>>),
+}
+
+impl Sender {
+    /// Shakes hands over `io`, HTTP/2 with prior knowledge when `h2`, else HTTP/1.1, and
+    /// drives the connection on a task.
+    pub(crate) async fn handshake<T>(io: T, h2: bool) -> Sender
+    where
+        T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        if h2 {
+            let (sender, conn) = http2::handshake(TokioExecutor::new(), io)
+                .await
+                .expect("h2 handshake");
+            tokio::spawn(conn);
+            Sender::H2(sender)
+        } else {
+            let (sender, conn) = http1::handshake(io).await.expect("h1 handshake");
+            tokio::spawn(conn);
+            Sender::H1(sender)
+        }
+    }
+
+    /// Sends `req` once the connection is ready, returning the response head.
+    pub(crate) async fn send(
+        &mut self,
+        req: Request<Full<Bytes>>,
+    ) -> hyper::Result<Response<hyper::body::Incoming>> {
+        match self {
+            Sender::H1(s) => {
+                s.ready().await?;
+                s.send_request(req).await
+            }
+            Sender::H2(s) => {
+                s.ready().await?;
+                s.send_request(req).await
+            }
+        }
+    }
 }
 
 /// One connection.
@@ -83,26 +123,18 @@ impl Reply {
 impl Client {
     /// A client speaking h2c (HTTP/2 with prior knowledge) to `addr`.
     pub async fn h2(addr: SocketAddr) -> Client {
-        let tcp = TcpStream::connect(addr).await.expect("connect");
-        let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .expect("h2 handshake");
-        tokio::spawn(conn);
-        Client {
-            sender: Sender::H2(sender),
-            addr,
-        }
+        Client::connect(addr, true).await
     }
 
     /// A client speaking HTTP/1.1 to `addr`.
     pub async fn h1(addr: SocketAddr) -> Client {
+        Client::connect(addr, false).await
+    }
+
+    async fn connect(addr: SocketAddr, h2: bool) -> Client {
         let tcp = TcpStream::connect(addr).await.expect("connect");
-        let (sender, conn) = http1::handshake(TokioIo::new(tcp))
-            .await
-            .expect("h1 handshake");
-        tokio::spawn(conn);
         Client {
-            sender: Sender::H1(sender),
+            sender: Sender::handshake(TokioIo::new(tcp), h2).await,
             addr,
         }
     }
@@ -112,16 +144,7 @@ impl Client {
         &mut self,
         req: Request<Full<Bytes>>,
     ) -> hyper::Result<Response<hyper::body::Incoming>> {
-        match &mut self.sender {
-            Sender::H1(s) => {
-                s.ready().await?;
-                s.send_request(req).await
-            }
-            Sender::H2(s) => {
-                s.ready().await?;
-                s.send_request(req).await
-            }
-        }
+        self.sender.send(req).await
     }
 
     /// Sends `req` and reads the whole reply.

@@ -9,9 +9,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::{http1, http2};
 use hyper::{Request, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::{
@@ -19,6 +18,8 @@ use tokio_rustls::rustls::pki_types::{
 };
 use tokio_rustls::rustls::{self, RootCertStore};
 use tokio_rustls::{TlsConnector, client::TlsStream};
+
+use crate::kv_connect::Sender;
 
 /// ALPN for HTTP/2.
 pub const H2: &[u8] = b"h2";
@@ -144,11 +145,6 @@ pub async fn connect_with(
     TlsConnector::from(config).connect(name, tcp).await
 }
 
-enum Sender {
-    H1(http1::SendRequest<Full<Bytes>>),
-    H2(http2::SendRequest<Full<Bytes>>),
-}
-
 /// One HTTP connection over TLS, HTTP/2 or HTTP/1.1 as ALPN chose.
 pub struct TlsClient {
     sender: Sender,
@@ -192,18 +188,7 @@ impl TlsClient {
             .expect("a server certificate")
             .clone()
             .into_owned();
-        let io = TokioIo::new(tls);
-        let sender = if agreed == H2 {
-            let (sender, conn) = http2::handshake(TokioExecutor::new(), io)
-                .await
-                .expect("h2 handshake");
-            tokio::spawn(conn);
-            Sender::H2(sender)
-        } else {
-            let (sender, conn) = http1::handshake(io).await.expect("h1 handshake");
-            tokio::spawn(conn);
-            Sender::H1(sender)
-        };
+        let sender = Sender::handshake(TokioIo::new(tls), agreed == H2).await;
         TlsClient {
             sender,
             addr,
@@ -214,16 +199,7 @@ impl TlsClient {
 
     /// Sends `req` and reads the whole reply; `Err` when the connection failed.
     pub async fn try_call(&mut self, req: Request<Full<Bytes>>) -> hyper::Result<TlsReply> {
-        let res = match &mut self.sender {
-            Sender::H1(s) => {
-                s.ready().await?;
-                s.send_request(req).await?
-            }
-            Sender::H2(s) => {
-                s.ready().await?;
-                s.send_request(req).await?
-            }
-        };
+        let res = self.sender.send(req).await?;
         let version = res.version();
         let status = res.status();
         let body = res.into_body().collect().await?.to_bytes();
