@@ -80,6 +80,14 @@ pub fn warmup_seconds(value: &str) -> Result<f64, String> {
     in_range(value, 0.0, SECONDS_MAX)
 }
 
+/// Ends the process with a usage error of `A`'s command line (exit status 2, as clap's own),
+/// for a rule its options cannot say by themselves.
+pub fn refuse<A: clap::CommandFactory>(message: &str) -> ! {
+    A::command()
+        .error(clap::error::ErrorKind::InvalidValue, message)
+        .exit()
+}
+
 /// A server's base URL without trailing slashes (a clap value parser).
 ///
 /// # Errors

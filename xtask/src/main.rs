@@ -411,6 +411,7 @@ mod tests {
         assert_eq!(members("etcd-cluster"), Some(etcd_cluster::MEMBERS_DEFAULT));
         assert_eq!(members("etcd-cluster --members 5"), Some(5));
         assert_eq!(members("etcd-cluster --members=1"), Some(1));
+        assert_eq!(members("etcd-cluster --members 7"), Some(7));
         for bad in [
             "--members",
             "--members 0",

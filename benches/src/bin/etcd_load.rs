@@ -316,12 +316,7 @@ fn main() -> ExitCode {
     let mut args = Args::parse();
     args.endpoints.retain(|e| !e.is_empty());
     if args.endpoints.is_empty() {
-        <Args as clap::CommandFactory>::command()
-            .error(
-                clap::error::ErrorKind::InvalidValue,
-                "`--endpoints` names no URL",
-            )
-            .exit();
+        tuplekv_benches::refuse::<Args>("`--endpoints` names no URL");
     }
     let result = match args.workload {
         Workload::Checked => checked(&args),

@@ -681,12 +681,9 @@ async fn run(args: Args) -> Result<(), String> {
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     if args.token.is_empty() {
-        <Args as clap::CommandFactory>::command()
-            .error(
-                clap::error::ErrorKind::InvalidValue,
-                "no access token: pass --token or set DENO_KV_ACCESS_TOKEN",
-            )
-            .exit();
+        tuplekv_benches::refuse::<Args>(
+            "no access token: pass --token or set DENO_KV_ACCESS_TOKEN",
+        );
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads)
@@ -739,9 +736,31 @@ mod tests {
             "--url http://x --token t --seconds -1",
             "--url http://x --token t --keys",
             "--url http://x --token t --connections 0",
+            "--url http://x --token t --connections 65",
+            "--url http://x --token t --keys 0",
+            "--url http://x --token t --keys 10000001",
+            "--url http://x --token t --threads 0",
         ] {
             assert!(parse_args(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn takes_each_limit_at_its_edge() {
+        let args = parse_args(&format!(
+            "--url http://x --token t --concurrency 1,{CONCURRENCY_MAX} \
+             --connections {CONNECTIONS_MAX} --keys {KEYS_MAX} --seconds 600 --warmup 0"
+        ))
+        .expect("every value at its limit");
+        assert_eq!(args.concurrency, vec![1, CONCURRENCY_MAX]);
+        assert_eq!((args.connections, args.keys), (CONNECTIONS_MAX, KEYS_MAX));
+        assert!(
+            parse_args(&format!(
+                "--url http://x --token t --concurrency {}",
+                CONCURRENCY_MAX + 1
+            ))
+            .is_err()
+        );
     }
 
     #[test]

@@ -428,6 +428,11 @@ mod tests {
         assert_eq!(args.workload, Workload::Gapless);
         assert_eq!(args.url, "http://x");
         assert_eq!(args.threads, 8);
+        let at_limit = parse_args(&format!(
+            "latency --url http://x --data-dir d --ops {LATENCY_OPS_MAX}"
+        ))
+        .expect("the most ops");
+        assert_eq!(at_limit.ops, LATENCY_OPS_MAX);
         for bad in [
             "",
             "slow --url http://x",
@@ -436,6 +441,8 @@ mod tests {
             "fast --url http://x --seconds -1",
             "latency --url http://x",
             "fast --url http://x --nope 1",
+            "latency --url http://x --data-dir d --ops 0",
+            "latency --url http://x --data-dir d --ops 1000001",
         ] {
             assert!(parse_args(bad).is_err(), "{bad}");
         }
