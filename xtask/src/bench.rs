@@ -6,12 +6,13 @@
 //! the `PATH`, one is started on a free loopback port for the run (and stopped after it), and
 //! its address is passed in `TUPLEKV_REDIS_URL`; otherwise the benches report Redis as skipped.
 
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
+
+use tuplekv_harness::redis::Redis;
 
 use crate::{
     bench_etcd, bench_remote, bench_server, bench_service, cmd, handoff, perf_doc, report,
@@ -104,73 +105,6 @@ fn run_group(group: &str, quick: bool, env: &[(String, String)]) -> Result<Durat
     Ok(started.elapsed())
 }
 
-/// The cargo target directory (honours `CARGO_TARGET_DIR`).
-pub(crate) fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map_or_else(
-            || cmd::workspace_root().join("target"),
-            |p| {
-                if p.is_absolute() {
-                    p
-                } else {
-                    cmd::workspace_root().join(p)
-                }
-            },
-        )
-}
-
-/// A `redis-server` started for the run; stopped when dropped.
-pub(crate) struct Redis {
-    child: Child,
-    url: String,
-}
-
-impl Redis {
-    /// Its address, `redis://127.0.0.1:PORT`.
-    pub(crate) fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// Starts `redis-server` on a free loopback port without persistence, or says why not.
-    pub(crate) fn start() -> Result<Redis, String> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("no free loopback port: {e}"))?
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "redis-server not started ({e}); install it (e.g. apt install redis-server)"
-                )
-            })?;
-        let mut redis = Redis {
-            child,
-            url: format!("redis://127.0.0.1:{port}"),
-        };
-        for _ in 0..100 {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Ok(redis);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = redis.child.kill();
-        Err("redis-server did not accept connections within 5 s".to_owned())
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Runs the requested bench groups in order, stopping at the first failure, then writes the
 /// report of what this run measured.
 pub(crate) fn run(args: &BenchArgs) -> Result<()> {
@@ -203,7 +137,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
     }
     let groups = plan(args)?;
     let started_at = SystemTime::now();
-    let out_dir = target_dir().join("bench-report");
+    let out_dir = cmd::target_dir().join("bench-report");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let skipped_file = out_dir.join("skipped.tsv");
     std::fs::write(&skipped_file, "")
@@ -214,8 +148,8 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
     )];
     let redis = match Redis::start() {
         Ok(redis) => {
-            eprintln!("xtask: started redis-server at {}", redis.url);
-            env.push(("TUPLEKV_REDIS_URL".to_owned(), redis.url.clone()));
+            eprintln!("xtask: started redis-server at {}", redis.url());
+            env.push(("TUPLEKV_REDIS_URL".to_owned(), redis.url().to_owned()));
             Some(redis)
         }
         Err(reason) => {
@@ -237,7 +171,7 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
     for (group, elapsed) in timings {
         eprintln!("  {group:<12} {:>7.1}s", elapsed.as_secs_f64());
     }
-    let measurements = report::collect(&target_dir().join("criterion"), started_at)?;
+    let measurements = report::collect(&cmd::target_dir().join("criterion"), started_at)?;
     let skipped = report::read_skipped(&skipped_file);
     let mut command = String::from("cargo xtask bench");
     if args.quick {

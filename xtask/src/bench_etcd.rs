@@ -27,11 +27,11 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
-use crate::bench::Redis;
 use crate::bench_server::{LOAD_PACKAGE, build_release, load_average, publish, rate};
 use crate::etcd_cluster::EtcdCluster;
 use crate::fleet::{NO_TOKEN, Rate, run_at_once, sum_rates};
 use crate::report;
+use tuplekv_harness::redis::Redis;
 
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "etcd";

@@ -21,13 +21,13 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 
-use crate::bench::Redis;
 use crate::bench_server::{
     CLI_BIN, CLI_PACKAGE, LOAD_PACKAGE, build_release, load_average, publish, rate, run_client,
 };
 use crate::fleet::{NO_TOKEN, Rate, run_at_once, sum_rates};
 use crate::server_process::{Running, Stderr, generate_token, scratch_dir};
 use crate::{cmd, report};
+use tuplekv_harness::redis::Redis;
 
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "remote";

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, bail};
 
 use crate::server_process::{Running, Stderr, generate_token, scratch_dir, wait_with_deadline};
-use crate::{bench, clients, cmd, report};
+use crate::{clients, cmd, report};
 
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "server";
@@ -212,7 +212,7 @@ struct Measured {
 
 /// The cargo target directory's release binary `name`.
 fn release_bin(name: &str) -> PathBuf {
-    bench::target_dir().join("release").join(name)
+    cmd::target_dir().join("release").join(name)
 }
 
 /// Builds binary `bin` of `package` in release mode and returns its path.
@@ -1029,7 +1029,7 @@ pub(crate) fn load_average() -> String {
 /// long the run since `started` took.
 pub(crate) fn publish(report: &str, name: &str, started: SystemTime) -> Result<()> {
     println!("{report}");
-    let dir = bench::target_dir().join("bench-reports");
+    let dir = cmd::target_dir().join("bench-reports");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(format!("{name}.md"));
     std::fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;

@@ -25,7 +25,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result, bail};
 
 use crate::etcd_cluster::{EtcdCluster, MEMBERS_DEFAULT};
-use crate::server_process::{Running, Stderr, generate_token, scratch_dir, target_dir};
+use crate::server_process::{Running, Stderr, generate_token, scratch_dir};
 use crate::{clients, cmd, test_ca};
 
 /// What `cargo xtask conformance --help` says beside the options.
@@ -526,7 +526,7 @@ fn tuplekv_binary(explicit: Option<&Path>) -> Result<PathBuf> {
         return Ok(path.to_path_buf());
     }
     cmd::run(cmd::cargo().args(["build", "-p", "tuplekv-cli", "--bin", "tuplekv"]))?;
-    let binary = target_dir().join("debug").join("tuplekv");
+    let binary = cmd::target_dir().join("debug").join("tuplekv");
     if !binary.is_file() {
         bail!("cargo built no {}", binary.display());
     }

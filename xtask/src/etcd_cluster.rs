@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::cmd;
-use crate::server_process::{target_dir, wait_with_deadline};
+use crate::server_process::wait_with_deadline;
 
 /// Help for `cargo xtask etcd-cluster`.
 pub(crate) const ABOUT: &str = "\
@@ -176,7 +176,7 @@ impl Drop for EtcdCluster {
 /// testkit's `etcd_cluster` binary, built with `cargo build -p tuplekv-testkit`.
 fn cluster_binary() -> Result<PathBuf> {
     cmd::run(cmd::cargo().args(["build", "-p", "tuplekv-testkit", "--bin", CLUSTER_BIN]))?;
-    let binary = target_dir().join("debug").join(CLUSTER_BIN);
+    let binary = cmd::target_dir().join("debug").join(CLUSTER_BIN);
     if !binary.is_file() {
         bail!("cargo built no {}", binary.display());
     }

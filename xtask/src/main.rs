@@ -12,8 +12,6 @@ mod bench_remote;
 mod bench_server;
 mod bench_service;
 mod ci;
-mod clients;
-mod cmd;
 mod conformance;
 mod deps;
 mod etcd_cluster;
@@ -26,11 +24,12 @@ mod perf_doc;
 mod remote_denokv;
 mod report;
 mod sanitizer;
-mod server_process;
 mod soak;
 mod test_ca;
 
 use std::process::ExitCode;
+
+use tuplekv_harness::{clients, cmd, server as server_process};
 
 use bench::BenchArgs;
 use ci::CiArgs;

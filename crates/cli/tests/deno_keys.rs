@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tuplekv");
 const TOKEN: &str = "a-long-enough-test-token";
-/// The pinned Deno version (`xtask/src/clients.rs`).
+/// The pinned Deno version (`crates/harness/src/clients.rs`).
 const DENO_VERSION: &str = "2.9.6";
 
 fn deno() -> Option<PathBuf> {

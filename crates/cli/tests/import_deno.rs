@@ -17,7 +17,7 @@ use rusqlite::Connection;
 use tuplekv_engine::codec::encode_key;
 use tuplekv_engine::{Database, Key, Options, Value, Versionstamp, key};
 
-/// The Deno version `cargo xtask` installs (xtask/src/clients.rs).
+/// The Deno version `cargo xtask` installs (crates/harness/src/clients.rs).
 const DENO_VERSION: &str = "2.9.6";
 /// Ten years, in milliseconds, less a day of slack: the script's `expireIn`.
 const NINE_YEARS_MS: u64 = 9 * 365 * 24 * 3600 * 1000;

@@ -10,17 +10,34 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 
-/// The workspace root: the parent of this crate's directory. Every sub-command runs cargo
-/// from here (or from a directory below it).
-pub(crate) fn workspace_root() -> PathBuf {
+/// The workspace root: two levels above this crate's directory (`crates/harness`). Every
+/// command runs cargo from here (or from a directory below it).
+pub fn workspace_root() -> PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+    manifest_dir
+        .ancestors()
+        .nth(2)
+        .unwrap_or(manifest_dir)
+        .to_path_buf()
+}
+
+/// The cargo target directory: `CARGO_TARGET_DIR` (relative to the workspace root when
+/// relative), else the workspace's `target`.
+pub fn target_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    if target.is_relative() {
+        workspace_root().join(target)
+    } else {
+        target
+    }
 }
 
 /// A `cargo` command run from the workspace root. Uses the `CARGO` environment variable (set
 /// by `cargo run`, so the xtask uses the toolchain that started it) and falls back to `cargo`
 /// on the `PATH`.
-pub(crate) fn cargo() -> Command {
+pub fn cargo() -> Command {
     let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut cmd = Command::new(program);
     cmd.current_dir(workspace_root());
@@ -29,7 +46,7 @@ pub(crate) fn cargo() -> Command {
 
 /// Runs `cmd` with inherited stdio after printing its command line to stderr, and fails when
 /// it cannot be started or exits unsuccessfully.
-pub(crate) fn run(cmd: &mut Command) -> Result<()> {
+pub fn run(cmd: &mut Command) -> Result<()> {
     let status = run_status(cmd)?;
     if !status.success() {
         bail!("`{}` failed ({status})", display(cmd));
@@ -38,7 +55,7 @@ pub(crate) fn run(cmd: &mut Command) -> Result<()> {
 }
 
 /// Runs `cmd` like [`run`] but hands back its exit status instead of judging it.
-pub(crate) fn run_status(cmd: &mut Command) -> Result<ExitStatus> {
+pub fn run_status(cmd: &mut Command) -> Result<ExitStatus> {
     eprintln!("$ {}", display(cmd));
     cmd.status()
         .with_context(|| format!("could not start `{}`", display(cmd)))
@@ -46,7 +63,7 @@ pub(crate) fn run_status(cmd: &mut Command) -> Result<ExitStatus> {
 
 /// Runs `cmd` with its standard output captured (standard error inherited, the command line
 /// echoed first) and returns that output; fails like [`run`].
-pub(crate) fn output(cmd: &mut Command) -> Result<String> {
+pub fn output(cmd: &mut Command) -> Result<String> {
     eprintln!("$ {}", display(cmd));
     let output = cmd
         .stderr(Stdio::inherit())
@@ -60,7 +77,7 @@ pub(crate) fn output(cmd: &mut Command) -> Result<String> {
 
 /// Runs `cmd` with all output discarded and says whether it started and exited successfully.
 /// For probes such as `cargo fuzz --version`.
-pub(crate) fn succeeds_quietly(cmd: &mut Command) -> bool {
+pub fn succeeds_quietly(cmd: &mut Command) -> bool {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -71,7 +88,7 @@ pub(crate) fn succeeds_quietly(cmd: &mut Command) -> bool {
 /// A shell-like rendering of `cmd` for logs: environment overrides, a `cd` when it runs away
 /// from the workspace root, the program's file name (not the full `$CARGO` path) and its
 /// arguments, quoted where needed.
-pub(crate) fn display(cmd: &Command) -> String {
+pub fn display(cmd: &Command) -> String {
     let mut parts = Vec::new();
     if let Some(dir) = cmd.get_current_dir() {
         let root = workspace_root();
@@ -106,7 +123,7 @@ fn quote(arg: &OsStr) -> String {
 
 /// The files directly in `dir` with their modification times; empty when `dir` does not exist.
 /// Taking this before and after a child process shows which files it created or rewrote.
-pub(crate) fn snapshot(dir: &Path) -> Result<BTreeMap<PathBuf, Option<SystemTime>>> {
+pub fn snapshot(dir: &Path) -> Result<BTreeMap<PathBuf, Option<SystemTime>>> {
     let mut files = BTreeMap::new();
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -124,7 +141,7 @@ pub(crate) fn snapshot(dir: &Path) -> Result<BTreeMap<PathBuf, Option<SystemTime
 }
 
 /// The files of `after` that are not in `before` or have changed modification time since.
-pub(crate) fn changed_files(
+pub fn changed_files(
     before: &BTreeMap<PathBuf, Option<SystemTime>>,
     after: &BTreeMap<PathBuf, Option<SystemTime>>,
 ) -> Vec<PathBuf> {
@@ -136,7 +153,7 @@ pub(crate) fn changed_files(
 }
 
 /// `path` relative to the workspace root when it lies below it, for messages.
-pub(crate) fn relative(path: &Path) -> String {
+pub fn relative(path: &Path) -> String {
     let root = workspace_root();
     path.strip_prefix(&root)
         .unwrap_or(path)

@@ -32,7 +32,7 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// The line `tuplekv serve` prints once it listens, before the address.
 const LISTENING_PREFIX: &str = "listening on ";
 /// Random bytes in an access token; hex-encoded it is 32 characters (servers want ≥ 12).
-pub(crate) const TOKEN_BYTES: usize = 16;
+pub const TOKEN_BYTES: usize = 16;
 /// How many lines of a server's log a start failure shows.
 const LOG_TAIL_LINES: usize = 20;
 /// What the echoed command line shows in place of the access token.
@@ -40,7 +40,7 @@ const TOKEN_SHOWN: &str = "<token>";
 
 /// Where a server's standard error goes.
 #[derive(Debug, Clone)]
-pub(crate) enum Stderr {
+pub enum Stderr {
     /// Ours: the server's messages show up among the task's.
     Inherit,
     /// This file (created or truncated); its last lines are shown if the server fails to start.
@@ -56,7 +56,7 @@ enum Listen {
 }
 
 /// A running server, stopped by [`Running::stop`] (and killed if dropped while running).
-pub(crate) struct Running {
+pub struct Running {
     child: Child,
     addr: SocketAddr,
     name: &'static str,
@@ -65,7 +65,7 @@ pub(crate) struct Running {
 impl Running {
     /// Starts `binary serve SERVE_ARGS --addr 127.0.0.1:0 --access-token TOKEN` and waits
     /// for its `listening on ADDR` line.
-    pub(crate) fn tuplekv(
+    pub fn tuplekv(
         binary: &Path,
         serve_args: &[OsString],
         token: &str,
@@ -88,12 +88,7 @@ impl Running {
 
     /// Starts denokv with its SQLite database in `scratch` on a free loopback port and waits
     /// until the port accepts connections.
-    pub(crate) fn denokv(
-        binary: &Path,
-        scratch: &Path,
-        token: &str,
-        stderr: Stderr,
-    ) -> Result<Running> {
+    pub fn denokv(binary: &Path, scratch: &Path, token: &str, stderr: Stderr) -> Result<Running> {
         let port = free_port()?;
         let mut command = Command::new(binary);
         command
@@ -178,22 +173,22 @@ impl Running {
     }
 
     /// The address the server listens on.
-    pub(crate) fn addr(&self) -> SocketAddr {
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The server's KV Connect URL, `http://ADDR`.
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// The server's process id.
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Sends SIGTERM and waits for the exit, killing the server after [`STOP_TIMEOUT`].
-    pub(crate) fn stop(mut self) -> Result<ExitStatus> {
+    pub fn stop(mut self) -> Result<ExitStatus> {
         let pid = self.child.id().to_string();
         cmd::succeeds_quietly(Command::new("kill").args(["-TERM", &pid]));
         if let Some(status) = wait_with_deadline(&mut self.child, STOP_TIMEOUT)? {
@@ -241,21 +236,8 @@ fn spawn(
         .with_context(|| format!("could not start {name}"))
 }
 
-/// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the workspace root), or the
-/// workspace's `target`.
-pub(crate) fn target_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cmd::workspace_root().join("target"));
-    if target.is_relative() {
-        cmd::workspace_root().join(target)
-    } else {
-        target
-    }
-}
-
 /// The last [`LOG_TAIL_LINES`] lines of the file at `log`.
-pub(crate) fn log_tail(log: &Path) -> String {
+pub fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
@@ -271,10 +253,7 @@ fn parse_listening(line: &str) -> Option<SocketAddr> {
 }
 
 /// Waits for `child` to exit until `timeout` has passed; `None` if it is still running.
-pub(crate) fn wait_with_deadline(
-    child: &mut Child,
-    timeout: Duration,
-) -> Result<Option<ExitStatus>> {
+pub fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait()? {
@@ -296,7 +275,7 @@ fn free_port() -> Result<u16> {
 }
 
 /// A random access token: [`TOKEN_BYTES`] bytes of `/dev/urandom`, hex-encoded.
-pub(crate) fn generate_token() -> Result<String> {
+pub fn generate_token() -> Result<String> {
     let mut bytes = [0u8; TOKEN_BYTES];
     File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
@@ -308,7 +287,7 @@ pub(crate) fn generate_token() -> Result<String> {
 }
 
 /// A fresh, empty directory `tuplekv-WHAT-PID-NANOS` under the system's temporary directory.
-pub(crate) fn scratch_dir(what: &str) -> Result<PathBuf> {
+pub fn scratch_dir(what: &str) -> Result<PathBuf> {
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());

@@ -15,20 +15,20 @@ use anyhow::{Context, Result, bail};
 use crate::cmd;
 
 /// The Deno version the conformance scripts and benches run.
-pub(crate) const DENO_VERSION: &str = "2.9.6";
+pub const DENO_VERSION: &str = "2.9.6";
 /// The npm package that ships the Linux x86-64 Deno binary.
 const DENO_NPM_PACKAGE: &str = "@deno/linux-x64-glibc";
 /// Node's KV Connect client package, and the version pinned in `conformance/package.json`.
 const NODE_KV_PACKAGE: &str = "@deno/kv";
 /// The pinned version of [`NODE_KV_PACKAGE`].
-pub(crate) const NODE_KV_VERSION: &str = "0.14.0";
+pub const NODE_KV_VERSION: &str = "0.14.0";
 /// The denokv server version the differential runs compare against.
-pub(crate) const DENOKV_VERSION: &str = "0.14.0";
+pub const DENOKV_VERSION: &str = "0.14.0";
 /// The environment variable that names the shared tool cache.
 const TOOLS_DIR_ENV: &str = "TUPLEKV_TOOLS_DIR";
 
 /// Where external tools are installed: `$TUPLEKV_TOOLS_DIR`, else `<workspace root>/target/tools`.
-pub(crate) fn tools_dir() -> PathBuf {
+pub fn tools_dir() -> PathBuf {
     match std::env::var_os(TOOLS_DIR_ENV) {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => cmd::workspace_root().join("target").join("tools"),
@@ -37,7 +37,7 @@ pub(crate) fn tools_dir() -> PathBuf {
 
 /// The Deno 2.9.6 binary from npm `@deno/linux-x64-glibc@2.9.6` (npm pack into tools_dir, then
 /// the binary inside the package; chmod +x).
-pub(crate) fn deno() -> Result<PathBuf> {
+pub fn deno() -> Result<PathBuf> {
     let dir = tools_dir().join(format!("deno-{DENO_VERSION}"));
     let binary = dir.join("package").join("deno");
     if deno_version_matches(&binary) {
@@ -73,7 +73,7 @@ pub(crate) fn deno() -> Result<PathBuf> {
 
 /// A directory with `node_modules/@deno/kv` (0.14.0) installed, where node scripts run. The
 /// install is `npm ci` from `conformance/package.json` and its lockfile.
-pub(crate) fn node_kv_dir() -> Result<PathBuf> {
+pub fn node_kv_dir() -> Result<PathBuf> {
     let dir = tools_dir().join(format!("node-kv-{NODE_KV_VERSION}"));
     if node_kv_version(&dir).as_deref() == Some(NODE_KV_VERSION) {
         return Ok(dir);
@@ -105,7 +105,7 @@ pub(crate) fn node_kv_dir() -> Result<PathBuf> {
 
 /// denokv 0.14.0, `cargo install denokv --version 0.14.0 --locked --root <tools>/denokv`
 /// (several minutes the first time; prints that it is building).
-pub(crate) fn denokv() -> Result<PathBuf> {
+pub fn denokv() -> Result<PathBuf> {
     let root = tools_dir().join("denokv");
     let binary = root.join("bin").join("denokv");
     if binary.is_file() && denokv_installed_version(&root).as_deref() == Some(DENOKV_VERSION) {
