@@ -9,6 +9,7 @@
 //! - a peer that cannot run here is reported with [`skip`], never faked.
 
 pub mod denokv;
+pub mod orchestrate;
 pub mod redis;
 pub mod workloads;
 

@@ -1,26 +1,21 @@
-//! `cargo xtask bench`: runs the criterion bench groups of `tuplekv-benches`, then writes the
-//! report (`report.rs`) from what this run measured.
-//!
-//! A bench group is one file `benches/benches/<group>.rs`, i.e. one `[[bench]]` target of the
-//! `tuplekv-benches` package. Peers that need a server get it here: when `redis-server` is on
-//! the `PATH`, one is started on a free loopback port for the run (and stopped after it), and
-//! its address is passed in `TUPLEKV_REDIS_URL`; otherwise the benches report Redis as skipped.
+//! `cargo xtask bench`: builds the bench orchestrator (the `bench` binary of
+//! `tuplekv-benches`, module `tuplekv_benches::orchestrate`) in release mode, runs it with the
+//! same options, and publishes what a full criterion run measured into `docs/performance.md`
+//! ([`perf_doc`]). What runs, against which peers, and how each report is written, is the
+//! orchestrator's.
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
-use tuplekv_harness::redis::Redis;
+use crate::{cmd, perf_doc};
 
-use crate::{
-    bench_etcd, bench_remote, bench_server, bench_service, cmd, handoff, perf_doc, report,
-};
-
-/// The package holding the benches.
+/// The package holding the benches and their orchestrator.
 const PACKAGE: &str = "tuplekv-benches";
-
+/// The orchestrator's binary.
+const ORCHESTRATOR: &str = "bench";
 /// Options of `cargo xtask bench`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub(crate) struct BenchArgs {
@@ -36,179 +31,52 @@ pub(crate) struct BenchArgs {
     pub(crate) groups: Vec<String>,
 }
 
-/// The directory holding one `<group>.rs` per bench group.
-fn groups_dir() -> PathBuf {
-    cmd::workspace_root().join("benches").join("benches")
-}
-
-/// Every bench group, sorted: the stems of `benches/benches/*.rs`.
-pub(crate) fn all_groups() -> Result<Vec<String>> {
-    let dir = groups_dir();
-    let mut groups = Vec::new();
-    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "rs")
-            && let Some(stem) = path.file_stem().and_then(|s| s.to_str())
-        {
-            groups.push(stem.to_owned());
+impl BenchArgs {
+    /// The command line that reruns this run, as the published stamp quotes it.
+    fn command_line(&self) -> String {
+        let mut line = String::from("cargo xtask bench");
+        if self.quick {
+            line.push_str(" --quick");
         }
-    }
-    groups.sort();
-    Ok(groups)
-}
-
-/// The groups `args` asks for, checked against the ones that exist.
-pub(crate) fn plan(args: &BenchArgs) -> Result<Vec<String>> {
-    let all = all_groups()?;
-    if args.groups.is_empty() {
-        if all.is_empty() {
-            bail!("no bench groups in {}", cmd::relative(&groups_dir()));
+        for group in &self.groups {
+            line.push(' ');
+            line.push_str(group);
         }
-        return Ok(all);
+        line
     }
-    for group in &args.groups {
-        if !all.contains(group) {
-            bail!("unknown bench group `{group}` (known: {})", all.join(", "));
+
+    /// The orchestrator's command for this run.
+    fn orchestrator(&self, binary: PathBuf) -> Command {
+        let mut command = Command::new(binary);
+        command.current_dir(cmd::workspace_root());
+        if self.quick {
+            command.arg("--quick");
         }
+        command.args(&self.groups);
+        command
     }
-    Ok(args.groups.clone())
 }
 
-/// The `cargo bench` command for one group.
-fn bench_command(group: &str, quick: bool) -> Command {
-    let mut cmd = cmd::cargo();
-    cmd.args(["bench", "-p", PACKAGE, "--bench", group]);
-    if quick {
-        // criterion 0.8 supports `--quick`: stop sampling once the estimate is tight enough.
-        // Shorter warm-up and measurement: about 5 minutes in all for some 270 results
-        // (most of it the engine and index groups), once the benches are built.
-        cmd.args([
-            "--",
-            "--quick",
-            "--warm-up-time",
-            "0.3",
-            "--measurement-time",
-            "1",
-        ]);
-    }
-    cmd
-}
-
-/// Runs one bench group and returns how long it took.
-fn run_group(group: &str, quick: bool, env: &[(String, String)]) -> Result<Duration> {
-    let started = Instant::now();
-    let mut command = bench_command(group, quick);
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    cmd::run(&mut command).with_context(|| format!("bench group `{group}` failed"))?;
-    Ok(started.elapsed())
-}
-
-/// Runs the requested bench groups in order, stopping at the first failure, then writes the
-/// report of what this run measured.
+/// Builds and runs the orchestrator, then publishes its criterion report.
 pub(crate) fn run(args: &BenchArgs) -> Result<()> {
-    // `server`, `remote`, `etcd` and `service` are not criterion groups: they start servers
-    // and processes (bench_server.rs, bench_remote.rs, bench_etcd.rs, bench_service.rs).
-    for (group, run_group) in [
-        (
-            bench_server::GROUP,
-            bench_server::run as fn(bool) -> Result<()>,
-        ),
-        (bench_remote::GROUP, bench_remote::run),
-        (bench_etcd::GROUP, bench_etcd::run),
-        (bench_service::GROUP, bench_service::run),
-    ] {
-        if args.groups.iter().any(|g| g == group) {
-            let rest: Vec<String> = args
-                .groups
-                .iter()
-                .filter(|g| *g != group)
-                .cloned()
-                .collect();
-            if !rest.is_empty() {
-                run(&BenchArgs {
-                    quick: args.quick,
-                    groups: rest,
-                })?;
-            }
-            return run_group(args.quick);
-        }
-    }
-    let groups = plan(args)?;
-    let started_at = SystemTime::now();
-    let out_dir = cmd::target_dir().join("bench-report");
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let skipped_file = out_dir.join("skipped.tsv");
-    std::fs::write(&skipped_file, "")
-        .with_context(|| format!("writing {}", skipped_file.display()))?;
-    let mut env = vec![(
-        "TUPLEKV_BENCH_SKIPPED".to_owned(),
-        skipped_file.display().to_string(),
-    )];
-    let redis = match Redis::start() {
-        Ok(redis) => {
-            eprintln!("xtask: started redis-server at {}", redis.url());
-            env.push(("TUPLEKV_REDIS_URL".to_owned(), redis.url().to_owned()));
-            Some(redis)
-        }
-        Err(reason) => {
-            eprintln!("xtask: Redis peer skipped: {reason}");
-            env.push(("TUPLEKV_REDIS_SKIPPED".to_owned(), reason));
-            None
-        }
-    };
-    let mut timings = Vec::new();
-    let mut handoffs = Vec::new();
-    for group in &groups {
-        eprintln!("\n[bench] {group}");
-        let before = handoff::handoff_ns();
-        timings.push((group, run_group(group, args.quick, &env)?));
-        handoffs.push((group.clone(), before, handoff::handoff_ns()));
-    }
-    drop(redis);
-    eprintln!("\nbench summary:");
-    for (group, elapsed) in timings {
-        eprintln!("  {group:<12} {:>7.1}s", elapsed.as_secs_f64());
-    }
-    let measurements = report::collect(&cmd::target_dir().join("criterion"), started_at)?;
-    let skipped = report::read_skipped(&skipped_file);
-    let mut command = String::from("cargo xtask bench");
+    let started = SystemTime::now();
+    cmd::run(cmd::cargo().args(["build", "--release", "-p", PACKAGE, "--bin", ORCHESTRATOR]))?;
+    let binary = cmd::target_dir().join("release").join(ORCHESTRATOR);
+    cmd::run(&mut args.orchestrator(binary))?;
+    // A full run publishes the criterion report the orchestrator wrote, if it ran criterion
+    // groups (a run of only the comparisons writes none).
     if args.quick {
-        command.push_str(" --quick");
+        return Ok(());
     }
-    for g in &args.groups {
-        command.push(' ');
-        command.push_str(g);
-    }
-    let notes: Vec<String> = handoff::report_line(&handoffs).into_iter().collect();
-    let path = report::write(&out_dir, &measurements, &skipped, &command, &notes)?;
-    // The memory group measures bytes, not time: it writes its own table, appended here when
-    // this run wrote it.
-    let memory = out_dir.join("memory.md");
-    if std::fs::metadata(&memory)
+    let report = cmd::target_dir().join("bench-report").join("report.md");
+    let written_now = std::fs::metadata(&report)
         .and_then(|m| m.modified())
-        .is_ok_and(|t| t >= started_at)
-    {
-        let table = std::fs::read_to_string(&memory)
-            .with_context(|| format!("reading {}", memory.display()))?;
-        let mut text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        text.push('\n');
-        text.push_str(&table);
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    eprintln!(
-        "report: {} ({} results, {} skipped peers), chart: {}",
-        cmd::relative(&path),
-        measurements.len(),
-        skipped.len(),
-        cmd::relative(&out_dir.join("ratios.svg"))
-    );
-    if !args.quick && !measurements.is_empty() {
+        .is_ok_and(|t| t >= started);
+    if written_now {
         let doc = cmd::workspace_root().join("docs").join("performance.md");
-        let stamp = format!("{} by `{command}`", report::utc_date(started_at));
-        perf_doc::update(&doc, &path, &stamp)?;
+        let stamp = format!("{} by `{}`", cmd::utc_date(started), args.command_line());
+        perf_doc::update(&doc, &report, &stamp)
+            .with_context(|| format!("publishing {}", cmd::relative(&report)))?;
         eprintln!("updated {}", cmd::relative(&doc));
     }
     Ok(())
@@ -218,27 +86,20 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn codec_group_exists() {
-        let groups = all_groups().expect("benches/benches is readable");
-        assert!(groups.iter().any(|g| g == "codec"), "{groups:?}");
+    fn args(quick: bool, groups: &[&str]) -> BenchArgs {
+        BenchArgs {
+            quick,
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        }
     }
 
     #[test]
-    fn unknown_group_is_rejected() {
-        let args = BenchArgs {
-            quick: false,
-            groups: vec!["no-such-group".into()],
-        };
-        assert!(plan(&args).is_err());
-    }
-
-    #[test]
-    fn quick_passes_criterion_flag() {
-        let shown = cmd::display(&bench_command("codec", true));
-        assert!(
-            shown.contains("bench -p tuplekv-benches --bench codec -- --quick"),
-            "{shown}"
+    fn the_orchestrator_gets_the_same_options() {
+        let shown = cmd::display(&args(true, &["codec", "remote"]).orchestrator("bench".into()));
+        assert!(shown.ends_with("bench --quick codec remote"), "{shown}");
+        assert_eq!(
+            args(true, &["codec"]).command_line(),
+            "cargo xtask bench --quick codec"
         );
     }
 }

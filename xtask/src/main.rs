@@ -7,22 +7,15 @@
 //! `cargo xtask <COMMAND> --help` each one's options; clap parses the command line ([`Cli`]).
 
 mod bench;
-mod bench_etcd;
-mod bench_remote;
-mod bench_server;
-mod bench_service;
 mod ci;
 mod conformance;
 mod deps;
 mod etcd_cluster;
-mod fleet;
 mod fuzz;
-mod handoff;
 mod miri;
 mod nightly;
 mod perf_doc;
 mod remote_denokv;
-mod report;
 mod sanitizer;
 mod soak;
 mod test_ca;
@@ -90,6 +83,10 @@ and the command exits non-zero naming that file.";
 
 /// What `cargo xtask bench --help` says beside the options.
 const BENCH_ABOUT: &str = "\
+Builds the bench orchestrator (`cargo build --release -p tuplekv-benches --bin bench`, module
+benches/src/orchestrate/), runs it with these options, and merges the criterion report a full
+run wrote into docs/performance.md. The orchestrator:
+
 Runs `cargo bench -p tuplekv-benches --bench <GROUP>` for each group; a group is a file
 benches/benches/<GROUP>.rs, and by default every one runs. Starts a loopback redis-server for
 the Redis peer when one is installed (else that peer is reported as skipped). Then writes

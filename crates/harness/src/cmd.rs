@@ -161,6 +161,30 @@ pub fn relative(path: &Path) -> String {
         .to_string()
 }
 
+/// `now` as `YYYY-MM-DD HH:MM UTC`.
+pub fn utc_date(now: SystemTime) -> String {
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,5 +206,13 @@ mod tests {
         let manifest = fs::read_to_string(workspace_root().join("Cargo.toml"))
             .expect("root manifest is readable");
         assert!(manifest.contains("[workspace]"));
+    }
+
+    #[test]
+    fn utc_dates_are_civil_dates() {
+        let at = |secs| utc_date(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs));
+        assert_eq!(at(0), "1970-01-01 00:00 UTC");
+        assert_eq!(at(951_782_400), "2000-02-29 00:00 UTC");
+        assert_eq!(at(1_795_305_600 + 3_660), "2026-11-22 01:01 UTC");
     }
 }

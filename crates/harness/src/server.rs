@@ -326,9 +326,21 @@ mod tests {
 
     #[test]
     fn free_ports_can_be_bound() {
-        let port = free_port().expect("a free port");
-        assert_ne!(port, 0);
-        TcpListener::bind((Ipv4Addr::LOCALHOST, port)).expect("the port is still free");
+        // A port free a moment ago can be taken by a listener of a test running beside this
+        // one before it is bound again (the race denokv's start lives with, and why it polls):
+        // of a few ports, most must still be free.
+        const PORTS: usize = 8;
+        let bound = (0..PORTS)
+            .filter(|_| {
+                let port = free_port().expect("a free port");
+                assert_ne!(port, 0);
+                TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
+            })
+            .count();
+        assert!(
+            bound > PORTS / 2,
+            "only {bound} of {PORTS} free ports could be bound"
+        );
     }
 
     #[test]

@@ -13,35 +13,31 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 
-use crate::server_process::{Running, Stderr, generate_token, scratch_dir, wait_with_deadline};
-use crate::{clients, cmd, report};
+use tuplekv_harness::clients::{self, DENO_VERSION, DENOKV_VERSION};
+use tuplekv_harness::cmd;
+use tuplekv_harness::server::{Running, Stderr, generate_token, scratch_dir};
+
+use super::doc::{Doc, publish, rate};
+use super::fleet::{run_client, run_client_keeping_output};
+use super::{
+    CLI_BIN, CLI_PACKAGE, Durations, LOAD_PACKAGE, build_release, command_line, load_average,
+    load_note,
+};
 
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "server";
-/// The package and binary of the tuplekv server.
-pub(crate) const CLI_PACKAGE: &str = "tuplekv-cli";
-pub(crate) const CLI_BIN: &str = "tuplekv";
-/// The package of the load generators.
-pub(crate) const LOAD_PACKAGE: &str = "tuplekv-benches";
 /// The load generator of this bench.
 const LOAD_BIN: &str = "kvconnect_load";
 /// The Deno client bench, relative to the workspace root.
 const DENO_SCRIPT: &str = "bench/server/deno_bench.ts";
-/// The Deno and denokv versions `clients` installs, shown in the report.
-const DENO_VERSION: &str = "2.9.6";
-const DENOKV_VERSION: &str = "0.14.0";
 /// Set to a `tuplekv` binary to use it instead of building one (for trying another branch's).
 const SERVER_BIN_ENV: &str = "TUPLEKV_BENCH_SERVER_BIN";
-/// Time one client run (the load generator, and the clients of other benches) may take before
-/// it is killed.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(240);
 /// Time the Deno bench may take before it is killed: its ops are bounded by count and time,
 /// but against a server that takes 44 ms a write each op runs out its time, and the large
 /// concurrent writes may each wait out their own 60 s timeout.
@@ -83,40 +79,6 @@ const DENO_OPS: [(&str, &str); 4] = [
     ("cas", "Deno: sequential get + check + set"),
     ("set_concurrent_32", "Deno: 32 concurrent sets"),
 ];
-
-/// How long each client measures.
-#[derive(Debug, Clone, Copy)]
-struct Durations {
-    /// Measured operations per Deno op.
-    deno_ops: u32,
-    /// Unmeasured operations before each Deno op.
-    deno_warmup: u32,
-    /// Most measured seconds per Deno object op (its warm-up gets a quarter more): a server
-    /// at 44 ms a write would otherwise take minutes per op.
-    deno_seconds: f64,
-    /// Measured seconds per load generator point.
-    load_seconds: f64,
-    /// Unmeasured seconds before each load generator point.
-    load_warmup: f64,
-}
-
-/// A full run: about a minute per server.
-const FULL: Durations = Durations {
-    deno_ops: 2000,
-    deno_warmup: 200,
-    deno_seconds: 4.0,
-    load_seconds: 3.0,
-    load_warmup: 0.5,
-};
-
-/// `--quick`: a smoke run of a few seconds per server.
-const QUICK: Durations = Durations {
-    deno_ops: 200,
-    deno_warmup: 20,
-    deno_seconds: 0.5,
-    load_seconds: 0.5,
-    load_warmup: 0.1,
-};
 
 /// The servers compared, in run order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -200,7 +162,7 @@ impl DenoOp {
 
 /// What one server measured.
 #[derive(Debug, Default)]
-struct Measured {
+struct ServerRun {
     /// Deno op name to what it measured.
     deno: BTreeMap<String, DenoOp>,
     load: Vec<LoadPoint>,
@@ -208,17 +170,6 @@ struct Measured {
     syncs_per_write: Option<f64>,
     /// Why this server's run failed, if it did.
     failure: Option<String>,
-}
-
-/// The cargo target directory's release binary `name`.
-fn release_bin(name: &str) -> PathBuf {
-    cmd::target_dir().join("release").join(name)
-}
-
-/// Builds binary `bin` of `package` in release mode and returns its path.
-pub(crate) fn build_release(package: &str, bin: &str) -> Result<PathBuf> {
-    cmd::run(cmd::cargo().args(["build", "--release", "-p", package, "--bin", bin]))?;
-    Ok(release_bin(bin))
 }
 
 /// Builds what is not given and installs the clients.
@@ -235,7 +186,7 @@ fn binaries() -> Result<Binaries> {
                     ""
                 }
             );
-            eprintln!("xtask: {note}");
+            eprintln!("bench: {note}");
             (path, Some(note))
         }
         None => (build_release(CLI_PACKAGE, CLI_BIN)?, None),
@@ -267,57 +218,6 @@ fn start(server: Server, bins: &Binaries, dir: &Path, log: &Path, token: &str) -
         Server::TuplekvMemory => Running::tuplekv(&bins.tuplekv, &[], token, stderr),
     };
     running.with_context(|| format!("starting {}", server.label()))
-}
-
-/// Runs a client with its standard output captured (standard error inherited), killing it
-/// after `CLIENT_TIMEOUT`; fails unless it exits successfully.
-pub(crate) fn run_client(command: &mut Command, token: &str) -> Result<String> {
-    let run = run_client_keeping_output(command, token, CLIENT_TIMEOUT)?;
-    match run.failure {
-        Some(failure) => bail!("{failure}"),
-        None => Ok(run.stdout),
-    }
-}
-
-/// What a client printed, and why it failed if it did.
-struct ClientRun {
-    stdout: String,
-    /// Set when the client was killed at its deadline or exited unsuccessfully.
-    failure: Option<String>,
-}
-
-/// Runs a client like [`run_client`], killing it after `timeout`, and keeps what it printed
-/// even when it fails: a client that reports one line per op leaves the lines it finished.
-fn run_client_keeping_output(
-    command: &mut Command,
-    token: &str,
-    timeout: Duration,
-) -> Result<ClientRun> {
-    let shown = cmd::display(command).replace(token, "<token>");
-    eprintln!("$ {shown}");
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("could not start `{shown}`"))?;
-    let mut stdout = child.stdout.take().context("stdout not captured")?;
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stdout.read_to_string(&mut text);
-        text
-    });
-    let failure = match wait_with_deadline(&mut child, timeout)? {
-        Some(status) if status.success() => None,
-        Some(status) => Some(format!("`{shown}` failed ({status})")),
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            Some(format!("`{shown}` took over {timeout:?} and was killed"))
-        }
-    };
-    let stdout = reader.join().unwrap_or_default();
-    Ok(ClientRun { stdout, failure })
 }
 
 /// The Deno bench's result lines, by op name. Fields newer than the op's name, rate and
@@ -393,7 +293,7 @@ fn syncs_per_write(log: &str) -> Option<f64> {
 }
 
 /// Runs both clients against one server and stops it.
-fn measure(server: Server, bins: &Binaries, durations: Durations) -> Result<Measured> {
+fn measure(server: Server, bins: &Binaries, durations: Durations) -> Result<ServerRun> {
     let dir = scratch_dir(&format!(
         "bench-server-{}",
         server.label().replace(' ', "-")
@@ -403,7 +303,7 @@ fn measure(server: Server, bins: &Binaries, durations: Durations) -> Result<Meas
     result
 }
 
-fn measure_in(server: Server, bins: &Binaries, d: Durations, dir: &Path) -> Result<Measured> {
+fn measure_in(server: Server, bins: &Binaries, d: Durations, dir: &Path) -> Result<ServerRun> {
     let token = generate_token()?;
     let log = dir.join("server.log");
     let running = start(server, bins, dir, &log, &token)?;
@@ -413,9 +313,9 @@ fn measure_in(server: Server, bins: &Binaries, d: Durations, dir: &Path) -> Resu
             .args(["run", "-A", "--unstable-kv"])
             .arg(cmd::workspace_root().join(DENO_SCRIPT))
             .arg(running.url())
-            .arg(d.deno_ops.to_string())
-            .arg(d.deno_warmup.to_string())
-            .arg(d.deno_seconds.to_string())
+            .arg(d.ops.to_string())
+            .arg(d.warmup_ops().to_string())
+            .arg(d.seconds.to_string())
             .env("DENO_KV_ACCESS_TOKEN", &token)
             .env("DENO_NO_UPDATE_CHECK", "1"),
         &token,
@@ -424,18 +324,18 @@ fn measure_in(server: Server, bins: &Binaries, d: Durations, dir: &Path) -> Resu
     let load = run_client(
         Command::new(&bins.load)
             .args(["--url", &running.url(), "--label", server.label()])
-            .args(["--seconds", &d.load_seconds.to_string()])
-            .args(["--warmup", &d.load_warmup.to_string()])
+            .args(["--seconds", &d.seconds.to_string()])
+            .args(["--warmup", &d.warmup.to_string()])
             .args(["--server-pid", &running.pid().to_string()])
             .env("DENO_KV_ACCESS_TOKEN", &token),
         &token,
     );
     let status = running.stop()?;
     let log = std::fs::read_to_string(&log).unwrap_or_default();
-    eprintln!("xtask: {} stopped ({status})", server.label());
-    let mut measured = Measured {
+    eprintln!("bench: {} stopped ({status})", server.label());
+    let mut measured = ServerRun {
         syncs_per_write: syncs_per_write(&log),
-        ..Measured::default()
+        ..ServerRun::default()
     };
     let mut failures = Vec::new();
     // The lines the Deno bench printed count even when it failed later: they are what it
@@ -460,15 +360,6 @@ fn measure_in(server: Server, bins: &Binaries, d: Durations, dir: &Path) -> Resu
         measured.failure = Some(failures.join("; "));
     }
     Ok(measured)
-}
-
-/// `rate` ops/s for a table cell: `1.23 k`, `845`.
-pub(crate) fn rate(ops_per_sec: f64) -> String {
-    if ops_per_sec >= 1000.0 {
-        format!("{:.2} k", ops_per_sec / 1000.0)
-    } else {
-        format!("{ops_per_sec:.0}")
-    }
 }
 
 /// One row of the side-by-side table: a rate (and errors) per server.
@@ -504,7 +395,7 @@ impl Row {
 }
 
 /// The rows of the side-by-side table, Deno ops first, then the load generator's points.
-fn rows(results: &BTreeMap<Server, Measured>) -> Vec<Row> {
+fn rows(results: &BTreeMap<Server, ServerRun>) -> Vec<Row> {
     let mut rows = Vec::new();
     for (op, label) in DENO_OPS {
         let goal = if op == "set_concurrent_32" {
@@ -544,7 +435,7 @@ fn rows(results: &BTreeMap<Server, Measured>) -> Vec<Row> {
 }
 
 /// The (op, concurrency) points any server measured: gets before writes, then by concurrency.
-fn load_points(results: &BTreeMap<Server, Measured>) -> Vec<(String, u64)> {
+fn load_points(results: &BTreeMap<Server, ServerRun>) -> Vec<(String, u64)> {
     let mut points: Vec<(String, u64)> = results
         .values()
         .flat_map(|m| m.load.iter().map(|p| (p.op.clone(), p.concurrency)))
@@ -556,24 +447,24 @@ fn load_points(results: &BTreeMap<Server, Measured>) -> Vec<(String, u64)> {
 
 /// The markdown report: the side-by-side table, where the time goes, and notes.
 fn render(
-    results: &BTreeMap<Server, Measured>,
+    results: &BTreeMap<Server, ServerRun>,
     durations: Durations,
     command: &str,
     started: SystemTime,
     extra_notes: &[String],
 ) -> String {
-    let mut out = String::from("# KV Connect servers, side by side\n\n");
-    let _ = writeln!(
-        out,
-        "`{command}`, {}, {}. Deno {} client; denokv {} (SQLite on disk, its defaults: each \
-         commit synced on its own, no write batching); `tuplekv serve --durability sync` \
-         (fsync before acknowledging, group commit); tuplekv in memory (no fsync: the \
-         protocol's cost alone). Ops/s, one run; ratio = tuplekv durable / denokv.\n",
-        report::utc_date(started),
-        report::machine(),
-        DENO_VERSION,
-        DENOKV_VERSION,
+    let mut doc = Doc::new(
+        "KV Connect servers, side by side",
+        command,
+        started,
+        &format!(
+            "Deno {DENO_VERSION} client; denokv {DENOKV_VERSION} (SQLite on disk, its defaults: \
+             each commit synced on its own, no write batching); `tuplekv serve --durability \
+             sync` (fsync before acknowledging, group commit); tuplekv in memory (no fsync: the \
+             protocol's cost alone). Ops/s, one run; ratio = tuplekv durable / denokv."
+        ),
     );
+    let mut out = String::new();
     out.push_str("| op | denokv | tuplekv durable | ratio | tuplekv in memory | goal |\n");
     out.push_str("|---|---|---|---|---|---|\n");
     for row in rows(results) {
@@ -592,8 +483,8 @@ fn render(
     }
     out.push_str(&by_value_size(results, durations));
     out.push_str(&where_time_goes(results));
-    out.push_str(&notes(results, extra_notes));
-    out
+    doc.text(&out);
+    doc.finish(notes(results, extra_notes))
 }
 
 /// The Deno object op of `size` nominal bytes with `in_flight` ops at once.
@@ -678,12 +569,12 @@ fn large_cell(op: Option<&DenoOp>) -> String {
 
 /// The tuplekv servers of `results` (each judged on its own by the size and large-write
 /// goals).
-fn tuplekv_servers(results: &BTreeMap<Server, Measured>) -> impl Iterator<Item = Server> + '_ {
+fn tuplekv_servers(results: &BTreeMap<Server, ServerRun>) -> impl Iterator<Item = Server> + '_ {
     results.keys().copied().filter(|s| *s != Server::Denokv)
 }
 
 /// Goal: sequential sets of a 2 KiB object, tuplekv durable ≥ `GOAL_OBJECT_2K` x denokv.
-fn object_2k_goal(results: &BTreeMap<Server, Measured>) -> String {
+fn object_2k_goal(results: &BTreeMap<Server, ServerRun>) -> String {
     let op = object_op(GOAL_OBJECT_SIZE, 1);
     let op_of = |server: Server| results.get(&server)?.deno.get(&op);
     let goal = format!("durable ≥ {GOAL_OBJECT_2K}x denokv");
@@ -702,7 +593,7 @@ fn object_2k_goal(results: &BTreeMap<Server, Measured>) -> String {
 
 /// Goal: on each tuplekv server, the p50 of a sequential 16 KiB object set is at most
 /// `GOAL_SIZE_LATENCY_RATIO` times a 100 B one's.
-fn size_latency_goal(results: &BTreeMap<Server, Measured>) -> String {
+fn size_latency_goal(results: &BTreeMap<Server, ServerRun>) -> String {
     let (large, small) = GOAL_SIZE_PAIR;
     let goal = format!(
         "p50 ≤ {GOAL_SIZE_LATENCY_RATIO}x the {} p50, each tuplekv",
@@ -733,7 +624,7 @@ fn size_latency_goal(results: &BTreeMap<Server, Measured>) -> String {
 
 /// Goal: `GOAL_LARGE_WRITES` concurrent ~600 kB writes over one connection all complete on
 /// each tuplekv server.
-fn large_writes_goal(results: &BTreeMap<Server, Measured>) -> String {
+fn large_writes_goal(results: &BTreeMap<Server, ServerRun>) -> String {
     let op = format!("large_concurrent_{GOAL_LARGE_WRITES}");
     let goal = "all complete, each tuplekv";
     let mut measured = false;
@@ -763,7 +654,7 @@ fn large_writes_goal(results: &BTreeMap<Server, Measured>) -> String {
 }
 
 /// The Deno client's writes by value size, in flight and shape, with issue 31's goals.
-fn by_value_size(results: &BTreeMap<Server, Measured>, d: Durations) -> String {
+fn by_value_size(results: &BTreeMap<Server, ServerRun>, d: Durations) -> String {
     let mut out = String::from("\n## Deno, by value size\n\n");
     let _ = writeln!(
         out,
@@ -777,9 +668,9 @@ fn by_value_size(results: &BTreeMap<Server, Measured>, d: Durations) -> String {
          index keys, one commit), and 100 or 200 atomic writes at once of ten 60 000-byte \
          `Uint8Array`s each (~600 kB a write): the time all of them took, or how far they got \
          in 60 s. Ratio = tuplekv durable / denokv ops/s.\n",
-        d.deno_ops,
-        (d.deno_ops / 4).max(1),
-        d.deno_seconds,
+        d.ops,
+        (d.ops / 4).max(1),
+        d.seconds,
     );
     out.push_str("| value | in flight |");
     for server in Server::ALL {
@@ -812,7 +703,7 @@ struct SizeRow {
 /// The rows of the by-size table: the objects by size and in flight, the app-shaped insert,
 /// then the large-write rounds. Rows no server measured are kept, empty, so that a missing op
 /// shows.
-fn size_rows(results: &BTreeMap<Server, Measured>) -> Vec<SizeRow> {
+fn size_rows(results: &BTreeMap<Server, ServerRun>) -> Vec<SizeRow> {
     let mut rows = Vec::new();
     for (size, in_flight) in object_points() {
         let op = object_op(size, in_flight);
@@ -864,7 +755,7 @@ fn size_rows(results: &BTreeMap<Server, Measured>) -> Vec<SizeRow> {
 
 /// Appends `row` to the by-size table in `out`: per server its rate (or a large round's
 /// outcome) and latencies, the durable / denokv ratio, and the goal.
-fn write_size_row(out: &mut String, results: &BTreeMap<Server, Measured>, row: &SizeRow) {
+fn write_size_row(out: &mut String, results: &BTreeMap<Server, ServerRun>, row: &SizeRow) {
     let op_of = |server: Server| results.get(&server).and_then(|m| m.deno.get(&row.op));
     // A large round's rate only compares when both rounds finished: a stalled one's rate is
     // how far it got before the timeout.
@@ -894,7 +785,7 @@ fn write_size_row(out: &mut String, results: &BTreeMap<Server, Measured>, row: &
 }
 
 /// Latencies and server CPU per operation of the load generator's points, and what they say.
-fn where_time_goes(results: &BTreeMap<Server, Measured>) -> String {
+fn where_time_goes(results: &BTreeMap<Server, ServerRun>) -> String {
     let mut out = String::from(
         "\n## Where the server's time goes (load generator)\n\n\
          p50 / p99 latency in µs, and the server process's CPU time per operation in µs \
@@ -984,96 +875,55 @@ fn where_time_goes(results: &BTreeMap<Server, Measured>) -> String {
 }
 
 /// Sync counts, failures and caveats.
-fn notes(results: &BTreeMap<Server, Measured>, extra_notes: &[String]) -> String {
-    let mut out = String::from("\n## Notes\n\n");
-    for note in extra_notes {
-        let _ = writeln!(out, "- {note}");
-    }
-    match results
-        .get(&Server::TuplekvDurable)
-        .and_then(|m| m.syncs_per_write)
-    {
-        Some(s) => {
-            let _ = writeln!(
-                out,
-                "- tuplekv durable: {s:.3} log syncs per acknowledged write over the whole run \
+fn notes(results: &BTreeMap<Server, ServerRun>, extra_notes: &[String]) -> Vec<String> {
+    let mut notes = extra_notes.to_vec();
+    notes.push(
+        match results
+            .get(&Server::TuplekvDurable)
+            .and_then(|m| m.syncs_per_write)
+        {
+            Some(s) => format!(
+                "tuplekv durable: {s:.3} log syncs per acknowledged write over the whole run \
                  (from its shutdown log)."
-            );
-        }
-        None => out.push_str(
-            "- fsyncs per acknowledged write: not reported; the server does not expose the \
-             engine's log sync count (no `log_syncs=` in its log).\n",
-        ),
-    }
+            ),
+            None => "fsyncs per acknowledged write: not reported; the server does not expose \
+                     the engine's log sync count (no `log_syncs=` in its log)."
+                .to_owned(),
+        },
+    );
     for (server, m) in results {
         if let Some(failure) = &m.failure {
-            let _ = writeln!(out, "- {} failed: {failure}", server.label());
+            notes.push(format!("{} failed: {failure}", server.label()));
         }
     }
-    out.push_str(
-        "- Absolute rates on a shared 2-core machine move ±20–40% between runs; compare within \
-         a row. The load generator, the Deno client and the server share the cores.\n",
-    );
-    out
-}
-
-/// The one-minute load average from `/proc/loadavg`, or `?`.
-pub(crate) fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".to_owned())
-}
-
-/// Prints `report` and writes it to `target/bench-reports/<name>.md`, saying where and how
-/// long the run since `started` took.
-pub(crate) fn publish(report: &str, name: &str, started: SystemTime) -> Result<()> {
-    println!("{report}");
-    let dir = cmd::target_dir().join("bench-reports");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(format!("{name}.md"));
-    std::fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;
-    eprintln!(
-        "report: {} ({:.0} s)",
-        cmd::relative(&path),
-        started.elapsed().map_or(0.0, |d| d.as_secs_f64())
-    );
-    Ok(())
+    notes
 }
 
 /// Runs `cargo xtask bench server` (with `--quick`: a smoke run).
 pub(crate) fn run(quick: bool) -> Result<()> {
     let started = SystemTime::now();
-    let durations = if quick { QUICK } else { FULL };
+    let durations = Durations::of(quick);
     let bins = binaries()?;
     let load_before = load_average();
     let mut results = BTreeMap::new();
     for server in Server::ALL {
         let measured = match measure(server, &bins, durations) {
             Ok(m) => m,
-            Err(e) => Measured {
+            Err(e) => ServerRun {
                 failure: Some(format!("{e:#}")),
-                ..Measured::default()
+                ..ServerRun::default()
             },
         };
         if let Some(f) = &measured.failure {
-            eprintln!("xtask: {} failed: {f}", server.label());
+            eprintln!("bench: {} failed: {f}", server.label());
         }
         results.insert(server, measured);
     }
-    let command = if quick {
-        "cargo xtask bench --quick server"
-    } else {
-        "cargo xtask bench server"
-    };
+    let command = command_line(GROUP, quick);
     let mut extra_notes: Vec<String> = bins.tuplekv_note.iter().cloned().collect();
-    extra_notes.push(format!(
-        "Load average (1 min) of the machine: {load_before} before the servers ran, {} after; \
-         above the core count, other work competed with this run.",
-        load_average()
-    ));
+    extra_notes.push(load_note(&load_before));
     publish(
-        &render(&results, durations, command, started, &extra_notes),
+        &render(&results, durations, &command, started, &extra_notes),
         GROUP,
         started,
     )?;
@@ -1099,8 +949,8 @@ mod tests {
         assert_eq!(syncs_per_write("atomic_write=3"), None);
     }
 
-    fn measured(set: f64, write64: f64) -> Measured {
-        Measured {
+    fn measured(set: f64, write64: f64) -> ServerRun {
+        ServerRun {
             deno: [(
                 "set".to_owned(),
                 DenoOp {
@@ -1120,13 +970,13 @@ mod tests {
                 server_cpu_us_per_op: Some(3.0),
                 client_cpu_us_per_op: Some(1.0),
             }],
-            ..Measured::default()
+            ..ServerRun::default()
         }
     }
 
     #[test]
     fn report_marks_goals() {
-        let results: BTreeMap<Server, Measured> = [
+        let results: BTreeMap<Server, ServerRun> = [
             (Server::Denokv, measured(1000.0, 1000.0)),
             (Server::TuplekvDurable, measured(2500.0, 5000.0)),
             (Server::TuplekvMemory, measured(9000.0, 50000.0)),
@@ -1135,7 +985,7 @@ mod tests {
         .collect();
         let report = render(
             &results,
-            QUICK,
+            Durations::QUICK,
             "cargo xtask bench server",
             SystemTime::now(),
             &["a note".to_owned()],
@@ -1236,7 +1086,7 @@ mod tests {
         obj_16k_p50: u64,
         obj_2k_rate: f64,
         large_stalls: bool,
-    ) -> Measured {
+    ) -> ServerRun {
         let deno = [
             (object_op(100, 1), deno_op(3000.0, obj_100_p50, 900)),
             (object_op(16384, 1), deno_op(1000.0, obj_16k_p50, 2000)),
@@ -1251,22 +1101,22 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        Measured {
+        ServerRun {
             deno,
-            ..Measured::default()
+            ..ServerRun::default()
         }
     }
 
     #[test]
     fn report_marks_value_size_goals() {
-        let results: BTreeMap<Server, Measured> = [
+        let results: BTreeMap<Server, ServerRun> = [
             (Server::Denokv, object_ops(300, 44_000, 22.0, false)),
             (Server::TuplekvDurable, object_ops(400, 800, 1500.0, false)),
             (Server::TuplekvMemory, object_ops(250, 700, 4000.0, false)),
         ]
         .into_iter()
         .collect();
-        let report = render(&results, QUICK, "c", SystemTime::now(), &[]);
+        let report = render(&results, Durations::QUICK, "c", SystemTime::now(), &[]);
         assert!(report.contains("## Deno, by value size"), "{report}");
         assert!(
             report.contains(
@@ -1310,14 +1160,14 @@ mod tests {
 
     #[test]
     fn report_marks_value_size_goals_not_met() {
-        let results: BTreeMap<Server, Measured> = [
+        let results: BTreeMap<Server, ServerRun> = [
             (Server::Denokv, object_ops(300, 44_000, 22.0, false)),
             (Server::TuplekvDurable, object_ops(400, 1320, 1000.0, true)),
             (Server::TuplekvMemory, object_ops(250, 700, 4000.0, false)),
         ]
         .into_iter()
         .collect();
-        let report = render(&results, QUICK, "c", SystemTime::now(), &[]);
+        let report = render(&results, Durations::QUICK, "c", SystemTime::now(), &[]);
         assert!(
             report.contains("durable ≥ 50x denokv: not met |"),
             "{report}"
@@ -1335,7 +1185,7 @@ mod tests {
             "{report}"
         );
         // Without denokv's numbers the 50x goal cannot be judged.
-        let only_ours: BTreeMap<Server, Measured> =
+        let only_ours: BTreeMap<Server, ServerRun> =
             [(Server::TuplekvDurable, object_ops(400, 800, 1500.0, false))]
                 .into_iter()
                 .collect();
@@ -1348,7 +1198,7 @@ mod tests {
         if let Some(op) = failing.deno.get_mut(&object_op(2048, 1)) {
             op.errors = 2;
         }
-        let with_errors: BTreeMap<Server, Measured> = [
+        let with_errors: BTreeMap<Server, ServerRun> = [
             (Server::Denokv, object_ops(300, 44_000, 22.0, false)),
             (Server::TuplekvDurable, failing),
         ]

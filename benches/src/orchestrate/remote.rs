@@ -21,13 +21,16 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 
-use crate::bench_server::{
-    CLI_BIN, CLI_PACKAGE, LOAD_PACKAGE, build_release, load_average, publish, rate, run_client,
-};
-use crate::fleet::{NO_TOKEN, Rate, run_at_once, sum_rates};
-use crate::server_process::{Running, Stderr, generate_token, scratch_dir};
-use crate::{cmd, report};
+use tuplekv_harness::cmd;
 use tuplekv_harness::redis::Redis;
+use tuplekv_harness::server::{Running, Stderr, generate_token, scratch_dir};
+
+use super::doc::{Doc, publish, rate};
+use super::fleet::{Measured, NO_TOKEN, run_at_once, run_client, sum_rates};
+use super::{
+    CLI_BIN, CLI_PACKAGE, Durations, LOAD_PACKAGE, build_release, command_line, load_average,
+    load_note,
+};
 
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "remote";
@@ -79,35 +82,10 @@ const LATENCY_ROWS: [(&str, &str, &str); 3] = [
 ];
 /// The user of the throw-away PostgreSQL cluster.
 const PG_USER: &str = "bench";
-/// The system user PostgreSQL runs as when xtask runs as root (it refuses to run as root).
+/// The system user PostgreSQL runs as when the bench runs as root (it refuses to run as root).
 const PG_SYSTEM_USER: &str = "postgres";
 /// The script each pgbench connection repeats.
 const PG_SCRIPT: &str = "SELECT nextval('codes');\n";
-
-/// How long each workload runs.
-#[derive(Debug, Clone, Copy)]
-struct Durations {
-    /// Measured seconds per rate workload (whole seconds: pgbench's `-T` takes no fraction).
-    seconds: u32,
-    /// Unmeasured seconds before each rate window.
-    warmup: f64,
-    /// Sequential operations per latency series.
-    latency_ops: u32,
-}
-
-/// A full run: about a minute of measuring.
-const FULL: Durations = Durations {
-    seconds: 5,
-    warmup: 0.5,
-    latency_ops: 2000,
-};
-
-/// `--quick`: a smoke run.
-const QUICK: Durations = Durations {
-    seconds: 1,
-    warmup: 0.2,
-    latency_ops: 200,
-};
 
 /// One row of the rate table.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,9 +98,6 @@ struct RateRow {
     /// Goal over Redis `INCR`, if the row has one.
     goal: Option<f64>,
 }
-
-/// A summed rate (the fleet's).
-type Measured = Rate;
 
 /// p50 and p99 in µs of one op on one store.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -195,7 +170,7 @@ struct Postgres {
     bin: PathBuf,
     data: PathBuf,
     port: u16,
-    /// Run the server's commands as [`PG_SYSTEM_USER`] (xtask runs as root).
+    /// Run the server's commands as [`PG_SYSTEM_USER`] (the bench runs as root).
     as_postgres: bool,
 }
 
@@ -285,7 +260,12 @@ impl Postgres {
                 let mut c = Command::new(self.bin.join("pgbench"));
                 c.args(["-n", "-h", "127.0.0.1", "-p", &self.port.to_string()])
                     .args(["-U", PG_USER, "-c", &THREADS.to_string()])
-                    .args(["-j", &THREADS.to_string(), "-T", &d.seconds.to_string()])
+                    .args([
+                        "-j",
+                        &THREADS.to_string(),
+                        "-T",
+                        &d.whole_seconds().to_string(),
+                    ])
                     .arg("-f")
                     .arg(&script)
                     .arg("postgres");
@@ -395,13 +375,7 @@ fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Result
     );
     let latency = run_client(
         Command::new(load)
-            .args([
-                "latency",
-                "--url",
-                &url,
-                "--ops",
-                &d.latency_ops.to_string(),
-            ])
+            .args(["latency", "--url", &url, "--ops", &d.ops.to_string()])
             .arg("--data-dir")
             .arg(dir.join("in-process"))
             .env("DENO_KV_ACCESS_TOKEN", &token),
@@ -410,7 +384,7 @@ fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Result
     .and_then(|out| parse_latency(&out))
     .map_err(|e| format!("{e:#}"));
     let status = running.stop()?;
-    eprintln!("xtask: tuplekv stopped ({status})");
+    eprintln!("bench: tuplekv stopped ({status})");
     let (redis, redis_busy) = match Redis::start() {
         Ok(redis) => {
             eprintln!("\n[bench remote] redis-server at {}", redis.url());
@@ -497,19 +471,21 @@ fn measure(bins: &(PathBuf, PathBuf), dir: &Path, d: Durations) -> Result<Result
 
 /// The markdown report.
 fn render(results: &Results, command: &str, started: SystemTime, notes: &[String]) -> String {
-    let mut out = String::from("# Code sequences over KV Connect\n\n");
-    let _ = writeln!(
-        out,
-        "`{command}`, {}, {}. Client processes at once as each row says (1, 4 or 16), \
-         {THREADS} threads (or connections) each ({THREADS_BUSY} in the last two rows, a busy \
-         app server's requests in flight), each row compared with Redis at its own \
-         concurrency, against one `tuplekv serve --durability sync` (fsync before \
-         acknowledging), one `redis-server` (no persistence) and one PostgreSQL cluster, all \
-         on loopback. One run; codes/s summed over the processes; store commits and refused \
-         commits summed over the processes' handles (warm-up included).\n",
-        report::utc_date(started),
-        report::machine(),
+    let mut doc = Doc::new(
+        "Code sequences over KV Connect",
+        command,
+        started,
+        &format!(
+            "Client processes at once as each row says (1, 4 or 16), {THREADS} threads (or \
+             connections) each ({THREADS_BUSY} in the last two rows, a busy app server's \
+             requests in flight), each row compared with Redis at its own concurrency, against \
+             one `tuplekv serve --durability sync` (fsync before acknowledging), one \
+             `redis-server` (no persistence) and one PostgreSQL cluster, all on loopback. One \
+             run; codes/s summed over the processes; store commits and refused commits summed \
+             over the processes' handles (warm-up included)."
+        ),
     );
+    let mut out = String::new();
     let rate_of = |label: &str| {
         results
             .rows
@@ -601,44 +577,21 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
             let _ = writeln!(out, "Not measured: {e}");
         }
     }
-    out.push_str("\n## Notes\n\n");
-    for note in notes {
-        let _ = writeln!(out, "- {note}");
-    }
+    doc.text(&out);
+    let mut all_notes = notes.to_vec();
     for row in &results.rows {
         match &row.result {
-            Ok(m) => {
-                if let Some(e) = &m.first_error {
-                    let _ = writeln!(out, "- {}: {} errors, the first: {e}", row.label, m.errors);
-                }
-                if let Some(commits) = m.commits {
-                    let _ = write!(
-                        out,
-                        "- {}: {commits} store commits over the run, warm-up included",
-                        row.label
-                    );
-                    if let Some(conflicts) = m.conflicts {
-                        let _ = write!(out, ", {conflicts} refused by a check (conflicts)");
-                    }
-                    out.push_str(".\n");
-                }
-            }
-            Err(e) => {
-                let _ = writeln!(out, "- {}: not measured: {e}", row.label);
-            }
+            Ok(m) => all_notes.extend(m.notes(row.label)),
+            Err(e) => all_notes.push(format!("{}: not measured: {e}", row.label)),
         }
     }
-    out.push_str(
-        "- Client processes and servers share the machine's cores; absolute rates on a shared \
-         2-core machine move ±20–40% between runs. Compare within the table.\n",
-    );
-    out
+    doc.finish(all_notes)
 }
 
 /// Runs `cargo xtask bench remote` (with `--quick`: a smoke run).
 pub(crate) fn run(quick: bool) -> Result<()> {
     let started = SystemTime::now();
-    let d = if quick { QUICK } else { FULL };
+    let d = Durations::of(quick);
     let bins = (
         build_release(CLI_PACKAGE, CLI_BIN)?,
         build_release(LOAD_PACKAGE, LOAD_BIN)?,
@@ -648,17 +601,9 @@ pub(crate) fn run(quick: bool) -> Result<()> {
     let results = measure(&bins, &dir, d);
     let _ = std::fs::remove_dir_all(&dir);
     let results = results?;
-    let command = if quick {
-        "cargo xtask bench --quick remote"
-    } else {
-        "cargo xtask bench remote"
-    };
-    let notes = [format!(
-        "Load average (1 min): {load_before} before, {} after; above the core count, other \
-         work competed with this run.",
-        load_average()
-    )];
-    publish(&render(&results, command, started, &notes), GROUP, started)?;
+    let command = command_line(GROUP, quick);
+    let notes = [load_note(&load_before)];
+    publish(&render(&results, &command, started, &notes), GROUP, started)?;
     let ours_failed = results.rows.iter().take(2).any(|r| r.result.is_err());
     if ours_failed || results.latency.is_err() {
         bail!("the remote bench failed; see the notes of the report");

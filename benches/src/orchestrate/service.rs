@@ -13,8 +13,10 @@ use std::time::SystemTime;
 
 use anyhow::Result;
 
-use crate::bench_server::{build_release, load_average, publish};
-use crate::cmd;
+use tuplekv_harness::cmd;
+
+use super::doc::{Doc, publish};
+use super::{Durations, build_release, command_line, load_average, load_note};
 
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "service";
@@ -28,14 +30,15 @@ pub(crate) fn run(quick: bool) -> Result<()> {
     let started = SystemTime::now();
     let load = build_release(PACKAGE, LOAD_BIN)?;
     let load_before = load_average();
-    let seconds = if quick { "1" } else { "2" };
-    let table = cmd::output(Command::new(&load).args(["--seconds", seconds]))?;
-    let report = format!(
-        "# The example service under load\n\n\
-         `cargo xtask bench service{}`: `{LOAD_BIN}` (examples/service/src/bin/service-load.rs). \
-         Load average before: {load_before}, after: {}.\n\n{table}",
-        if quick { " --quick" } else { "" },
-        load_average()
+    let d = Durations::of(quick);
+    let table =
+        cmd::output(Command::new(&load).args(["--seconds", &d.whole_seconds().to_string()]))?;
+    let mut doc = Doc::new(
+        "The example service under load",
+        &command_line(GROUP, quick),
+        started,
+        &format!("`{LOAD_BIN}` (examples/service/src/bin/service-load.rs)."),
     );
-    publish(&report, GROUP, started)
+    doc.text(&table);
+    publish(&doc.finish([load_note(&load_before)]), GROUP, started)
 }

@@ -18,6 +18,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
+use tuplekv_harness::cmd;
 
 /// One measured benchmark.
 #[derive(Debug, Clone, PartialEq)]
@@ -483,30 +484,6 @@ pub(crate) fn machine() -> String {
     )
 }
 
-/// `now` as `YYYY-MM-DD HH:MM UTC`.
-pub(crate) fn utc_date(now: SystemTime) -> String {
-    let secs = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (proleptic Gregorian).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60
-    )
-}
-
 /// Writes the report files; returns the report's path.
 pub(crate) fn write(
     out_dir: &Path,
@@ -520,7 +497,7 @@ pub(crate) fn write(
         measurements,
         skipped,
         &machine(),
-        &utc_date(SystemTime::now()),
+        &cmd::utc_date(SystemTime::now()),
         command,
         notes,
     );
@@ -724,13 +701,5 @@ mod tests {
         assert_eq!(records_in("1 thread(s)"), None);
         assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), Some(2.5));
         assert_eq!(median(Vec::new()), None);
-    }
-
-    #[test]
-    fn utc_dates_are_civil_dates() {
-        let at = |secs| utc_date(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs));
-        assert_eq!(at(0), "1970-01-01 00:00 UTC");
-        assert_eq!(at(951_782_400), "2000-02-29 00:00 UTC");
-        assert_eq!(at(1_795_305_600 + 3_660), "2026-11-22 01:01 UTC");
     }
 }

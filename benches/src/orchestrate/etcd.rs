@@ -2,8 +2,8 @@
 //! etcd transaction rate through the same client crate and beside Redis `INCR`.
 //!
 //! Builds the load process `etcd_load` (and `remote_codes`, whose `redis-incr` workload is the
-//! Redis peer) in release mode, starts the cluster through xtask's `etcd-cluster` launcher (the
-//! test kit's harness: the same members and flags as the etcd tests), and runs [`PROCESSES`] load
+//! Redis peer) in release mode, starts the cluster with the test kit's harness (the same
+//! members and flags as the etcd tests; its `leader()` names the leader), and runs [`PROCESSES`] load
 //! processes at once per workload, each with [`THREADS`] threads; their rates are summed:
 //! - checked commits through `EtcdStore` (one key check and one set each) and raw etcd
 //!   transactions (one `mod_revision` comparison and one put each), alternating for
@@ -25,13 +25,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
-use crate::bench_server::{LOAD_PACKAGE, build_release, load_average, publish, rate};
-use crate::etcd_cluster::EtcdCluster;
-use crate::fleet::{NO_TOKEN, Rate, run_at_once, sum_rates};
-use crate::report;
 use tuplekv_harness::redis::Redis;
+use tuplekv_testkit::etcd::Cluster as EtcdCluster;
+
+use super::doc::{Doc, latency, publish, rate};
+use super::fleet::{Measured, NO_TOKEN, run_at_once, sum_rates};
+use super::{Durations, LOAD_PACKAGE, build_release, command_line, load_average, load_note};
 
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "etcd";
@@ -60,35 +61,12 @@ const WAL_FSYNC: &str = "etcd_disk_wal_fsync_duration_seconds";
 const BACKEND_COMMIT: &str = "etcd_disk_backend_commit_duration_seconds";
 const PEER_RTT: &str = "etcd_network_peer_round_trip_time_seconds";
 const PROPOSALS: &str = "etcd_server_proposals_committed_total";
-/// 1 on the member that leads, 0 on the others.
-const IS_LEADER: &str = "etcd_server_is_leader";
-/// How many times (100 ms apart) the members' metrics are read to find the leader.
-const LEADER_POLLS: usize = 100;
-
-/// How long each workload runs.
-#[derive(Debug, Clone, Copy)]
-struct Durations {
-    seconds: f64,
-    warmup: f64,
-}
-
-/// A full run: about a minute and a half of measuring.
-const FULL: Durations = Durations {
-    seconds: 5.0,
-    warmup: 0.5,
-};
-
-/// `--quick`: a smoke run.
-const QUICK: Durations = Durations {
-    seconds: 1.0,
-    warmup: 0.2,
-};
 
 /// A summed rate of one workload, with what the leader's metrics moved by.
 #[derive(Debug, Clone, PartialEq, Default)]
-struct Measured {
+struct WithLeader {
     /// The fleet's summed rate.
-    rate: Rate,
+    rate: Measured,
     /// What the leader's metrics moved by during the workload.
     leader: Option<Delta>,
 }
@@ -115,8 +93,7 @@ fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
         let wanted = [WAL_FSYNC, BACKEND_COMMIT, PEER_RTT]
             .iter()
             .any(|h| name == format!("{h}_sum") || name == format!("{h}_count"))
-            || name == PROPOSALS
-            || name == IS_LEADER;
+            || name == PROPOSALS;
         if let (true, Ok(v)) = (wanted, value.trim().parse::<f64>()) {
             *out.entry(name.to_owned()).or_insert(0.0) += v;
         }
@@ -152,7 +129,7 @@ fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> Delta
     }
 }
 
-/// The test harness's cluster (run by xtask's `etcd-cluster` launcher) and which member
+/// The test kit's cluster (the same members and flags as the etcd tests) and which member
 /// leads it.
 struct Cluster {
     members: EtcdCluster,
@@ -161,12 +138,24 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// Starts [`MEMBERS`] members and finds the leader from their metrics.
+    /// Starts [`MEMBERS`] members and asks them which one leads.
     fn start() -> Result<Cluster> {
-        let members = EtcdCluster::start(MEMBERS)?;
-        let urls = members.urls().to_vec();
-        let leader =
-            leader_of(&urls).context("no member's metrics say it leads (etcd_server_is_leader)")?;
+        // The test kit's harness panics with the member's log when etcd is missing or does not
+        // come up; here that is this bench's error.
+        let started = std::panic::catch_unwind(|| {
+            let members = EtcdCluster::start(MEMBERS);
+            let leader = members.leader();
+            (members, leader)
+        });
+        let (members, leader) = started.map_err(|panic| {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "the etcd harness panicked".to_owned());
+            anyhow::anyhow!("starting a {MEMBERS}-member etcd cluster: {why}")
+        })?;
+        let urls = members.client_urls();
         Ok(Cluster {
             members,
             urls,
@@ -179,23 +168,9 @@ impl Cluster {
     }
 
     /// Stops the members and removes their data.
-    fn stop(self) -> Result<()> {
-        self.members.stop()
+    fn stop(self) {
+        drop(self.members);
     }
-}
-
-/// The index of the member of `urls` whose metrics say it leads, waiting out an election.
-fn leader_of(urls: &[String]) -> Option<usize> {
-    for _ in 0..LEADER_POLLS {
-        let leader = urls
-            .iter()
-            .position(|url| metrics(url).is_some_and(|m| m.get(IS_LEADER).copied() == Some(1.0)));
-        if leader.is_some() {
-            return leader;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    None
 }
 
 /// [`PROCESSES`] `etcd_load WORKLOAD` processes against the cluster, summed, with the
@@ -207,7 +182,7 @@ fn etcd_workload(
     prefix: &str,
     d: Durations,
     (processes, threads): (usize, usize),
-) -> Result<Measured> {
+) -> Result<WithLeader> {
     eprintln!("\n[bench etcd] {workload}, {processes} x {threads}");
     let before = cluster.leader_metrics();
     let commands = (0..processes)
@@ -221,7 +196,7 @@ fn etcd_workload(
             c
         })
         .collect();
-    let mut measured = Measured {
+    let mut measured = WithLeader {
         rate: sum_rates(&run_at_once(commands, NO_TOKEN)?)?,
         leader: None,
     };
@@ -232,7 +207,7 @@ fn etcd_workload(
 }
 
 /// The mean of the rounds' rates (the first round's other fields, errors summed).
-fn mean(rounds: Vec<Measured>) -> Option<Measured> {
+fn mean(rounds: Vec<WithLeader>) -> Option<WithLeader> {
     let n = rounds.len() as f64;
     let mut it = rounds.into_iter();
     let mut out = it.next()?;
@@ -265,7 +240,7 @@ fn mean(rounds: Vec<Measured>) -> Option<Measured> {
 #[derive(Debug, Clone, PartialEq)]
 struct Row {
     label: &'static str,
-    result: Result<Measured, String>,
+    result: Result<WithLeader, String>,
 }
 
 /// Labels of the rows (the report and the goal find them by these).
@@ -294,7 +269,7 @@ fn measure(load: &Path, redis_load: &Path, d: Durations) -> Result<Results> {
         cluster.urls.join(","),
         cluster.leader
     );
-    let err = |r: Result<Measured>| r.map_err(|e| format!("{e:#}"));
+    let err = |r: Result<WithLeader>| r.map_err(|e| format!("{e:#}"));
     let (mut checked, mut raw) = (Vec::new(), Vec::new());
     let mut pair_error = None;
     for round in 0..ROUNDS {
@@ -306,7 +281,7 @@ fn measure(load: &Path, redis_load: &Path, d: Durations) -> Result<Results> {
             }
         }
     }
-    let pair = |v: Vec<Measured>| {
+    let pair = |v: Vec<WithLeader>| {
         mean(v).ok_or_else(|| pair_error.clone().unwrap_or_else(|| "not run".to_owned()))
     };
     let (checked, raw) = (pair(checked), pair(raw));
@@ -326,9 +301,7 @@ fn measure(load: &Path, redis_load: &Path, d: Durations) -> Result<Results> {
         let sum = m.get(&format!("{PEER_RTT}_sum"))?;
         (*count > 0.0).then(|| sum / count * 1000.0)
     });
-    if let Err(e) = cluster.stop() {
-        eprintln!("[bench etcd] stopping the cluster: {e:#}");
-    }
+    cluster.stop();
     let redis = match Redis::start() {
         Ok(redis) => {
             eprintln!("\n[bench etcd] redis-server at {}", redis.url());
@@ -344,7 +317,7 @@ fn measure(load: &Path, redis_load: &Path, d: Durations) -> Result<Results> {
                 .collect();
             err(run_at_once(commands, NO_TOKEN)
                 .and_then(|o| sum_rates(&o))
-                .map(|rate| Measured { rate, leader: None }))
+                .map(|rate| WithLeader { rate, leader: None }))
         }
         Err(reason) => Err(reason),
     };
@@ -395,15 +368,6 @@ fn rate_of(results: &Results, label: &str) -> Option<f64> {
         .filter(|r| *r > 0.0)
 }
 
-/// A latency of `us` microseconds, in ms from 1 ms up, else in µs.
-fn latency(us: f64) -> String {
-    if us >= 1000.0 {
-        format!("{:.2} ms", us / 1000.0)
-    } else {
-        format!("{us:.2} µs")
-    }
-}
-
 /// The raw etcd row that row `label` is compared with (the same concurrency), if any.
 fn raw_peer(label: &str) -> Option<&'static str> {
     match label {
@@ -415,18 +379,20 @@ fn raw_peer(label: &str) -> Option<&'static str> {
 
 /// The markdown report.
 fn render(results: &Results, command: &str, started: SystemTime, notes: &[String]) -> String {
-    let mut out = String::from("# tuplekv on a 3-member etcd cluster\n\n");
-    let _ = writeln!(
-        out,
-        "`{command}`, {}, {}. etcd {MEMBERS} members on loopback (the test kit's harness), \
-         {PROCESSES} client processes at once, {THREADS} threads each (the `1 x 1` rows: one \
-         process of one thread, a commit with nothing else in flight); the loaded checked and \
-         raw rows alternate for {ROUNDS} rounds (mean shown), and `vs raw etcd txn` compares \
-         with the raw row at the same concurrency. One run; ops/s summed over the \
-         processes; latency is the worst process's p50 / p99 per operation.\n",
-        report::utc_date(started),
-        report::machine(),
+    let mut doc = Doc::new(
+        "tuplekv on a 3-member etcd cluster",
+        command,
+        started,
+        &format!(
+            "etcd {MEMBERS} members on loopback (the test kit's harness), {PROCESSES} client \
+             processes at once, {THREADS} threads each (the `1 x 1` rows: one process of one \
+             thread, a commit with nothing else in flight); the loaded checked and raw rows \
+             alternate for {ROUNDS} rounds (mean shown), and `vs raw etcd txn` compares with the \
+             raw row at the same concurrency. One run; ops/s summed over the processes; latency \
+             is the worst process's p50 / p99 per operation."
+        ),
     );
+    let mut out = String::new();
     let raw = rate_of(results, RAW);
     let redis = rate_of(results, REDIS);
     out.push_str(
@@ -481,42 +447,21 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
         _ => format!("goal ≥ {GOAL_OF_RAW} of raw: not measured"),
     };
     let _ = writeln!(out, "\nOur layer's overhead: checked commits {goal}.\n");
-    out.push_str("## Notes\n\n");
-    for note in notes {
-        let _ = writeln!(out, "- {note}");
-    }
+    doc.text(&out);
+    let mut all_notes = notes.to_vec();
     if let Some(rtt) = results.peer_rtt_ms {
-        let _ = writeln!(
-            out,
-            "- Leader's mean peer round trip (etcd's own periodic probe, `{PEER_RTT}`, so \
-             not under the bench's load): {rtt:.2} ms."
-        );
+        all_notes.push(format!(
+            "Leader's mean peer round trip (etcd's own periodic probe, `{PEER_RTT}`, so not \
+             under the bench's load): {rtt:.2} ms."
+        ));
     }
     for row in &results.rows {
         match &row.result {
             Ok(m) => {
-                if let Some(e) = &m.rate.first_error {
-                    let _ = writeln!(
-                        out,
-                        "- {}: {} errors, the first: {e}",
-                        row.label, m.rate.errors
-                    );
-                }
-                if let Some(commits) = m.rate.commits {
-                    let _ = write!(
-                        out,
-                        "- {}: {commits} store commits over the run, warm-up included",
-                        row.label
-                    );
-                    if let Some(conflicts) = m.rate.conflicts {
-                        let _ = write!(out, ", {conflicts} refused by a check (conflicts)");
-                    }
-                    out.push_str(".\n");
-                }
+                all_notes.extend(m.rate.notes(row.label));
                 if let Some(l) = m.leader.filter(|l| l.backend_commits > 0.0) {
-                    let _ = writeln!(
-                        out,
-                        "- {}: the leader committed {:.0} Raft proposals, {:.0} WAL fsyncs \
+                    all_notes.push(format!(
+                        "{}: the leader committed {:.0} Raft proposals, {:.0} WAL fsyncs \
                          ({:.2} ms mean) and {:.0} backend commits ({:.2} ms mean), warm-up \
                          included (per round).",
                         row.label,
@@ -525,43 +470,33 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
                         l.fsync_seconds / l.fsyncs.max(1.0) * 1000.0,
                         l.backend_commits,
                         l.backend_seconds / l.backend_commits * 1000.0
-                    );
+                    ));
                 }
             }
-            Err(e) => {
-                let _ = writeln!(out, "- {}: not measured: {e}", row.label);
-            }
+            Err(e) => all_notes.push(format!("{}: not measured: {e}", row.label)),
         }
     }
-    out.push_str(
-        "- Where the time goes: every etcd write is a Raft proposal; the leader appends it to \
-         its WAL and fsyncs, sends it to the followers, who fsync theirs, and answers once a \
-         majority has it. Concurrent proposals share fsyncs (proposals per leader fsync above 1). \
-         Client processes and all three members share the machine's 2 cores and one disk; \
-         absolute rates move ±20–40% between runs. Compare within the table.\n",
+    all_notes.push(
+        "Where the time goes: every etcd write is a Raft proposal; the leader appends it to its \
+         WAL and fsyncs, sends it to the followers, who fsync theirs, and answers once a \
+         majority has it. Concurrent proposals share fsyncs (proposals per leader fsync above \
+         1). All three members share the machine's one disk."
+            .to_owned(),
     );
-    out
+    doc.finish(all_notes)
 }
 
 /// Runs `cargo xtask bench etcd` (with `--quick`: a smoke run).
 pub(crate) fn run(quick: bool) -> Result<()> {
     let started = SystemTime::now();
-    let d = if quick { QUICK } else { FULL };
+    let d = Durations::of(quick);
     let load: PathBuf = build_release(LOAD_PACKAGE, LOAD_BIN)?;
     let redis_load: PathBuf = build_release(LOAD_PACKAGE, REDIS_BIN)?;
     let load_before = load_average();
     let results = measure(&load, &redis_load, d)?;
-    let command = if quick {
-        "cargo xtask bench --quick etcd"
-    } else {
-        "cargo xtask bench etcd"
-    };
-    let notes = [format!(
-        "Load average (1 min): {load_before} before, {} after; above the core count, other \
-         work competed with this run.",
-        load_average()
-    )];
-    publish(&render(&results, command, started, &notes), GROUP, started)?;
+    let command = command_line(GROUP, quick);
+    let notes = [load_note(&load_before)];
+    publish(&render(&results, &command, started, &notes), GROUP, started)?;
     let ours_failed = results
         .rows
         .iter()
@@ -597,7 +532,6 @@ mod tests {
             Some(&0.75)
         );
         assert_eq!(m.get("etcd_server_proposals_committed_total"), Some(&42.0));
-        assert_eq!(m.get(IS_LEADER), Some(&1.0), "the leader is found by it");
         assert!(!m.contains_key("go_goroutines"));
         let mut after = m.clone();
         after.insert("etcd_disk_wal_fsync_duration_seconds_count".into(), 150.0);
@@ -607,12 +541,12 @@ mod tests {
     #[test]
     fn report_gives_the_ratio_to_raw_and_the_goal() {
         let ok = |per_sec| {
-            Ok(Measured {
-                rate: Rate {
+            Ok(WithLeader {
+                rate: Measured {
                     per_sec,
                     p50_us: Some(1500.0),
                     p99_us: Some(4000.0),
-                    ..Rate::default()
+                    ..Measured::default()
                 },
                 leader: Some(Delta {
                     fsyncs: 1100.0,

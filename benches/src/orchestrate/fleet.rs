@@ -1,20 +1,24 @@
 //! A fleet of load processes run at once, and their summed result: what the `etcd` and
-//! `remote` bench groups share. Each process prints one JSON result line (the benches
+//! `remote` comparisons share, and the one runner of a client process ([`run_client`]). Each process prints one JSON result line (the benches
 //! crate's load binaries: `ops_per_sec`, and where they know them `p50_us`, `p99_us`,
 //! `errors`, `first_error`, `commits`, `conflicts`).
 
-use std::process::Command;
+use std::io::Read as _;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
-use crate::bench_server::run_client;
+use tuplekv_harness::cmd;
+use tuplekv_harness::server::wait_with_deadline;
 
 /// What [`run_at_once`] hides from the commands it shows when there is no secret to hide.
 pub(crate) const NO_TOKEN: &str = "\0";
 
-/// The summed rate of one workload over a fleet of load processes.
+/// What one workload measured over a fleet of load processes: the one result type of the
+/// comparisons (each report's rows hold one).
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct Rate {
+pub(crate) struct Measured {
     /// Operations per second, summed over the processes.
     pub(crate) per_sec: f64,
     /// The slowest process's p50 per operation, µs (where reported).
@@ -32,6 +36,27 @@ pub(crate) struct Rate {
 }
 
 /// `a + b` where either is known.
+impl Measured {
+    /// The report's notes on this workload, the row `label`: its first error, and the store
+    /// commits (and refused ones) where the processes counted them.
+    pub(crate) fn notes(&self, label: &str) -> Vec<String> {
+        let mut notes = Vec::new();
+        if let Some(e) = &self.first_error {
+            notes.push(format!("{label}: {} errors, the first: {e}", self.errors));
+        }
+        if let Some(commits) = self.commits {
+            let mut note =
+                format!("{label}: {commits} store commits over the run, warm-up included");
+            if let Some(conflicts) = self.conflicts {
+                note.push_str(&format!(", {conflicts} refused by a check (conflicts)"));
+            }
+            note.push('.');
+            notes.push(note);
+        }
+        notes
+    }
+}
+
 fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (None, None) => None,
@@ -51,8 +76,8 @@ fn max(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 ///
 /// # Errors
 /// An output without a result line, or a line without `ops_per_sec`.
-pub(crate) fn sum_rates(outputs: &[String]) -> Result<Rate> {
-    let mut total = Rate::default();
+pub(crate) fn sum_rates(outputs: &[String]) -> Result<Measured> {
+    let mut total = Measured::default();
     for out in outputs {
         let line = out
             .lines()
@@ -94,6 +119,62 @@ pub(crate) fn run_at_once(commands: Vec<Command>, token: &str) -> Result<Vec<Str
             })
             .collect()
     })
+}
+
+/// Time one client run (the load generator, and the clients of other benches) may take before
+/// it is killed.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// Runs a client with its standard output captured (standard error inherited), killing it
+/// after `CLIENT_TIMEOUT`; fails unless it exits successfully.
+pub(crate) fn run_client(command: &mut Command, token: &str) -> Result<String> {
+    let run = run_client_keeping_output(command, token, CLIENT_TIMEOUT)?;
+    match run.failure {
+        Some(failure) => bail!("{failure}"),
+        None => Ok(run.stdout),
+    }
+}
+
+/// What a client printed, and why it failed if it did.
+pub(crate) struct ClientRun {
+    /// What it printed on standard output.
+    pub(crate) stdout: String,
+    /// Set when the client was killed at its deadline or exited unsuccessfully.
+    pub(crate) failure: Option<String>,
+}
+
+/// Runs a client like [`run_client`], killing it after `timeout`, and keeps what it printed
+/// even when it fails: a client that reports one line per op leaves the lines it finished.
+pub(crate) fn run_client_keeping_output(
+    command: &mut Command,
+    token: &str,
+    timeout: Duration,
+) -> Result<ClientRun> {
+    let shown = cmd::display(command).replace(token, "<token>");
+    eprintln!("$ {shown}");
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("could not start `{shown}`"))?;
+    let mut stdout = child.stdout.take().context("stdout not captured")?;
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let failure = match wait_with_deadline(&mut child, timeout)? {
+        Some(status) if status.success() => None,
+        Some(status) => Some(format!("`{shown}` failed ({status})")),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Some(format!("`{shown}` took over {timeout:?} and was killed"))
+        }
+    };
+    let stdout = reader.join().unwrap_or_default();
+    Ok(ClientRun { stdout, failure })
 }
 
 #[cfg(test)]

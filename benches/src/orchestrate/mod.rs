@@ -1,0 +1,174 @@
+//! The bench orchestrator behind `cargo xtask bench`: it runs the criterion groups with their
+//! peers' servers ([`criterion`], reported by [`report`]), and the comparisons that start real
+//! processes — KV Connect servers side by side ([`server`]), code sequences over KV Connect
+//! ([`remote`]), tuplekv on an etcd cluster ([`etcd`]) and the example service under load
+//! ([`service`]). Load processes run as one fleet ([`fleet`]); every report is written by one
+//! renderer ([`doc`]) and published to `target/bench-reports/`.
+//!
+//! xtask builds the orchestrator (the `bench` binary of this crate), runs it, and publishes
+//! what it measured into `docs/performance.md`. The orchestrator links the test kit (the etcd
+//! cluster harness) and the harness crate (server processes, real clients, Redis).
+
+pub mod criterion;
+pub mod doc;
+pub mod etcd;
+pub mod fleet;
+pub mod handoff;
+pub mod remote;
+pub mod report;
+pub mod server;
+pub mod service;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use tuplekv_harness::cmd;
+
+/// How long each measured workload of a comparison runs: one pace for every group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Durations {
+    /// Measured seconds per workload (a Deno op stops at its operation count or here).
+    pub seconds: f64,
+    /// Unmeasured seconds before each workload.
+    pub warmup: f64,
+    /// Measured operations per sequential series (a Deno op, a latency series); a tenth as
+    /// many run unmeasured first.
+    pub ops: u32,
+}
+
+impl Durations {
+    /// A full run.
+    pub const FULL: Durations = Durations {
+        seconds: 4.0,
+        warmup: 0.5,
+        ops: 2000,
+    };
+    /// `--quick`: a smoke run.
+    pub const QUICK: Durations = Durations {
+        seconds: 0.5,
+        warmup: 0.1,
+        ops: 200,
+    };
+
+    /// The pace of a run, quick or full.
+    pub fn of(quick: bool) -> Durations {
+        if quick {
+            Durations::QUICK
+        } else {
+            Durations::FULL
+        }
+    }
+
+    /// [`Durations::seconds`] rounded up to whole seconds (for tools that take no fraction,
+    /// such as pgbench's `-T`), at least one.
+    pub fn whole_seconds(self) -> u32 {
+        // The paces above are a few seconds; the cast cannot truncate.
+        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let whole = self.seconds.ceil().max(1.0) as u32;
+        whole
+    }
+
+    /// The unmeasured operations before a series of [`Durations::ops`].
+    pub fn warmup_ops(self) -> u32 {
+        self.ops / 10
+    }
+}
+
+/// The package of the tuplekv server.
+pub(crate) const CLI_PACKAGE: &str = "tuplekv-cli";
+/// Its binary.
+pub(crate) const CLI_BIN: &str = "tuplekv";
+/// The package of the load processes.
+pub(crate) const LOAD_PACKAGE: &str = "tuplekv-benches";
+
+/// What runs one comparison: given whether the run is quick, it measures, publishes its
+/// report and fails when ours failed.
+pub type Comparison = fn(bool) -> Result<()>;
+
+/// The comparisons that are not criterion groups, by name, with what runs them.
+pub const COMPARISONS: [(&str, Comparison); 4] = [
+    (server::GROUP, server::run),
+    (remote::GROUP, remote::run),
+    (etcd::GROUP, etcd::run),
+    (service::GROUP, service::run),
+];
+
+/// Runs the criterion groups among `groups` (all of them when `groups` is empty), then each
+/// comparison it names, stopping at the first failure.
+pub fn run(quick: bool, groups: &[String]) -> Result<()> {
+    let (comparisons, criterion_groups): (Vec<&String>, Vec<&String>) = groups
+        .iter()
+        .partition(|g| COMPARISONS.iter().any(|(name, _)| name == g));
+    if !criterion_groups.is_empty() || comparisons.is_empty() {
+        let criterion_groups: Vec<String> = criterion_groups.into_iter().cloned().collect();
+        criterion::run(quick, &criterion_groups)?;
+    }
+    for group in comparisons {
+        if let Some((_, run)) = COMPARISONS.iter().find(|(name, _)| name == group) {
+            run(quick)?;
+        }
+    }
+    Ok(())
+}
+
+/// The cargo target directory's release binary `name`.
+pub(crate) fn release_bin(name: &str) -> PathBuf {
+    cmd::target_dir().join("release").join(name)
+}
+
+/// Builds binary `bin` of `package` in release mode and returns its path.
+pub(crate) fn build_release(package: &str, bin: &str) -> Result<PathBuf> {
+    cmd::run(cmd::cargo().args(["build", "--release", "-p", package, "--bin", bin]))?;
+    Ok(release_bin(bin))
+}
+
+/// The one-minute load average from `/proc/loadavg`, or `?`.
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+/// The report's note on the machine's load: the one-minute load average `before` the run
+/// and now.
+pub(crate) fn load_note(before: &str) -> String {
+    format!(
+        "Load average (1 min): {before} before, {} after; above the core count, other work \
+         competed with this run.",
+        load_average()
+    )
+}
+
+/// The command line that reruns `group`, as the reports quote it.
+pub(crate) fn command_line(group: &str, quick: bool) -> String {
+    if quick {
+        format!("cargo xtask bench --quick {group}")
+    } else {
+        format!("cargo xtask bench {group}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_paces_round_up_to_whole_seconds_and_warm_up_a_tenth() {
+        assert_eq!(Durations::FULL.whole_seconds(), 4);
+        assert_eq!(Durations::QUICK.whole_seconds(), 1);
+        assert_eq!(Durations::of(true), Durations::QUICK);
+        assert_eq!(Durations::FULL.warmup_ops(), 200);
+    }
+
+    #[test]
+    fn comparisons_are_named_once_and_are_not_criterion_groups() {
+        let names: Vec<&str> = COMPARISONS.iter().map(|(n, _)| *n).collect();
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        let groups = criterion::all_groups().expect("benches/benches is readable");
+        assert!(names.iter().all(|n| !groups.iter().any(|g| g == n)));
+    }
+}
