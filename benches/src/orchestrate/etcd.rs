@@ -140,21 +140,9 @@ struct Cluster {
 impl Cluster {
     /// Starts [`MEMBERS`] members and asks them which one leads.
     fn start() -> Result<Cluster> {
-        // The test kit's harness panics with the member's log when etcd is missing or does not
-        // come up; here that is this bench's error.
-        let started = std::panic::catch_unwind(|| {
-            let members = EtcdCluster::start(MEMBERS);
-            let leader = members.leader();
-            (members, leader)
-        });
-        let (members, leader) = started.map_err(|panic| {
-            let why = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_else(|| "the etcd harness panicked".to_owned());
-            anyhow::anyhow!("starting a {MEMBERS}-member etcd cluster: {why}")
-        })?;
+        let members = EtcdCluster::try_start(MEMBERS)
+            .map_err(|why| anyhow::anyhow!("starting a {MEMBERS}-member etcd cluster: {why}"))?;
+        let leader = members.leader();
         let urls = members.client_urls();
         Ok(Cluster {
             members,

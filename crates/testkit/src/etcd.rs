@@ -254,6 +254,27 @@ impl Cluster {
         self.members.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// [`Cluster::start`] for the processes that run a cluster outside a test (the bench
+    /// orchestrator, the `etcd_cluster` launcher): the reason it did not start (etcd missing,
+    /// a member that does not become healthy, a member count out of range) is an error, not a
+    /// panic, and nothing is printed as a crash.
+    ///
+    /// # Errors
+    /// The message [`Cluster::start`] would have panicked with.
+    pub fn try_start(members: usize) -> Result<Cluster, String> {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let started = std::panic::catch_unwind(move || Cluster::start(members));
+        std::panic::set_hook(hook);
+        started.map_err(|panic| {
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "the etcd cluster did not start".to_owned())
+        })
+    }
+
     /// The client URLs of every member (`http://127.0.0.1:PORT`), in member order.
     pub fn client_urls(&self) -> Vec<String> {
         self.members()

@@ -16,6 +16,7 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::sync::mpsc;
 
+use clap::Parser;
 use tuplekv_testkit::etcd::{Cluster, MEMBERS_MAX};
 
 /// Members when `--members` is not given.
@@ -24,61 +25,35 @@ const MEMBERS_DEFAULT: usize = 3;
 /// What the line announcing the cluster starts with (the URLs follow, comma-separated).
 const URLS_PREFIX: &str = "etcd client urls: ";
 
-/// The command's usage, printed with `--help` and after a bad argument.
-const USAGE: &str = "usage: etcd_cluster [--members N] [--until-stdin-closes]";
-
-/// The parsed arguments.
+/// The command line.
+#[derive(Debug, PartialEq, Eq, Parser)]
+#[command(
+    name = "etcd_cluster",
+    about = "Runs the test harness's local etcd cluster until SIGINT or SIGTERM."
+)]
 struct Args {
+    /// Members of the cluster.
+    #[arg(
+        long,
+        default_value_t = MEMBERS_DEFAULT,
+        value_parser = members_in_range,
+    )]
     members: usize,
+    /// Also stop when standard input ends (a parent that dies takes the cluster with it).
+    #[arg(long)]
     until_stdin_closes: bool,
 }
 
-fn parse(args: &[String]) -> Result<Option<Args>, String> {
-    let mut out = Args {
-        members: MEMBERS_DEFAULT,
-        until_stdin_closes: false,
-    };
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-            _ => (arg.as_str(), None),
-        };
-        match flag {
-            "-h" | "--help" => return Ok(None),
-            "--members" => {
-                let value = inline
-                    .or_else(|| args.next().cloned())
-                    .ok_or("`--members` needs a value")?;
-                out.members = match value.parse::<usize>() {
-                    Ok(n) if (1..=MEMBERS_MAX).contains(&n) => n,
-                    _ => {
-                        return Err(format!(
-                            "`--members` takes a number from 1 to {MEMBERS_MAX}, not `{value}`"
-                        ));
-                    }
-                };
-            }
-            "--until-stdin-closes" => out.until_stdin_closes = true,
-            other => return Err(format!("unknown argument `{other}`")),
-        }
+/// `--members`: a number from 1 to [`MEMBERS_MAX`].
+fn members_in_range(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=MEMBERS_MAX).contains(&n) => Ok(n),
+        _ => Err(format!("a number from 1 to {MEMBERS_MAX}, not `{value}`")),
     }
-    Ok(Some(out))
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let args = match parse(&args) {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("etcd_cluster: {message}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -94,21 +69,7 @@ fn run(args: &Args) -> Result<(), String> {
     // cleanly (members that got the terminal's SIGINT too are gone already; the rest are
     // killed, and the data removed, when the cluster is dropped).
     let signals = watch_signals(stop_tx.clone())?;
-    let members = args.members;
-    // The harness reports a failed start (etcd missing, a member that does not become
-    // healthy) by panicking with the reason; say it as an error instead (the default hook
-    // would print it as a crash first).
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let started = std::panic::catch_unwind(move || Cluster::start(members));
-    std::panic::set_hook(hook);
-    let cluster = started.map_err(|panic| {
-        panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_else(|| "the etcd cluster did not start".to_owned())
-    })?;
+    let cluster = Cluster::try_start(args.members)?;
     if let Ok(reason) = stop_rx.try_recv() {
         drop(cluster);
         return Err(format!("stopped by {reason} while the cluster started"));
@@ -162,26 +123,36 @@ fn watch_signals(stop: mpsc::Sender<&'static str>) -> Result<tokio::runtime::Run
 mod tests {
     use super::*;
 
-    fn parsed(line: &str) -> Result<Option<(usize, bool)>, String> {
-        let args: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-        parse(&args).map(|a| a.map(|a| (a.members, a.until_stdin_closes)))
+    fn parsed(line: &str) -> Result<(usize, bool), clap::error::ErrorKind> {
+        let args = std::iter::once("etcd_cluster").chain(line.split_whitespace());
+        Args::try_parse_from(args)
+            .map(|a| (a.members, a.until_stdin_closes))
+            .map_err(|e| e.kind())
     }
 
     #[test]
-    fn parses_arguments() {
-        assert_eq!(parsed(""), Ok(Some((MEMBERS_DEFAULT, false))));
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn takes_one_to_seven_members_and_the_stdin_flag() {
+        assert_eq!(parsed(""), Ok((MEMBERS_DEFAULT, false)));
+        assert_eq!(parsed("--members 5 --until-stdin-closes"), Ok((5, true)));
+        assert_eq!(parsed("--members=1"), Ok((1, false)));
         assert_eq!(
-            parsed("--members 5 --until-stdin-closes"),
-            Ok(Some((5, true)))
+            parsed(&format!("--members {MEMBERS_MAX}")),
+            Ok((MEMBERS_MAX, false))
         );
-        assert_eq!(parsed("--members=1"), Ok(Some((1, false))));
-        assert_eq!(parsed("-h"), Ok(None));
+        assert_eq!(parsed("-h"), Err(clap::error::ErrorKind::DisplayHelp));
         for bad in [
             "--members",
             "--members 0",
             "--members 8",
             "--members x",
             "3",
+            "--fast",
         ] {
             assert!(parsed(bad).is_err(), "{bad}");
         }
