@@ -13,7 +13,7 @@ use tuplekv_engine::numbering::{
     self, CounterClaim, NumberForm, NumberSlot, Numbering, SlotTarget,
 };
 use tuplekv_engine::{
-    AtomicWrite, BoundedSum, ByteRange, Check, Expiry, KeyBytes, Mutation, MutationKind,
+    AtomicWrite, BoundedSum, ByteRange, Check, Error, Expiry, KeyBytes, Mutation, MutationKind,
     RangeCheck, Value, Versionstamp,
 };
 use tuplekv_wire::{
@@ -47,22 +47,27 @@ pub struct ReadRange {
 pub fn decode_snapshot_read(body: &[u8]) -> Result<Vec<ReadRange>, ApiError> {
     let read = pb::SnapshotRead::decode(body).map_err(|e| ApiError::invalid_protobuf(&e))?;
     if read.ranges.len() > READ_RANGES_MAX {
-        return Err(ApiError::bad_request(text::TOO_MANY_READ_RANGES));
+        return Err(ApiError::from_engine(&Error::TooManyRanges {
+            count: read.ranges.len(),
+        }));
     }
     let mut total = 0usize;
     let mut ranges = Vec::with_capacity(read.ranges.len());
     for r in read.ranges {
-        let limit = usize::try_from(r.limit)
-            .ok()
-            .filter(|&l| l >= 1)
-            .ok_or_else(|| ApiError::bad_request(text::INVALID_READ_RANGE_LIMIT))?;
+        let limit = match usize::try_from(r.limit) {
+            Ok(0) => return Err(ApiError::from_engine(&Error::ZeroLimit)),
+            Ok(limit) => limit,
+            // A negative limit is the protocol's own error (the engine's limits are unsigned).
+            Err(_) => return Err(ApiError::bad_request(text::INVALID_READ_RANGE_LIMIT)),
+        };
         total = total.saturating_add(limit);
         if total > READ_ENTRIES_MAX {
-            return Err(ApiError::bad_request(text::READ_RANGE_TOO_LARGE));
+            return Err(ApiError::from_engine(&Error::TooManyEntries {
+                count: total,
+            }));
         }
-        if r.start.len() > READ_KEY_SIZE_MAX || r.end.len() > READ_KEY_SIZE_MAX {
-            return Err(ApiError::bad_request(text::KEY_TOO_LONG));
-        }
+        check_read_key(&r.start)?;
+        check_read_key(&r.end)?;
         ranges.push(ReadRange {
             range: ByteRange {
                 start: r.start,
@@ -159,9 +164,8 @@ pub fn decode_write_extension(body: &[u8]) -> Result<Option<WriteExtension>, Api
         .range_checks
         .into_iter()
         .map(|rc| {
-            if rc.start.len() > READ_KEY_SIZE_MAX || rc.end.len() > READ_KEY_SIZE_MAX {
-                return Err(ApiError::bad_request(text::KEY_TOO_LONG));
-            }
+            check_read_key(&rc.start)?;
+            check_read_key(&rc.end)?;
             Ok(RangeCheck {
                 start: KeyBytes::from(rc.start),
                 end: KeyBytes::from(rc.end),
@@ -401,15 +405,15 @@ fn versionstamp(bytes: &[u8]) -> Result<Versionstamp, ApiError> {
 pub fn decode_watch(body: &[u8]) -> Result<Vec<KeyBytes>, ApiError> {
     let watch = pb::Watch::decode(body).map_err(|e| ApiError::invalid_protobuf(&e))?;
     if watch.keys.len() > WATCHED_KEYS_MAX {
-        return Err(ApiError::bad_request(text::TOO_MANY_WATCHED_KEYS));
+        return Err(ApiError::from_engine(&Error::TooManyWatchedKeys {
+            count: watch.keys.len(),
+        }));
     }
     watch
         .keys
         .into_iter()
         .map(|k| {
-            if k.key.len() > WRITE_KEY_SIZE_MAX {
-                return Err(ApiError::bad_request(text::KEY_TOO_LONG));
-            }
+            check_write_key(&k.key)?;
             Ok(KeyBytes::from(k.key))
         })
         .collect()
@@ -429,10 +433,14 @@ pub fn decode_watch(body: &[u8]) -> Result<Vec<KeyBytes>, ApiError> {
 pub fn decode_atomic_write(body: &[u8]) -> Result<AtomicWrite, ApiError> {
     let write = pb::AtomicWrite::decode(body).map_err(|e| ApiError::invalid_protobuf(&e))?;
     if write.checks.len() > CHECKS_MAX {
-        return Err(ApiError::bad_request(text::TOO_MANY_CHECKS));
+        return Err(ApiError::from_engine(&Error::TooManyChecks {
+            count: write.checks.len(),
+        }));
     }
     if write.mutations.len() > MUTATIONS_MAX {
-        return Err(ApiError::bad_request(text::TOO_MANY_MUTATIONS));
+        return Err(ApiError::from_engine(&Error::TooManyMutations {
+            count: write.mutations.len(),
+        }));
     }
     if !write.enqueues.is_empty() {
         return Err(ApiError::bad_request(text::ENQUEUE_UNSUPPORTED));
@@ -457,7 +465,9 @@ pub fn decode_atomic_write(body: &[u8]) -> Result<AtomicWrite, ApiError> {
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
     if size > TOTAL_MUTATION_SIZE_MAX {
-        return Err(ApiError::bad_request(text::ATOMIC_WRITE_TOO_LARGE));
+        return Err(ApiError::from_engine(&Error::TotalMutationSizeTooLarge {
+            size,
+        }));
     }
     Ok(AtomicWrite {
         checks,
@@ -497,9 +507,24 @@ fn decode_check(c: pb::Check) -> Result<Check, ApiError> {
 
 /// Mutation, watch and check keys use the write limit. denokv allows check keys one byte
 /// longer (the read limit), but no stored key is that long, and the engine refuses it.
+/// A key a mutation, a check or a watch uses: at most [`WRITE_KEY_SIZE_MAX`] bytes, refused
+/// as the engine refuses it (its text and its code).
 fn check_write_key(key: &[u8]) -> Result<(), ApiError> {
     if key.len() > WRITE_KEY_SIZE_MAX {
-        return Err(ApiError::bad_request(text::KEY_TOO_LONG));
+        return Err(ApiError::from_engine(&Error::KeyTooLargeForWrite {
+            size: key.len(),
+        }));
+    }
+    Ok(())
+}
+
+/// A bound of a read range or a range check: at most [`READ_KEY_SIZE_MAX`] bytes, refused as
+/// the engine refuses it.
+fn check_read_key(key: &[u8]) -> Result<(), ApiError> {
+    if key.len() > READ_KEY_SIZE_MAX {
+        return Err(ApiError::from_engine(&Error::KeyTooLargeForRead {
+            size: key.len(),
+        }));
     }
     Ok(())
 }
@@ -582,7 +607,9 @@ fn sum_bounded(operand: Value, min: Vec<u8>, max: Vec<u8>, clamp: bool) -> Mutat
 /// Decodes a `KvValue`: its encoding and payload.
 fn decode_value(v: pb::KvValue) -> Result<Value, ApiError> {
     if v.data.len() > VALUE_SIZE_MAX {
-        return Err(ApiError::bad_request(text::VALUE_TOO_LONG));
+        return Err(ApiError::from_engine(&Error::ValueTooLarge {
+            size: v.data.len(),
+        }));
     }
     tuplekv_wire::decode_value(v.encoding, v.data).map_err(|e| ApiError::bad_request(e.to_string()))
 }

@@ -12,6 +12,7 @@ use denokv_proto::datapath as pb;
 use http_body_util::Full;
 use numbered::{claim, digits, numbered_body, outcome};
 use prost::Message;
+use tuplekv_engine::Error;
 use tuplekv_server::ServerConfig;
 use tuplekv_server::limits::*;
 
@@ -34,7 +35,13 @@ async fn read_ranges_at_the_limit_pass_and_one_more_is_refused() {
     assert_eq!(out.ranges.len(), READ_RANGES_MAX);
     c.read(ranges(READ_RANGES_MAX + 1))
         .await
-        .assert_error(400, "Too many read ranges requested in one read request.");
+        .assert_engine_error(
+            400,
+            "Too many read ranges requested in one read request.",
+            &Error::TooManyRanges {
+                count: READ_RANGES_MAX + 1,
+            },
+        );
     server.stop().await;
 }
 
@@ -49,17 +56,28 @@ async fn read_entries_at_the_limit_pass_and_one_more_is_refused() {
         ])
     };
     assert_eq!(c.read(split(READ_ENTRIES_MAX as i32)).await.status, 200);
-    c.read(split(READ_ENTRIES_MAX as i32 + 1)).await.assert_error(
-        400,
-        "The total number of entries requested across read ranges in the read request is too large.",
-    );
-    for bad in [0, -1, i32::MIN] {
-        c.read(read_of(vec![prefix_range(&key("a"), bad, false)]))
-            .await
-            .assert_error(
-                400,
-                "The read range limit of the snapshot read request is invalid.",
-            );
+    c.read(split(READ_ENTRIES_MAX as i32 + 1))
+        .await
+        .assert_engine_error(
+            400,
+            "The total number of entries requested across read ranges in the read request is too large.",
+            &Error::TooManyEntries {
+                count: READ_ENTRIES_MAX + 1,
+            },
+        );
+    let invalid_limit = "The read range limit of the snapshot read request is invalid.";
+    c.read(read_of(vec![prefix_range(&key("a"), 0, false)]))
+        .await
+        .assert_engine_error(400, invalid_limit, &Error::ZeroLimit);
+    for negative in [-1, i32::MIN] {
+        let reply = c
+            .read(read_of(vec![prefix_range(&key("a"), negative, false)]))
+            .await;
+        reply.assert_error(400, invalid_limit);
+        assert!(
+            reply.engine_error().is_none(),
+            "a negative limit is the protocol's error, not the engine's"
+        );
     }
     server.stop().await;
 }
@@ -80,7 +98,13 @@ async fn read_keys_at_the_read_limit_pass_and_one_byte_more_is_refused() {
     );
     c.read(read_of(vec![range(READ_KEY_SIZE_MAX + 1)]))
         .await
-        .assert_error(400, "A key exceeds the key size limit.");
+        .assert_engine_error(
+            400,
+            "A key exceeds the key size limit.",
+            &Error::KeyTooLargeForRead {
+                size: READ_KEY_SIZE_MAX + 1,
+            },
+        );
     server.stop().await;
 }
 
@@ -101,12 +125,15 @@ async fn write_keys_at_the_limit_pass_and_one_byte_more_is_refused() {
         "a key at the write limit can be read back"
     );
     let long = raw_key(2, WRITE_KEY_SIZE_MAX + 1);
+    let too_large = Error::KeyTooLargeForWrite {
+        size: WRITE_KEY_SIZE_MAX + 1,
+    };
     c.write(write_of(vec![], vec![set(&long, bytes_value(b"v"))]))
         .await
-        .assert_error(400, "A key exceeds the key size limit.");
+        .assert_engine_error(400, "A key exceeds the key size limit.", &too_large);
     c.write(write_of(vec![check(&long, None)], vec![]))
         .await
-        .assert_error(400, "A key exceeds the key size limit.");
+        .assert_engine_error(400, "A key exceeds the key size limit.", &too_large);
     server.stop().await;
 }
 
@@ -129,10 +156,22 @@ async fn watched_keys_at_the_limits_decode_and_past_them_are_refused() {
     let mut c = server.h2().await;
     c.data("watch", watch(WATCHED_KEYS_MAX + 1, 4))
         .await
-        .assert_error(400, "Too many keys watched in a single watch request.");
+        .assert_engine_error(
+            400,
+            "Too many keys watched in a single watch request.",
+            &Error::TooManyWatchedKeys {
+                count: WATCHED_KEYS_MAX + 1,
+            },
+        );
     c.data("watch", watch(1, WRITE_KEY_SIZE_MAX + 1))
         .await
-        .assert_error(400, "A key exceeds the key size limit.");
+        .assert_engine_error(
+            400,
+            "A key exceeds the key size limit.",
+            &Error::KeyTooLargeForWrite {
+                size: WRITE_KEY_SIZE_MAX + 1,
+            },
+        );
     server.stop().await;
 }
 
@@ -157,7 +196,13 @@ async fn checks_at_the_limit_pass_and_one_more_is_refused() {
         vec![set(&key("d"), bytes_value(b"v"))],
     ))
     .await
-    .assert_error(400, "Too many checks included in atomic write.");
+    .assert_engine_error(
+        400,
+        "Too many checks included in atomic write.",
+        &Error::TooManyChecks {
+            count: CHECKS_MAX + 1,
+        },
+    );
     assert!(c.get(&key("d")).await.is_none());
     server.stop().await;
 }
@@ -177,9 +222,12 @@ async fn mutations_at_the_limit_pass_and_one_more_is_refused() {
     );
     c.write(write_of(vec![], sets(MUTATIONS_MAX + 1)))
         .await
-        .assert_error(
+        .assert_engine_error(
             400,
             "Too many mutations / enqueues included in atomic write.",
+            &Error::TooManyMutations {
+                count: MUTATIONS_MAX + 1,
+            },
         );
     server.stop().await;
 }
@@ -322,7 +370,13 @@ async fn values_at_the_limit_pass_and_one_byte_more_is_refused() {
         vec![set(&key("w"), v8_value(&vec![7u8; VALUE_SIZE_MAX + 1]))],
     ))
     .await
-    .assert_error(400, "A value exceeds the value size limit.");
+    .assert_engine_error(
+        400,
+        "A value exceeds the value size limit.",
+        &Error::ValueTooLarge {
+            size: VALUE_SIZE_MAX + 1,
+        },
+    );
     server.stop().await;
 }
 
@@ -341,9 +395,13 @@ async fn total_mutation_size_at_the_limit_passes_and_one_byte_more_is_refused() 
         write_of(vec![], sets)
     };
     assert_eq!(c.commit(write(rest)).await.status, AW_SUCCESS);
-    c.write(write(rest + 1))
-        .await
-        .assert_error(400, "The total size of the atomic write is too large.");
+    c.write(write(rest + 1)).await.assert_engine_error(
+        400,
+        "The total size of the atomic write is too large.",
+        &Error::TotalMutationSizeTooLarge {
+            size: TOTAL_MUTATION_SIZE_MAX + 1,
+        },
+    );
     server.stop().await;
 }
 

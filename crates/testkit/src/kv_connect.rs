@@ -102,6 +102,18 @@ impl Reply {
         );
     }
 
+    /// Asserts the reply is `status` with `text`, and names `error` by code as the engine
+    /// would: the refusal a local store gives, rebuilt whole by tuplekv's client.
+    pub fn assert_engine_error(&self, status: u16, text: &str, error: &tuplekv_engine::Error) {
+        self.assert_error(status, text);
+        assert_eq!(
+            format!("{:?}", self.engine_error()),
+            format!("{:?}", Some(error)),
+            "the reply's {} header",
+            tuplekv_wire::ERROR_HEADER
+        );
+    }
+
     /// The engine error a tuplekv server named by code (`tuplekv_wire::ERROR_HEADER`), if
     /// the reply carries one it can read.
     pub fn engine_error(&self) -> Option<tuplekv_engine::Error> {
