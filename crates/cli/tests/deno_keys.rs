@@ -11,18 +11,13 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
+use tuplekv_harness::clients::DENO_VERSION;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tuplekv");
 const TOKEN: &str = "a-long-enough-test-token";
-/// The pinned Deno version (`crates/harness/src/clients.rs`).
-const DENO_VERSION: &str = "2.9.6";
-
+/// The pinned Deno, if installed (`tuplekv_harness::clients`).
 fn deno() -> Option<PathBuf> {
-    let tools = match std::env::var_os("TUPLEKV_TOOLS_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/tools"),
-    };
-    let binary = tools.join(format!("deno-{DENO_VERSION}/package/deno"));
-    binary.is_file().then_some(binary)
+    tuplekv_harness::clients::installed_deno()
 }
 
 struct Server(Child);

@@ -17,8 +17,6 @@ use rusqlite::Connection;
 use tuplekv_engine::codec::encode_key;
 use tuplekv_engine::{Database, Key, Options, Value, Versionstamp, key};
 
-/// The Deno version `cargo xtask` installs (crates/harness/src/clients.rs).
-const DENO_VERSION: &str = "2.9.6";
 /// Ten years, in milliseconds, less a day of slack: the script's `expireIn`.
 const NINE_YEARS_MS: u64 = 9 * 365 * 24 * 3600 * 1000;
 
@@ -26,17 +24,9 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-/// The Deno binary, if one is installed where the project's tools go.
+/// The Deno binary, if one is installed where the project's tools go (or `TUPLEKV_DENO`).
 fn deno() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("TUPLEKV_DENO") {
-        return Some(PathBuf::from(path));
-    }
-    let tools = std::env::var_os("TUPLEKV_TOOLS_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools"),
-        PathBuf::from,
-    );
-    let binary = tools.join(format!("deno-{DENO_VERSION}/package/deno"));
-    binary.is_file().then_some(binary)
+    tuplekv_harness::clients::installed_deno()
 }
 
 /// A Deno KV file in `dir`: made now by real Deno if installed, else a copy of the fixture

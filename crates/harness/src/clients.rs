@@ -35,6 +35,23 @@ pub fn tools_dir() -> PathBuf {
     }
 }
 
+/// The environment variable naming a Deno binary to use instead of the pinned install (the
+/// tests that read what real Deno wrote).
+pub const DENO_ENV: &str = "TUPLEKV_DENO";
+
+/// The pinned Deno where [`deno`] installs it (or `$TUPLEKV_DENO`), if it is there; installs
+/// nothing. For tests that run real Deno when a machine has it and say so when it does not.
+pub fn installed_deno() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(DENO_ENV).filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    let binary = tools_dir()
+        .join(format!("deno-{DENO_VERSION}"))
+        .join("package")
+        .join("deno");
+    binary.is_file().then_some(binary)
+}
+
 /// The Deno 2.9.6 binary from npm `@deno/linux-x64-glibc@2.9.6` (npm pack into tools_dir, then
 /// the binary inside the package; chmod +x).
 pub fn deno() -> Result<PathBuf> {
@@ -44,7 +61,7 @@ pub fn deno() -> Result<PathBuf> {
         return Ok(binary);
     }
     eprintln!(
-        "xtask: installing Deno {DENO_VERSION} from npm into {}",
+        "installing Deno {DENO_VERSION} from npm into {}",
         dir.display()
     );
     install_atomically(&dir, |tmp| {
@@ -79,7 +96,7 @@ pub fn node_kv_dir() -> Result<PathBuf> {
         return Ok(dir);
     }
     eprintln!(
-        "xtask: installing {NODE_KV_PACKAGE} {NODE_KV_VERSION} into {}",
+        "installing {NODE_KV_PACKAGE} {NODE_KV_VERSION} into {}",
         dir.display()
     );
     let manifests = cmd::workspace_root().join("conformance");
@@ -112,7 +129,7 @@ pub fn denokv() -> Result<PathBuf> {
         return Ok(binary);
     }
     eprintln!(
-        "xtask: building denokv {DENOKV_VERSION} with `cargo install` into {} \
+        "building denokv {DENOKV_VERSION} with `cargo install` into {} \
          (several minutes the first time)",
         root.display()
     );

@@ -195,7 +195,7 @@ impl Running {
             return Ok(status);
         }
         eprintln!(
-            "xtask: {} ({pid}) ignored SIGTERM for {STOP_TIMEOUT:?}; killing it",
+            "{} ({pid}) ignored SIGTERM for {STOP_TIMEOUT:?}; killing it",
             self.name
         );
         self.child.kill().context("killing the server")?;

@@ -5,7 +5,10 @@
 //! - each contract suite's macro lists exactly the suite's property functions;
 //! - `#[path]` does not reach across crates (shared test support lives in the test kit);
 //! - each measured figure (a latency, a rate, bytes per key) appears in one file of the docs
-//!   and the crates' doc comments, so a new measurement changes it in one place.
+//!   and the crates' doc comments, so a new measurement changes it in one place;
+//! - xtask links no crate of the workspace but `tuplekv-harness`, which links none: automation
+//!   builds in seconds, and what needs the store (the bench orchestrator) lives in a crate
+//!   that may link it.
 #![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
 use std::collections::BTreeSet;
@@ -279,5 +282,39 @@ fn each_measured_figure_is_written_in_one_file() {
         "a measured figure in more than one file: keep it in one (docs/performance.md, or \
          the guide that owns it) and link there:\n{}",
         copied.join("\n")
+    );
+}
+
+/// The names in the `[dependencies]` table of the manifest at `rel` (relative to the root).
+fn dependencies(rel: &str) -> BTreeSet<String> {
+    let text = fs::read_to_string(root().join(rel)).unwrap();
+    let mut in_table = false;
+    let mut names = BTreeSet::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_table = line == "[dependencies]";
+        } else if in_table && !line.is_empty() && !line.starts_with('#') {
+            let name = line.split(['=', '.', ' ']).next().unwrap_or_default();
+            names.insert(name.trim().to_owned());
+        }
+    }
+    names
+}
+
+#[test]
+fn xtask_links_no_workspace_crate_but_the_harness_and_the_harness_links_none() {
+    let ours = |deps: BTreeSet<String>| -> Vec<String> {
+        deps.into_iter()
+            .filter(|d| d.starts_with("tuplekv"))
+            .collect()
+    };
+    assert_eq!(ours(dependencies("xtask/Cargo.toml")), ["tuplekv-harness"]);
+    assert!(
+        ours(dependencies("crates/harness/Cargo.toml")).is_empty(),
+        "the harness must stay buildable without the store"
+    );
+    assert!(
+        dependencies("benches/Cargo.toml").contains("tuplekv-harness"),
+        "the bench orchestrator starts its processes through the harness"
     );
 }
