@@ -93,7 +93,7 @@ fn run_group(group: &str, quick: bool, env: &[(String, String)]) -> Result<Durat
 /// Runs the requested criterion groups (every one when `groups` is empty) in order, stopping
 /// at the first failure, then writes the report of what this run measured to
 /// `target/bench-report/` (`report.md`, `ratios.svg`).
-pub fn run(quick: bool, groups: &[String]) -> Result<()> {
+pub(crate) fn run(quick: bool, groups: &[String]) -> Result<()> {
     let asked = groups;
     let groups = plan(asked)?;
     let started_at = SystemTime::now();

@@ -9,23 +9,24 @@ use std::time::SystemTime;
 use anyhow::{Context, Result};
 use tuplekv_harness::cmd;
 
+use super::fleet::Measured;
 use super::report;
 
 /// The note every comparison closes with: its processes share the machine.
-pub const SHARED_MACHINE_NOTE: &str = "Client processes and servers share the machine's \
+pub(crate) const SHARED_MACHINE_NOTE: &str = "Client processes and servers share the machine's \
     cores; absolute rates on a shared 2-core machine move ±20–40% between runs. Compare \
     within a table.";
 
 /// A report being written.
 #[derive(Debug)]
-pub struct Doc {
+pub(crate) struct Doc {
     out: String,
 }
 
 impl Doc {
     /// A report titled `title`, opened by the line naming the command that reran it, the date
     /// of `started`, the machine, and `setup` (what ran against what).
-    pub fn new(title: &str, command: &str, started: SystemTime, setup: &str) -> Doc {
+    pub(crate) fn new(title: &str, command: &str, started: SystemTime, setup: &str) -> Doc {
         let mut out = format!("# {title}\n\n");
         let _ = writeln!(
             out,
@@ -37,7 +38,7 @@ impl Doc {
     }
 
     /// Starts a section: its heading, and `intro` when not empty.
-    pub fn section(&mut self, heading: &str, intro: &str) {
+    pub(crate) fn section(&mut self, heading: &str, intro: &str) {
         let _ = write!(self.out, "\n## {heading}\n\n");
         if !intro.is_empty() {
             let _ = write!(self.out, "{intro}\n\n");
@@ -45,17 +46,17 @@ impl Doc {
     }
 
     /// Appends `table`.
-    pub fn table(&mut self, table: &Table) {
+    pub(crate) fn table(&mut self, table: &Table) {
         self.out.push_str(&table.render());
     }
 
     /// Appends Markdown text as it is.
-    pub fn text(&mut self, text: &str) {
+    pub(crate) fn text(&mut self, text: &str) {
         self.out.push_str(text);
     }
 
     /// Closes the report with its notes (each a list item), then [`SHARED_MACHINE_NOTE`].
-    pub fn finish(mut self, notes: impl IntoIterator<Item = String>) -> String {
+    pub(crate) fn finish(mut self, notes: impl IntoIterator<Item = String>) -> String {
         self.out.push_str("\n## Notes\n\n");
         for note in notes {
             let _ = writeln!(self.out, "- {note}");
@@ -67,14 +68,14 @@ impl Doc {
 
 /// A Markdown table: a header and rows of cells.
 #[derive(Debug, Clone, Default)]
-pub struct Table {
+pub(crate) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
     /// A table with these column headings.
-    pub fn new<S: Into<String>>(header: impl IntoIterator<Item = S>) -> Table {
+    pub(crate) fn new<S: Into<String>>(header: impl IntoIterator<Item = S>) -> Table {
         Table {
             header: header.into_iter().map(Into::into).collect(),
             rows: Vec::new(),
@@ -82,14 +83,14 @@ impl Table {
     }
 
     /// Appends a row; missing cells are left empty, extra ones dropped.
-    pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
+    pub(crate) fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
         let mut cells: Vec<String> = cells.into_iter().map(Into::into).collect();
         cells.resize(self.header.len(), String::new());
         self.rows.push(cells);
     }
 
     /// The table as Markdown.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
         let mut out = line(&self.header);
         let _ = writeln!(out, "|{}", "---|".repeat(self.header.len()));
@@ -101,7 +102,7 @@ impl Table {
 }
 
 /// `ops_per_sec` for a table cell: `1.23 k`, `845`.
-pub fn rate(ops_per_sec: f64) -> String {
+pub(crate) fn rate(ops_per_sec: f64) -> String {
     if ops_per_sec >= 1000.0 {
         format!("{:.2} k", ops_per_sec / 1000.0)
     } else {
@@ -109,8 +110,23 @@ pub fn rate(ops_per_sec: f64) -> String {
     }
 }
 
+/// The cell of a workload's rate: its ops/s (with its errors, if any), or `— (why)` with the
+/// first line of why it was not measured.
+pub(crate) fn rate_cell(result: &Result<Measured, String>) -> String {
+    match result {
+        Ok(m) if m.errors > 0 => format!("{} ({} errors)", rate(m.per_sec), m.errors),
+        Ok(m) => rate(m.per_sec),
+        Err(why) => format!("— ({})", why.lines().next().unwrap_or("failed")),
+    }
+}
+
+/// The cell of a ratio to a peer: `1.25x`, or `—` when either side is missing.
+pub(crate) fn ratio_cell(ratio: Option<f64>) -> String {
+    ratio.map_or_else(|| "—".to_owned(), |r| format!("{r:.2}x"))
+}
+
 /// A latency of `us` microseconds for a cell: in ms from 1 ms up, else in µs.
-pub fn latency(us: f64) -> String {
+pub(crate) fn latency(us: f64) -> String {
     if us >= 1000.0 {
         format!("{:.2} ms", us / 1000.0)
     } else {
@@ -120,7 +136,7 @@ pub fn latency(us: f64) -> String {
 
 /// Prints `report` and writes it to `target/bench-reports/<name>.md`, saying where and how
 /// long the run since `started` took.
-pub fn publish(report: &str, name: &str, started: SystemTime) -> Result<()> {
+pub(crate) fn publish(report: &str, name: &str, started: SystemTime) -> Result<()> {
     println!("{report}");
     let dir = cmd::target_dir().join("bench-reports");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -162,6 +178,19 @@ mod tests {
             text.contains("\n## Part\n\n\n## Notes\n\n- one\n- Client"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_rate_cell_shows_errors_or_why_it_is_missing() {
+        let m = Measured {
+            per_sec: 2500.0,
+            errors: 3,
+            ..Measured::default()
+        };
+        assert_eq!(rate_cell(&Ok(m)), "2.50 k (3 errors)");
+        assert_eq!(rate_cell(&Err("no etcd\nmore".into())), "— (no etcd)");
+        assert_eq!(ratio_cell(Some(1.234)), "1.23x");
+        assert_eq!(ratio_cell(None), "—");
     }
 
     #[test]

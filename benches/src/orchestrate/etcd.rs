@@ -30,7 +30,7 @@ use anyhow::{Result, bail};
 use tuplekv_harness::redis::Redis;
 use tuplekv_testkit::etcd::Cluster as EtcdCluster;
 
-use super::doc::{Doc, latency, publish, rate};
+use super::doc::{Doc, Table, latency, publish, rate_cell, ratio_cell};
 use super::fleet::{Measured, NO_TOKEN, run_at_once, sum_rates};
 use super::{Durations, LOAD_PACKAGE, build_release, command_line, load_average, load_note};
 
@@ -380,34 +380,32 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
              is the worst process's p50 / p99 per operation."
         ),
     );
-    let mut out = String::new();
     let raw = rate_of(results, RAW);
     let redis = rate_of(results, REDIS);
-    out.push_str(
-        "| workload | ops/s | p50 / p99 | vs raw etcd txn | vs Redis `INCR` | leader WAL \
-         fsyncs/s (mean ms) | Raft proposals per leader fsync |\n|---|---|---|---|---|---|---|\n",
-    );
+    let mut table = Table::new([
+        "workload",
+        "ops/s",
+        "p50 / p99",
+        "vs raw etcd txn",
+        "vs Redis `INCR`",
+        "leader WAL fsyncs/s (mean ms)",
+        "Raft proposals per leader fsync",
+    ]);
     for row in &results.rows {
+        let rate = row
+            .result
+            .as_ref()
+            .map(|m| m.rate.clone())
+            .map_err(Clone::clone);
         let Ok(m) = &row.result else {
-            let why = row
-                .result
-                .as_ref()
-                .err()
-                .map_or("failed", |e| e.lines().next().unwrap_or("failed"));
-            let _ = writeln!(out, "| {} | — ({why}) | | | | | |", row.label);
+            table.row([row.label.to_owned(), rate_cell(&rate)]);
             continue;
         };
-        let mut cell = rate(m.rate.per_sec);
-        if m.rate.errors > 0 {
-            let _ = write!(cell, " ({} errors)", m.rate.errors);
-        }
         let latency = match (m.rate.p50_us, m.rate.p99_us) {
             (Some(a), Some(b)) => format!("{} / {}", latency(a), latency(b)),
             _ => "—".to_owned(),
         };
-        let ratio = |peer: Option<f64>| {
-            peer.map_or_else(|| "—".to_owned(), |p| format!("{:.2}x", m.rate.per_sec / p))
-        };
+        let ratio = |peer: Option<f64>| ratio_cell(peer.map(|p| m.rate.per_sec / p));
         let (fsync, per_fsync) = match m.leader {
             Some(l) if l.fsyncs > 0.0 => (
                 format!(
@@ -419,14 +417,18 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
             ),
             _ => ("—".to_owned(), "—".to_owned()),
         };
-        let _ = writeln!(
-            out,
-            "| {} | {cell} | {latency} | {} | {} | {fsync} | {per_fsync} |",
-            row.label,
+        table.row([
+            row.label.to_owned(),
+            rate_cell(&rate),
+            latency,
             ratio(raw_peer(row.label).and_then(|peer| rate_of(results, peer))),
-            ratio(redis)
-        );
+            ratio(redis),
+            fsync,
+            per_fsync,
+        ]);
     }
+    doc.table(&table);
+    let mut out = String::new();
     let goal = match (rate_of(results, CHECKED), raw) {
         (Some(c), Some(r)) if c / r >= GOAL_OF_RAW => {
             format!("{:.2} of raw, goal ≥ {GOAL_OF_RAW}: **met**", c / r)

@@ -1,23 +1,23 @@
 //! The bench orchestrator behind `cargo xtask bench`: it runs the criterion groups with their
-//! peers' servers ([`criterion`], reported by [`report`]), and the comparisons that start real
-//! processes — KV Connect servers side by side ([`server`]), code sequences over KV Connect
-//! ([`remote`]), tuplekv on an etcd cluster ([`etcd`]) and the example service under load
-//! ([`service`]). Load processes run as one fleet ([`fleet`]); every report is written by one
-//! renderer ([`doc`]) and published to `target/bench-reports/`.
+//! peers' servers (`criterion`, reported by `report`), and the comparisons that start real
+//! processes — KV Connect servers side by side (`server`), code sequences over KV Connect
+//! (`remote`), tuplekv on an etcd cluster (`etcd`) and the example service under load
+//! (`service`). Load processes run as one fleet (`fleet`); every report is written by one
+//! renderer (`doc`) and published to `target/bench-reports/`.
 //!
 //! xtask builds the orchestrator (the `bench` binary of this crate), runs it, and publishes
 //! what it measured into `docs/performance.md`. The orchestrator links the test kit (the etcd
 //! cluster harness) and the harness crate (server processes, real clients, Redis).
 
-pub mod criterion;
-pub mod doc;
-pub mod etcd;
-pub mod fleet;
-pub mod handoff;
-pub mod remote;
-pub mod report;
-pub mod server;
-pub mod service;
+mod criterion;
+mod doc;
+mod etcd;
+mod fleet;
+mod handoff;
+mod remote;
+mod report;
+mod server;
+mod service;
 
 use std::path::PathBuf;
 

@@ -12,7 +12,6 @@
 //! commit latency through the server and against an in-process durable `Database`. The
 //! markdown report goes to standard output and `target/bench-reports/remote.md`.
 
-use std::fmt::Write as _;
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
@@ -25,7 +24,7 @@ use tuplekv_harness::cmd;
 use tuplekv_harness::redis::Redis;
 use tuplekv_harness::server::{Running, Stderr, generate_token, scratch_dir};
 
-use super::doc::{Doc, publish, rate};
+use super::doc::{Doc, Table, publish, rate_cell, ratio_cell};
 use super::fleet::{Measured, NO_TOKEN, run_at_once, run_client, sum_rates};
 use super::{
     CLI_BIN, CLI_PACKAGE, Durations, LOAD_PACKAGE, build_release, command_line, load_average,
@@ -485,7 +484,6 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
              over the processes' handles (warm-up included)."
         ),
     );
-    let mut out = String::new();
     let rate_of = |label: &str| {
         results
             .rows
@@ -495,32 +493,26 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
             .map(|m| m.per_sec)
             .filter(|r| *r > 0.0)
     };
-    out.push_str(
-        "| workload | codes/s | vs Redis `INCR` | store commits (refused) | goal |\n\
-         |---|---|---|---|---|\n",
-    );
+    let mut rates = Table::new([
+        "workload",
+        "codes/s",
+        "vs Redis `INCR`",
+        "store commits (refused)",
+        "goal",
+    ]);
     for row in &results.rows {
-        let redis = rate_of(row.versus);
-        let (cell, ratio) = match &row.result {
-            Ok(m) => {
-                let mut cell = rate(m.per_sec);
-                if m.errors > 0 {
-                    let _ = write!(cell, " ({} errors)", m.errors);
-                }
-                (cell, redis.map(|r| m.per_sec / r))
-            }
-            Err(why) => (
-                format!("— ({})", why.lines().next().unwrap_or("failed")),
-                None,
-            ),
-        };
+        let ratio = row
+            .result
+            .as_ref()
+            .ok()
+            .zip(rate_of(row.versus))
+            .map(|(m, r)| m.per_sec / r);
         let goal = match (row.goal, ratio) {
             (None, _) => String::new(),
             (Some(g), None) => format!("≥ {g}x Redis: not measured"),
             (Some(g), Some(r)) if r >= g => format!("≥ {g}x Redis: **met**"),
             (Some(g), Some(_)) => format!("≥ {g}x Redis: not met"),
         };
-        let ratio = ratio.map_or_else(|| "—".to_owned(), |r| format!("{r:.2}x"));
         let commits = match &row.result {
             Ok(Measured {
                 commits: Some(c),
@@ -529,24 +521,29 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
             }) => format!("{c} ({})", conflicts.unwrap_or(0)),
             _ => "—".to_owned(),
         };
-        let _ = writeln!(
-            out,
-            "| {} | {cell} | {ratio} | {commits} | {goal} |",
-            row.label
-        );
+        rates.row([
+            row.label.to_owned(),
+            rate_cell(&row.result),
+            ratio_cell(ratio),
+            commits,
+            goal,
+        ]);
     }
-    out.push_str(
-        "\n## What the network costs\n\nSequential, one thread: a point read \
-         (`Store::get_latest_raw`) and a commit of one 100-byte set, through `RemoteStore` to \
-         the server above, and on an in-process durable `Database` (sync durability, same \
-         disk), in alternating turns of 100. µs, p50 / p99.\n\n",
+    doc.table(&rates);
+    doc.section(
+        "What the network costs",
+        "Sequential, one thread: a point read (`Store::get_latest_raw`) and a commit of one \
+         100-byte set, through `RemoteStore` to the server above, and on an in-process durable \
+         `Database` (sync durability, same disk), in alternating turns of 100. µs, p50 / p99.",
     );
     match &results.latency {
         Ok(lines) => {
-            out.push_str(
-                "| op | RemoteStore | in-process Database | added by the network (p50) |\n\
-                 |---|---|---|---|\n",
-            );
+            let mut latencies = Table::new([
+                "op",
+                "RemoteStore",
+                "in-process Database",
+                "added by the network (p50)",
+            ]);
             for (label, remote_op, local_op) in LATENCY_ROWS {
                 let find = |store: &str, op: &str| {
                     lines
@@ -565,19 +562,12 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
                     (Some(r), Some(l)) => format!("{:+.1}", r.p50 - l.p50),
                     _ => "—".to_owned(),
                 };
-                let _ = writeln!(
-                    out,
-                    "| {label} | {} | {} | {added} |",
-                    cell(remote),
-                    cell(local)
-                );
+                latencies.row([label.to_owned(), cell(remote), cell(local), added]);
             }
+            doc.table(&latencies);
         }
-        Err(e) => {
-            let _ = writeln!(out, "Not measured: {e}");
-        }
+        Err(e) => doc.text(&format!("Not measured: {e}\n")),
     }
-    doc.text(&out);
     let mut all_notes = notes.to_vec();
     for row in &results.rows {
         match &row.result {

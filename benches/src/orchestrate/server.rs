@@ -23,7 +23,7 @@ use tuplekv_harness::clients::{self, DENO_VERSION, DENOKV_VERSION};
 use tuplekv_harness::cmd;
 use tuplekv_harness::server::{Running, Stderr, generate_token, scratch_dir};
 
-use super::doc::{Doc, publish, rate};
+use super::doc::{Doc, Table, publish, rate};
 use super::fleet::{run_client, run_client_keeping_output};
 use super::{
     CLI_BIN, CLI_PACKAGE, Durations, LOAD_PACKAGE, build_release, command_line, load_average,
@@ -464,26 +464,30 @@ fn render(
              protocol's cost alone). Ops/s, one run; ratio = tuplekv durable / denokv."
         ),
     );
-    let mut out = String::new();
-    out.push_str("| op | denokv | tuplekv durable | ratio | tuplekv in memory | goal |\n");
-    out.push_str("|---|---|---|---|---|---|\n");
+    let mut table = Table::new([
+        "op",
+        "denokv",
+        "tuplekv durable",
+        "ratio",
+        "tuplekv in memory",
+        "goal",
+    ]);
     for row in rows(results) {
         let ratio = row
             .ratio()
             .map_or_else(|| "—".to_owned(), |r| format!("{r:.1}x"));
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {ratio} | {} | {} |",
-            row.label,
+        table.row([
+            row.label.clone(),
             row.cell(Server::Denokv),
             row.cell(Server::TuplekvDurable),
+            ratio,
             row.cell(Server::TuplekvMemory),
             row.goal_cell(),
-        );
+        ]);
     }
-    out.push_str(&by_value_size(results, durations));
-    out.push_str(&where_time_goes(results));
-    doc.text(&out);
+    doc.table(&table);
+    by_value_size(&mut doc, results, durations);
+    where_time_goes(&mut doc, results);
     doc.finish(notes(results, extra_notes))
 }
 
@@ -654,38 +658,40 @@ fn large_writes_goal(results: &BTreeMap<Server, ServerRun>) -> String {
 }
 
 /// The Deno client's writes by value size, in flight and shape, with issue 31's goals.
-fn by_value_size(results: &BTreeMap<Server, ServerRun>, d: Durations) -> String {
-    let mut out = String::from("\n## Deno, by value size\n\n");
-    let _ = writeln!(
-        out,
-        "`kv.set` of a JS object (id, name, email, tags, a text body) whose V8 serialisation, \
-         as Deno sends and stores it, has the size shown; one at a time or in `Promise.all` \
-         batches of 32 or 256 over the one connection `Deno.openKv(url)` opens. ops/s, and \
-         each op's own latency (issue to result: in a batch, that includes waiting behind the \
-         others) p50 / p99 in ms. Each row: up to {} ops ({} from 16 KiB on, and at least one \
-         batch), at most {} s, after a warm-up; with under 100 ops the p99 is about the slowest \
-         op. Then the index guide's insert (check the email is free, set a ~2 KiB user and two \
-         index keys, one commit), and 100 or 200 atomic writes at once of ten 60 000-byte \
-         `Uint8Array`s each (~600 kB a write): the time all of them took, or how far they got \
-         in 60 s. Ratio = tuplekv durable / denokv ops/s.\n",
-        d.ops,
-        (d.ops / 4).max(1),
-        d.seconds,
+fn by_value_size(doc: &mut Doc, results: &BTreeMap<Server, ServerRun>, d: Durations) {
+    doc.section(
+        "Deno, by value size",
+        &format!(
+            "`kv.set` of a JS object (id, name, email, tags, a text body) whose V8 \
+             serialisation, as Deno sends and stores it, has the size shown; one at a time or \
+             in `Promise.all` batches of 32 or 256 over the one connection `Deno.openKv(url)` \
+             opens. ops/s, and each op's own latency (issue to result: in a batch, that \
+             includes waiting behind the others) p50 / p99 in ms. Each row: up to {} ops ({} \
+             from 16 KiB on, and at least one batch), at most {} s, after a warm-up; with \
+             under 100 ops the p99 is about the slowest op. Then the index guide's insert \
+             (check the email is free, set a ~2 KiB user and two index keys, one commit), and \
+             100 or 200 atomic writes at once of ten 60 000-byte `Uint8Array`s each (~600 kB a \
+             write): the time all of them took, or how far they got in 60 s. Ratio = tuplekv \
+             durable / denokv ops/s.",
+            d.ops,
+            (d.ops / 4).max(1),
+            d.seconds,
+        ),
     );
-    out.push_str("| value | in flight |");
+    let mut header = vec!["value".to_owned(), "in flight".to_owned()];
     for server in Server::ALL {
-        let _ = write!(out, " {0} ops/s | {0} p50 / p99 ms |", server.label());
+        header.push(format!("{} ops/s", server.label()));
+        header.push(format!("{} p50 / p99 ms", server.label()));
         if server == Server::TuplekvDurable {
-            out.push_str(" ratio |");
+            header.push("ratio".to_owned());
         }
     }
-    out.push_str(" goal |\n|---|---|");
-    out.push_str(&"---|".repeat(2 * Server::ALL.len() + 2));
-    out.push('\n');
+    header.push("goal".to_owned());
+    let mut table = Table::new(header);
     for row in size_rows(results) {
-        write_size_row(&mut out, results, &row);
+        table.row(size_cells(results, &row));
     }
-    out
+    doc.table(&table);
 }
 
 /// One row of the by-size table.
@@ -753,9 +759,8 @@ fn size_rows(results: &BTreeMap<Server, ServerRun>) -> Vec<SizeRow> {
     rows
 }
 
-/// Appends `row` to the by-size table in `out`: per server its rate (or a large round's
-/// outcome) and latencies, the durable / denokv ratio, and the goal.
-fn write_size_row(out: &mut String, results: &BTreeMap<Server, ServerRun>, row: &SizeRow) {
+/// The cells of one row of the by-size table.
+fn size_cells(results: &BTreeMap<Server, ServerRun>, row: &SizeRow) -> Vec<String> {
     let op_of = |server: Server| results.get(&server).and_then(|m| m.deno.get(&row.op));
     // A large round's rate only compares when both rounds finished: a stalled one's rate is
     // how far it got before the timeout.
@@ -768,44 +773,38 @@ fn write_size_row(out: &mut String, results: &BTreeMap<Server, ServerRun>, row: 
         }
         _ => "—".to_owned(),
     };
-    let _ = write!(out, "| {} | {} |", row.value, row.in_flight);
+    let mut cells = vec![row.value.clone(), row.in_flight.to_string()];
     for server in Server::ALL {
         let op = op_of(server);
-        let outcome = if row.large {
+        cells.push(if row.large {
             large_cell(op)
         } else {
             deno_rate_cell(op)
-        };
-        let _ = write!(out, " {outcome} | {} |", latency_cell(op));
+        });
+        cells.push(latency_cell(op));
         if server == Server::TuplekvDurable {
-            let _ = write!(out, " {ratio} |");
+            cells.push(ratio.clone());
         }
     }
-    let _ = writeln!(out, " {} |", row.goal);
+    cells.push(row.goal.clone());
+    cells
 }
 
 /// Latencies and server CPU per operation of the load generator's points, and what they say.
-fn where_time_goes(results: &BTreeMap<Server, ServerRun>) -> String {
-    let mut out = String::from(
-        "\n## Where the server's time goes (load generator)\n\n\
-         p50 / p99 latency in µs, and the server process's CPU time per operation in µs \
-         (from /proc; the rest of a request is waiting: for the disk, the network or the \
-         client).\n\n| point |",
+fn where_time_goes(doc: &mut Doc, results: &BTreeMap<Server, ServerRun>) {
+    doc.section(
+        "Where the server's time goes (load generator)",
+        "p50 / p99 latency in µs, and the server process's CPU time per operation in µs (from \
+         /proc; the rest of a request is waiting: for the disk, the network or the client).",
     );
+    let mut header = vec!["point".to_owned()];
     for server in Server::ALL {
-        let _ = write!(
-            out,
-            " {} p50 / p99 | {} CPU/op |",
-            server.label(),
-            server.label()
-        );
+        header.push(format!("{} p50 / p99", server.label()));
+        header.push(format!("{} CPU/op", server.label()));
     }
-    out.push_str("\n|---|");
-    out.push_str(&"---|---|".repeat(Server::ALL.len()));
-    out.push('\n');
-    let points = load_points(results);
-    for (op, concurrency) in &points {
-        let _ = write!(out, "| {op}, {concurrency} concurrent |");
+    let mut table = Table::new(header);
+    for (op, concurrency) in &load_points(results) {
+        let mut cells = vec![format!("{op}, {concurrency} concurrent")];
         for server in Server::ALL {
             let point = results.get(&server).and_then(|m| {
                 m.load
@@ -814,16 +813,19 @@ fn where_time_goes(results: &BTreeMap<Server, ServerRun>) -> String {
             });
             match point {
                 Some(p) => {
-                    let cpu = p
-                        .server_cpu_us_per_op
-                        .map_or_else(|| "—".to_owned(), |c| format!("{c:.0}"));
-                    let _ = write!(out, " {} / {} | {cpu} |", p.p50_us, p.p99_us);
+                    cells.push(format!("{} / {}", p.p50_us, p.p99_us));
+                    cells.push(
+                        p.server_cpu_us_per_op
+                            .map_or_else(|| "—".to_owned(), |c| format!("{c:.0}")),
+                    );
                 }
-                None => out.push_str(" — | — |"),
+                None => cells.extend(["—".to_owned(), "—".to_owned()]),
             }
         }
-        out.push('\n');
+        table.row(cells);
     }
+    doc.table(&table);
+    let mut out = String::new();
     let rate_of = |server: Server, op: &str, c: u64| {
         results
             .get(&server)?
@@ -871,7 +873,7 @@ fn where_time_goes(results: &BTreeMap<Server, ServerRun>) -> String {
             );
         }
     }
-    out
+    doc.text(&out);
 }
 
 /// Sync counts, failures and caveats.

@@ -19,7 +19,7 @@ pub const DENO_VERSION: &str = "2.9.6";
 /// The npm package that ships the Linux x86-64 Deno binary.
 const DENO_NPM_PACKAGE: &str = "@deno/linux-x64-glibc";
 /// Node's KV Connect client package, and the version pinned in `conformance/package.json`.
-const NODE_KV_PACKAGE: &str = "@deno/kv";
+pub const NODE_KV_PACKAGE: &str = "@deno/kv";
 /// The pinned version of [`NODE_KV_PACKAGE`].
 pub const NODE_KV_VERSION: &str = "0.14.0";
 /// The denokv server version the differential runs compare against.

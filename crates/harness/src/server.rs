@@ -24,7 +24,7 @@ use crate::cmd;
 /// How long a server may take to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a server may take to exit after SIGTERM before it is killed.
-const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long one connection attempt to a starting denokv may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
 /// The pause between two polls of a starting or stopping process.
@@ -34,7 +34,7 @@ const LISTENING_PREFIX: &str = "listening on ";
 /// Random bytes in an access token; hex-encoded it is 32 characters (servers want ≥ 12).
 pub const TOKEN_BYTES: usize = 16;
 /// How many lines of a server's log a start failure shows.
-const LOG_TAIL_LINES: usize = 20;
+pub const LOG_TAIL_LINES: usize = 20;
 /// What the echoed command line shows in place of the access token.
 const TOKEN_SHOWN: &str = "<token>";
 
