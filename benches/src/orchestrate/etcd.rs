@@ -32,7 +32,10 @@ use tuplekv_testkit::etcd::Cluster as EtcdCluster;
 
 use super::doc::{Doc, Table, latency, publish, rate_cell, ratio_cell};
 use super::fleet::{Measured, NO_TOKEN, run_at_once, sum_rates};
-use super::{Durations, LOAD_PACKAGE, build_release, command_line, load_average, load_note};
+use super::{
+    Durations, LOAD_PACKAGE, PROCESSES, THREADS, build_release, command_line, load_average,
+    load_note,
+};
 
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "etcd";
@@ -42,10 +45,6 @@ const LOAD_BIN: &str = "etcd_load";
 const REDIS_BIN: &str = "remote_codes";
 /// Members of the cluster.
 const MEMBERS: usize = 3;
-/// Client processes per workload, run at once.
-const PROCESSES: usize = 4;
-/// Threads (connections, for Redis) per process.
-const THREADS: usize = 4;
 /// Rounds of the alternating checked / raw pair.
 const ROUNDS: usize = 2;
 /// Goal: checked commits/s through `EtcdStore` over raw etcd transactions/s.

@@ -74,6 +74,12 @@ impl Durations {
     }
 }
 
+/// Client processes per loaded workload of a comparison, run at once (the workloads' "4
+/// processes" shape).
+pub(crate) const PROCESSES: usize = 4;
+/// Threads (connections, for Redis and PostgreSQL) per process of a loaded workload.
+pub(crate) const THREADS: usize = 4;
+
 /// The package of the tuplekv server.
 pub(crate) const CLI_PACKAGE: &str = "tuplekv-cli";
 /// Its binary.

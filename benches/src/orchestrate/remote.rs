@@ -27,18 +27,14 @@ use tuplekv_harness::server::{Running, Stderr, generate_token, scratch_dir};
 use super::doc::{Doc, Table, publish, rate_cell, ratio_cell};
 use super::fleet::{Measured, NO_TOKEN, run_at_once, run_client, sum_rates};
 use super::{
-    CLI_BIN, CLI_PACKAGE, Durations, LOAD_PACKAGE, build_release, command_line, load_average,
-    load_note,
+    CLI_BIN, CLI_PACKAGE, Durations, LOAD_PACKAGE, PROCESSES, THREADS, build_release, command_line,
+    load_average, load_note,
 };
 
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "remote";
 /// The load process.
 const LOAD_BIN: &str = "remote_codes";
-/// Client processes per workload, run at once.
-const PROCESSES: usize = 4;
-/// Threads (connections, for Redis and PostgreSQL) per process.
-const THREADS: usize = 4;
 /// Threads per process of the rows that show a busy app server (many requests in flight at
 /// once), where gapless mode's batches fill: gapless mode and Redis again, at this many.
 const THREADS_BUSY: usize = 64;
