@@ -101,9 +101,11 @@ impl Table {
     }
 }
 
-/// `ops_per_sec` for a table cell: `1.23 k`, `845`.
+/// `ops_per_sec` for a table cell: `12.85 M`, `1.23 k`, `845`.
 pub(crate) fn rate(ops_per_sec: f64) -> String {
-    if ops_per_sec >= 1000.0 {
+    if ops_per_sec >= 1e6 {
+        format!("{:.2} M", ops_per_sec / 1e6)
+    } else if ops_per_sec >= 1000.0 {
         format!("{:.2} k", ops_per_sec / 1000.0)
     } else {
         format!("{ops_per_sec:.0}")
@@ -197,6 +199,8 @@ mod tests {
     fn cells_switch_units_at_a_thousand() {
         assert_eq!(rate(999.0), "999");
         assert_eq!(rate(1234.0), "1.23 k");
+        assert_eq!(rate(999_999.0), "1000.00 k");
+        assert_eq!(rate(12_853_940.0), "12.85 M");
         assert_eq!(latency(999.0), "999.00 µs");
         assert_eq!(latency(1500.0), "1.50 ms");
     }

@@ -435,7 +435,7 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
         (Some(c), Some(r)) => format!("{:.2} of raw, goal ≥ {GOAL_OF_RAW}: not met", c / r),
         _ => format!("goal ≥ {GOAL_OF_RAW} of raw: not measured"),
     };
-    let _ = writeln!(out, "\nOur layer's overhead: checked commits {goal}.\n");
+    let _ = writeln!(out, "\nOur layer's overhead: checked commits {goal}.");
     doc.text(&out);
     let mut all_notes = notes.to_vec();
     if let Some(rtt) = results.peer_rtt_ms {
