@@ -2,8 +2,9 @@
 //! peers' servers (`criterion`, reported by `report`), and the comparisons that start real
 //! processes — KV Connect servers side by side (`server`), code sequences over KV Connect
 //! (`remote`), tuplekv on an etcd cluster (`etcd`) and the example service under load
-//! (`service`). Load processes run as one fleet (`fleet`); every report is written by one
-//! renderer (`doc`) and published to `target/bench-reports/`.
+//! (`service`). Load processes run as one fleet (`fleet`); every table (the criterion
+//! report's included) and every comparison's report is written by one renderer (`doc`), and
+//! the comparisons' reports are published to `target/bench-reports/`.
 //!
 //! xtask builds the orchestrator (the `bench` binary of this crate), runs it, and publishes
 //! what it measured into `docs/performance.md`. The orchestrator links the test kit (the etcd

@@ -20,6 +20,8 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 use tuplekv_harness::cmd;
 
+use super::doc::Table;
+
 /// One measured benchmark.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Measurement {
@@ -205,7 +207,7 @@ fn records_in(setting: &str) -> Option<f64> {
 /// implementation: its time on the largest store over its time on the smallest, round by
 /// round (the median over rounds). Near 1 means a commit costs the same whatever the store
 /// holds; a cost that grows with the store shows at once, in one run.
-fn growth_rows(md: &mut String, rows: &[&Measurement]) {
+fn growth_rows(table: &mut Table, rows: &[&Measurement]) {
     /// One measurement on a sized store: records, setting, median ns.
     type Sized<'a> = (f64, &'a str, f64);
     let mut sized: BTreeMap<(&str, u32), Vec<Sized<'_>>> = BTreeMap::new();
@@ -237,11 +239,13 @@ fn growth_rows(md: &mut String, rows: &[&Measurement]) {
     for (function, (small, large, per_round)) in growth {
         let rounds = per_round.len();
         if let Some(ratio) = median(per_round) {
-            let _ = writeln!(
-                md,
-                "| {function} | growth: time at {large} / at {small}, median of {rounds} \
-                 round(s) | - | - | {ratio:.2}x |"
-            );
+            table.row([
+                function.to_owned(),
+                format!("growth: time at {large} / at {small}, median of {rounds} round(s)"),
+                "-".to_owned(),
+                "-".to_owned(),
+                format!("{ratio:.2}x"),
+            ]);
         }
     }
 }
@@ -279,10 +283,13 @@ pub(crate) fn render(
     }
     for (group, rows) in &groups {
         let _ = writeln!(md, "## {group}\n");
-        let _ = writeln!(
-            md,
-            "| implementation | parameter | median time | throughput | ratio |\n|---|---|---|---|---|"
-        );
+        let mut table = Table::new([
+            "implementation",
+            "parameter",
+            "median time",
+            "throughput",
+            "ratio",
+        ]);
         let reference_of = |m: &Measurement| {
             rows.iter()
                 .copied()
@@ -313,13 +320,13 @@ pub(crate) fn render(
             } else {
                 m.function.clone()
             };
-            let _ = writeln!(
-                md,
-                "| {name} | {} | {} | {} | {ratio} |",
-                m.param.as_deref().unwrap_or("-"),
+            table.row([
+                name,
+                m.param.as_deref().unwrap_or("-").to_owned(),
                 human_time(m.median_ns),
                 m.ops_per_sec().map_or("-".to_owned(), human_rate),
-            );
+                ratio,
+            ]);
         }
         // A row measured in alternating rounds (`round 1`, `round 2`, ...) against the
         // reference: the median of its per-round ratios, which the machine's drift moves far
@@ -348,16 +355,19 @@ pub(crate) fn render(
             } else {
                 format!("{setting}, ")
             };
-            let _ = writeln!(
-                md,
-                "| {peer} | {setting}median of {} rounds | - | - | {median:.2}x |",
-                rounds
-            );
+            table.row([
+                peer.to_owned(),
+                format!("{setting}median of {rounds} rounds"),
+                "-".to_owned(),
+                "-".to_owned(),
+                format!("{median:.2}x"),
+            ]);
         }
-        growth_rows(&mut md, rows);
+        growth_rows(&mut table, rows);
         for s in skipped.iter().filter(|s| s.group == *group) {
-            let _ = writeln!(md, "| {} | - | skipped | - | {} |", s.peer, s.reason);
+            table.row([&s.peer, "-", "skipped", "-", &s.reason]);
         }
+        md.push_str(&table.render());
         md.push('\n');
     }
     let orphans: Vec<&Skipped> = skipped
