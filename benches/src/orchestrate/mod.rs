@@ -100,18 +100,31 @@ pub const COMPARISONS: [(&str, Comparison); 4] = [
     (service::GROUP, service::run),
 ];
 
+/// What a run of `groups` does: the criterion groups to run (`None`: none; an empty list: every
+/// one), then the comparisons, in the order asked.
+fn split(groups: &[String]) -> (Option<Vec<String>>, Vec<&'static str>) {
+    let mut criterion_groups = Vec::new();
+    let mut comparisons = Vec::new();
+    for group in groups {
+        match COMPARISONS.iter().find(|(name, _)| name == group) {
+            Some((name, _)) => comparisons.push(*name),
+            None => criterion_groups.push(group.clone()),
+        }
+    }
+    let criterion =
+        (!criterion_groups.is_empty() || comparisons.is_empty()).then_some(criterion_groups);
+    (criterion, comparisons)
+}
+
 /// Runs the criterion groups among `groups` (all of them when `groups` is empty), then each
 /// comparison it names, stopping at the first failure.
 pub fn run(quick: bool, groups: &[String]) -> Result<()> {
-    let (comparisons, criterion_groups): (Vec<&String>, Vec<&String>) = groups
-        .iter()
-        .partition(|g| COMPARISONS.iter().any(|(name, _)| name == g));
-    if !criterion_groups.is_empty() || comparisons.is_empty() {
-        let criterion_groups: Vec<String> = criterion_groups.into_iter().cloned().collect();
+    let (criterion_groups, comparisons) = split(groups);
+    if let Some(criterion_groups) = criterion_groups {
         criterion::run(quick, &criterion_groups)?;
     }
-    for group in comparisons {
-        if let Some((_, run)) = COMPARISONS.iter().find(|(name, _)| name == group) {
+    for name in comparisons {
+        if let Some((_, run)) = COMPARISONS.iter().find(|(n, _)| *n == name) {
             run(quick)?;
         }
     }
@@ -166,6 +179,25 @@ mod tests {
         assert_eq!(Durations::QUICK.whole_seconds(), 1);
         assert_eq!(Durations::of(true), Durations::QUICK);
         assert_eq!(Durations::FULL.warmup_ops(), 200);
+    }
+
+    #[test]
+    fn a_run_does_the_criterion_groups_first_and_then_the_comparisons_asked() {
+        let names =
+            |line: &str| -> Vec<String> { line.split_whitespace().map(str::to_owned).collect() };
+        assert_eq!(
+            split(&[]),
+            (Some(vec![]), vec![]),
+            "nothing asked: every group"
+        );
+        assert_eq!(
+            split(&names("remote codec etcd engine")),
+            (Some(names("codec engine")), vec!["remote", "etcd"])
+        );
+        assert_eq!(
+            split(&names("server service")),
+            (None, vec!["server", "service"])
+        );
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! clients installed on demand ([`clients`]: Deno, Node's `@deno/kv`, denokv) and a throw-away
 //! `redis-server` ([`redis`]).
 //!
-//! It depends on the standard library and `anyhow` only, so that xtask, which must build fast
-//! and before anything else, can link it without building the store.
+//! It depends on the standard library, `anyhow` and `serde_json` only, so that xtask, which
+//! must build fast and before anything else, can link it without building the store.
 
 pub mod clients;
 pub mod cmd;
