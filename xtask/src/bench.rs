@@ -1,21 +1,18 @@
 //! `cargo xtask bench`: builds the bench orchestrator (the `bench` binary of
-//! `tuplekv-benches`, module `tuplekv_benches::orchestrate`) in release mode, runs it with the
-//! same options, and publishes what a full criterion run measured into `docs/performance.md`
-//! ([`perf_doc`]). What runs, against which peers, and how each report is written, is the
+//! `tuplekv-benches`, module `tuplekv_benches::orchestrate`) with the bench profile, runs it
+//! with the same options, and publishes into `docs/performance.md` ([`perf_doc`]) the
+//! criterion report a full run left to publish (`tuplekv_harness::benches::to_publish`, with
+//! its stamp). What runs, against which peers, and how each report is written, is the
 //! orchestrator's.
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::SystemTime;
 
 use anyhow::{Context, Result};
+use tuplekv_harness::benches;
 
 use crate::{cmd, perf_doc};
 
-/// The package holding the benches and their orchestrator.
-const PACKAGE: &str = "tuplekv-benches";
-/// The orchestrator's binary.
-const ORCHESTRATOR: &str = "bench";
 /// Options of `cargo xtask bench`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub(crate) struct BenchArgs {
@@ -32,19 +29,6 @@ pub(crate) struct BenchArgs {
 }
 
 impl BenchArgs {
-    /// The command line that reruns this run, as the published stamp quotes it.
-    fn command_line(&self) -> String {
-        let mut line = String::from("cargo xtask bench");
-        if self.quick {
-            line.push_str(" --quick");
-        }
-        for group in &self.groups {
-            line.push(' ');
-            line.push_str(group);
-        }
-        line
-    }
-
     /// The orchestrator's command for this run.
     fn orchestrator(&self, binary: PathBuf) -> Command {
         let mut command = Command::new(binary);
@@ -57,28 +41,26 @@ impl BenchArgs {
     }
 }
 
-/// Builds and runs the orchestrator, then publishes its criterion report.
+/// Builds and runs the orchestrator, then publishes the criterion report it left.
 pub(crate) fn run(args: &BenchArgs) -> Result<()> {
-    let started = SystemTime::now();
-    cmd::run(cmd::cargo().args(["build", "--release", "-p", PACKAGE, "--bin", ORCHESTRATOR]))?;
-    let binary = cmd::target_dir().join("release").join(ORCHESTRATOR);
-    cmd::run(&mut args.orchestrator(binary))?;
-    // A full run publishes the criterion report the orchestrator wrote, if it ran criterion
-    // groups (a run of only the comparisons writes none).
-    if args.quick {
+    cmd::run(&mut benches::build_command(
+        benches::PACKAGE,
+        benches::ORCHESTRATOR_BIN,
+    ))?;
+    cmd::run(&mut args.orchestrator(benches::binary(benches::ORCHESTRATOR_BIN)))?;
+    let (report, stamp) = (benches::to_publish(), benches::to_publish_stamp());
+    if !report.exists() {
+        // A quick run, a run of only the comparisons, or one that measured nothing.
         return Ok(());
     }
-    let report = cmd::target_dir().join("bench-report").join("report.md");
-    let written_now = std::fs::metadata(&report)
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| t >= started);
-    if written_now {
-        let doc = cmd::workspace_root().join("docs").join("performance.md");
-        let stamp = format!("{} by `{}`", cmd::utc_date(started), args.command_line());
-        perf_doc::update(&doc, &report, &stamp)
-            .with_context(|| format!("publishing {}", cmd::relative(&report)))?;
-        eprintln!("updated {}", cmd::relative(&doc));
-    }
+    let stamp = std::fs::read_to_string(&stamp)
+        .with_context(|| format!("reading {}", cmd::relative(&stamp)))?;
+    let doc = cmd::workspace_root().join("docs").join("performance.md");
+    perf_doc::update(&doc, &report, stamp.trim())
+        .with_context(|| format!("publishing {}", cmd::relative(&report)))?;
+    // Published once: a later run that measures nothing must not publish it again.
+    let _ = std::fs::remove_file(&report);
+    eprintln!("updated {}", cmd::relative(&doc));
     Ok(())
 }
 
@@ -97,9 +79,5 @@ mod tests {
     fn the_orchestrator_gets_the_same_options() {
         let shown = cmd::display(&args(true, &["codec", "remote"]).orchestrator("bench".into()));
         assert!(shown.ends_with("bench --quick codec remote"), "{shown}");
-        assert_eq!(
-            args(true, &["codec"]).command_line(),
-            "cargo xtask bench --quick codec"
-        );
     }
 }

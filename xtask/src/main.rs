@@ -83,9 +83,11 @@ and the command exits non-zero naming that file.";
 
 /// What `cargo xtask bench --help` says beside the options.
 const BENCH_ABOUT: &str = "\
-Builds the bench orchestrator (`cargo build --release -p tuplekv-benches --bin bench`, module
-benches/src/orchestrate/), runs it with these options, and merges the criterion report a full
-run wrote into docs/performance.md. The orchestrator:
+Builds the bench orchestrator (`cargo build --profile bench -p tuplekv-benches --bin bench`,
+module benches/src/orchestrate/), runs it with these options, and merges into
+docs/performance.md the criterion report a full run that measured something left to publish.
+Every comparison below measures each workload for 4 s after 0.5 s of warm-up (`--quick`: 0.5 s
+after 0.1 s; pgbench and service-load take whole seconds, so 1 s). The orchestrator:
 
 Runs `cargo bench -p tuplekv-benches --bench <GROUP>` for each group; a group is a file
 benches/benches/<GROUP>.rs, and by default every one runs. Starts a loopback redis-server for
@@ -95,36 +97,35 @@ and the date) and target/bench-report/ratios.svg (a bar chart of the ratios), fr
 of this run only.
 
 The group `server` (never run by default) is not a criterion group: it builds `tuplekv` and
-the load generator `kvconnect_load` in release mode, installs Deno 2.9.6 and denokv 0.14.0
-into $TUPLEKV_TOOLS_DIR (default target/tools) when missing, and runs the Deno client bench
+the load generator `kvconnect_load` with the bench profile, installs Deno 2.9.6 and denokv
+0.14.0 into $TUPLEKV_TOOLS_DIR (default target/tools) when missing, and runs the Deno client bench
 (bench/server/deno_bench.ts) and the load generator against denokv, `tuplekv serve
 --durability sync` and `tuplekv serve` in memory, one at a time on loopback. It prints a
 side-by-side table with the goals of issue 22 marked met or not, and writes it to
-target/bench-reports/server.md (about 4 minutes; `--quick` is a smoke run of under a minute).
+target/bench-reports/server.md (`--quick` is a smoke run).
 TUPLEKV_BENCH_SERVER_BIN=<path> uses that `tuplekv` binary instead of building one.
 
 The group `remote` (never run by default) builds `tuplekv` and the load process
-`remote_codes` in release mode, starts `tuplekv serve --durability sync` on loopback and runs
-4 processes x 4 threads issuing codes through `RemoteStore` (fast mode, then gapless mode),
+`remote_codes` with the bench profile, starts `tuplekv serve --durability sync` on loopback and
+runs 4 processes x 4 threads issuing codes through `RemoteStore` (fast mode, then gapless mode),
 then the same for Redis `INCR` (unpipelined; a redis-server is started for it when installed)
 and PostgreSQL `nextval` through pgbench (a throw-away cluster, when PostgreSQL is installed),
 and the sequential get and commit latency of `RemoteStore` against an in-process `Database`.
 It prints a table with the goals (fast >= 10x Redis, gapless >= Redis) marked met or not and
-writes it to target/bench-reports/remote.md (about a minute; `--quick`: 1 s per workload).
+writes it to target/bench-reports/remote.md.
 
-The group `etcd` (never run by default) builds the load process `etcd_load` in release mode,
-starts a 3-member etcd cluster on loopback (the test kit's harness) and runs 4 processes x 4
+The group `etcd` (never run by default) builds the load process `etcd_load` with the bench
+profile, starts a 3-member etcd cluster on loopback (the test kit's harness) and runs 4 processes x 4
 threads of checked commits through `EtcdStore` beside raw etcd transactions with the same
 client (the overhead ratio, goal >= 0.8), codes in fast and gapless mode, and Redis `INCR`;
-with the leader's WAL fsyncs from etcd's /metrics. Report: target/bench-reports/etcd.md
-(about 1.5 minutes once built).
+with the leader's WAL fsyncs from etcd's /metrics. Report: target/bench-reports/etcd.md.
 
 The group `service` (never run by default) builds the load generator `service-load` of the
-example service (examples/service) in release mode and runs it: the service in process on an
-embedded in-memory database, an embedded durable one (sync) and an in-process `tuplekv serve`
+example service (examples/service) with the bench profile and runs it: the service in process
+on an embedded in-memory database, an embedded durable one (sync) and an in-process `tuplekv serve`
 through `RemoteStore`, each with blocking handlers (in `spawn_blocking`) and async ones, under
 64 HTTP/1.1 keep-alive clients per scenario (users, invoices, orders, reads). Report:
-target/bench-reports/service.md (about a minute; `--quick`: 1 s per scenario).";
+target/bench-reports/service.md.";
 
 /// What `cargo xtask soak --help` says beside the options.
 const SOAK_ABOUT: &str = "\

@@ -1,6 +1,6 @@
 //! `etcd_load`: one process of `cargo xtask bench etcd`. It drives one workload against an
-//! etcd cluster (which xtask starts with the test kit's harness) from T threads for D seconds
-//! and prints one JSON line with the rate and the per-operation latency.
+//! etcd cluster (which the bench orchestrator starts with the test kit's harness) from T
+//! threads for D seconds and prints one JSON line with the rate and the per-operation latency.
 //!
 //! ```text
 //! etcd_load checked|raw-txn|fast|gapless --endpoints URL[,URL…] [--threads 4] [--seconds 5]
@@ -12,8 +12,8 @@
 //!   `mod_revision` comparison and one put, on a runtime of the same size as `EtcdStore`'s.
 //! - `fast`, `gapless`: codes of one sequence through `Sequences<EtcdStore>`.
 //!
-//! xtask runs several of these processes at once and sums their rates; each process measures
-//! its own window after its warm-up.
+//! The bench orchestrator runs several of these processes at once and sums their rates; each
+//! process measures its own window after its warm-up.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -9,8 +9,9 @@
 //! remote_codes redis-incr --url redis://HOST:PORT [--threads 4] [--seconds 5] [--warmup 0.5]
 //! remote_codes latency --url http://HOST:PORT --data-dir DIR [--ops 2000]
 //! ```
-//! The KV Connect token is `$DENO_KV_ACCESS_TOKEN`. xtask runs several of these processes at
-//! once and sums their rates; each process measures its own window after its warm-up.
+//! The KV Connect token is `$DENO_KV_ACCESS_TOKEN`. The bench orchestrator runs several of
+//! these processes at once and sums their rates; each process measures its own window after
+//! its warm-up.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +32,7 @@ use tuplekv_sequence::{Mode, Numbering, SequenceOptions, Sequences};
 const LATENCY_OPS_DEFAULT: usize = 2000;
 /// Most operations per latency series.
 const LATENCY_OPS_MAX: usize = 1_000_000;
-/// Sequence prefix unless `--prefix` says otherwise (the xtask gives each mode its own).
+/// Sequence prefix unless `--prefix` says otherwise (the bench orchestrator gives each mode its own).
 const PREFIX_DEFAULT: &str = "BENCH";
 /// Digits of the codes: wide enough that a run never widens them.
 const CODE_WIDTH: usize = 12;
@@ -95,7 +96,7 @@ struct Args {
     /// Unmeasured seconds before the window.
     #[arg(long, default_value_t = WARMUP_DEFAULT, value_parser = warmup_seconds)]
     warmup: f64,
-    /// Sequence prefix (the xtask gives each mode its own).
+    /// Sequence prefix (the bench orchestrator gives each mode its own).
     #[arg(long, default_value = PREFIX_DEFAULT)]
     prefix: String,
     /// Where `latency` opens its in-process durable database.

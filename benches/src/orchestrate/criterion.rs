@@ -14,12 +14,9 @@ use anyhow::{Context, Result, bail};
 
 use tuplekv_harness::redis::Redis;
 
-use tuplekv_harness::cmd;
+use tuplekv_harness::{benches, cmd};
 
 use super::{handoff, report};
-
-/// The package holding the benches.
-const PACKAGE: &str = "tuplekv-benches";
 
 /// The directory holding one `<group>.rs` per bench group.
 fn groups_dir() -> PathBuf {
@@ -62,7 +59,7 @@ pub(crate) fn plan(groups: &[String]) -> Result<Vec<String>> {
 /// The `cargo bench` command for one group.
 fn bench_command(group: &str, quick: bool) -> Command {
     let mut cmd = cmd::cargo();
-    cmd.args(["bench", "-p", PACKAGE, "--bench", group]);
+    cmd.args(["bench", "-p", benches::PACKAGE, "--bench", group]);
     if quick {
         // criterion 0.8 supports `--quick`: stop sampling once the estimate is tight enough.
         // Shorter warm-up and measurement: about 5 minutes in all for some 270 results
@@ -97,8 +94,12 @@ pub(crate) fn run(quick: bool, groups: &[String]) -> Result<()> {
     let asked = groups;
     let groups = plan(asked)?;
     let started_at = SystemTime::now();
-    let out_dir = cmd::target_dir().join("bench-report");
+    let out_dir = benches::criterion_report_dir();
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    // What an earlier run left to publish is not this run's.
+    for stale in [benches::to_publish(), benches::to_publish_stamp()] {
+        let _ = std::fs::remove_file(stale);
+    }
     let skipped_file = out_dir.join("skipped.tsv");
     std::fs::write(&skipped_file, "")
         .with_context(|| format!("writing {}", skipped_file.display()))?;
@@ -159,6 +160,14 @@ pub(crate) fn run(quick: bool, groups: &[String]) -> Result<()> {
         skipped.len(),
         cmd::relative(&out_dir.join("ratios.svg"))
     );
+    // A full run that measured something leaves its report for xtask to publish into
+    // docs/performance.md, with the stamp the doc gives its tables.
+    if !quick && !measurements.is_empty() {
+        std::fs::copy(&path, benches::to_publish())
+            .with_context(|| format!("copying {}", cmd::relative(&path)))?;
+        let stamp = format!("{} by `{command}`", cmd::utc_date(started_at));
+        std::fs::write(benches::to_publish_stamp(), stamp).context("writing the publish stamp")?;
+    }
     Ok(())
 }
 

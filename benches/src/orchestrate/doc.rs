@@ -7,13 +7,13 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
-use tuplekv_harness::cmd;
+use tuplekv_harness::{benches, cmd};
 
 use super::fleet::Measured;
 use super::report;
 
 /// The note every comparison closes with: its processes share the machine.
-pub(crate) const SHARED_MACHINE_NOTE: &str = "Client processes and servers share the machine's \
+const SHARED_MACHINE_NOTE: &str = "Client processes and servers share the machine's \
     cores; absolute rates on a shared 2-core machine move ±20–40% between runs. Compare \
     within a table.";
 
@@ -82,9 +82,17 @@ impl Table {
         }
     }
 
-    /// Appends a row; missing cells are left empty, extra ones dropped.
+    /// Appends a row; missing cells are left empty (a row that only names itself), and a
+    /// row with more cells than columns is a bug of its table (asserted in debug builds,
+    /// dropped in release).
     pub(crate) fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
         let mut cells: Vec<String> = cells.into_iter().map(Into::into).collect();
+        debug_assert!(
+            cells.len() <= self.header.len(),
+            "a row of {} cells in a table of {} columns",
+            cells.len(),
+            self.header.len()
+        );
         cells.resize(self.header.len(), String::new());
         self.rows.push(cells);
     }
@@ -140,7 +148,7 @@ pub(crate) fn latency(us: f64) -> String {
 /// long the run since `started` took.
 pub(crate) fn publish(report: &str, name: &str, started: SystemTime) -> Result<()> {
     println!("{report}");
-    let dir = cmd::target_dir().join("bench-reports");
+    let dir = benches::comparison_reports_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(format!("{name}.md"));
     std::fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;
@@ -157,10 +165,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_table_pads_short_rows_and_drops_extra_cells() {
+    fn a_table_pads_short_rows() {
         let mut t = Table::new(["op", "rate"]);
         t.row(["get"]);
-        t.row(["set", "1.00 k", "extra"]);
+        t.row(["set", "1.00 k"]);
         assert_eq!(
             t.render(),
             "| op | rate |\n|---|---|\n| get |  |\n| set | 1.00 k |\n"

@@ -2,9 +2,10 @@
 //! etcd transaction rate through the same client crate and beside Redis `INCR`.
 //!
 //! Builds the load process `etcd_load` (and `remote_codes`, whose `redis-incr` workload is the
-//! Redis peer) in release mode, starts the cluster with the test kit's harness (the same
-//! members and flags as the etcd tests; its `leader()` names the leader), and runs [`PROCESSES`] load
-//! processes at once per workload, each with [`THREADS`] threads; their rates are summed:
+//! Redis peer) with the bench profile, starts the cluster with the test kit's harness (the
+//! same members and flags as the etcd tests; its `leader_within` names the leader), and runs
+//! `PROCESSES` load processes at once per workload, each with `THREADS` threads; their rates
+//! are summed:
 //! - checked commits through `EtcdStore` (one key check and one set each) and raw etcd
 //!   transactions (one `mod_revision` comparison and one put each), alternating for
 //!   [`ROUNDS`] rounds so that drift in the machine's load hits both alike; the ratio of
@@ -25,16 +26,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 use tuplekv_harness::redis::Redis;
-use tuplekv_testkit::etcd::Cluster as EtcdCluster;
+use tuplekv_testkit::etcd::{Cluster as EtcdCluster, READY_TIMEOUT};
 
 use super::doc::{Doc, Table, latency, publish, rate_cell, ratio_cell};
 use super::fleet::{Measured, NO_TOKEN, run_at_once, sum_rates};
 use super::{
-    Durations, LOAD_PACKAGE, PROCESSES, THREADS, build_release, command_line, load_average,
-    load_note,
+    Durations, LOAD_PACKAGE, PROCESSES, THREADS, build_bin, command_line, load_average, load_note,
 };
 
 /// The name `cargo xtask bench` routes here.
@@ -141,7 +141,9 @@ impl Cluster {
     fn start() -> Result<Cluster> {
         let members = EtcdCluster::try_start(MEMBERS)
             .map_err(|why| anyhow::anyhow!("starting a {MEMBERS}-member etcd cluster: {why}"))?;
-        let leader = members.leader();
+        let leader = members.leader_within(READY_TIMEOUT).with_context(|| {
+            format!("no member of the etcd cluster named a leader within {READY_TIMEOUT:?}")
+        })?;
         let urls = members.client_urls();
         Ok(Cluster {
             members,
@@ -479,8 +481,8 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
 pub(crate) fn run(quick: bool) -> Result<()> {
     let started = SystemTime::now();
     let d = Durations::of(quick);
-    let load: PathBuf = build_release(LOAD_PACKAGE, LOAD_BIN)?;
-    let redis_load: PathBuf = build_release(LOAD_PACKAGE, REDIS_BIN)?;
+    let load: PathBuf = build_bin(LOAD_PACKAGE, LOAD_BIN)?;
+    let redis_load: PathBuf = build_bin(LOAD_PACKAGE, REDIS_BIN)?;
     let load_before = load_average();
     let results = measure(&load, &redis_load, d)?;
     let command = command_line(GROUP, quick);

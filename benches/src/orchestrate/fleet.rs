@@ -1,7 +1,8 @@
 //! A fleet of load processes run at once, and their summed result: what the `etcd` and
-//! `remote` comparisons share, and the one runner of a client process ([`run_client`]). Each process prints one JSON result line (the benches
-//! crate's load binaries: `ops_per_sec`, and where they know them `p50_us`, `p99_us`,
-//! `errors`, `first_error`, `commits`, `conflicts`).
+//! `remote` comparisons share, and the one runner of a client process ([`run_client`]). Each
+//! process prints one JSON result line (the benches crate's load binaries: `ops_per_sec`, and
+//! where they know them `p50_us`, `p99_us`, `errors`, `first_error`, `commits`,
+//! `conflicts`).
 
 use std::io::Read as _;
 use std::process::{Command, Stdio};
@@ -35,7 +36,6 @@ pub(crate) struct Measured {
     pub(crate) conflicts: Option<u64>,
 }
 
-/// `a + b` where either is known.
 impl Measured {
     /// The report's notes on this workload, the row `label`: its first error, and the store
     /// commits (and refused ones) where the processes counted them.
@@ -57,6 +57,7 @@ impl Measured {
     }
 }
 
+/// `a + b` where either is known.
 fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (None, None) => None,
@@ -204,5 +205,25 @@ mod tests {
         assert_eq!(total.conflicts, None);
         assert!(sum_rates(&["no json".to_owned()]).is_err());
         assert!(sum_rates(&["{\"errors\": 0}".to_owned()]).is_err());
+    }
+
+    #[test]
+    fn keeps_a_failed_clients_output() {
+        let run = run_client_keeping_output(
+            Command::new("sh").args(["-c", "echo '{\"op\":\"set\"}'; exit 3"]),
+            "secret",
+            Duration::from_secs(30),
+        )
+        .expect("runs");
+        assert_eq!(run.stdout.trim(), "{\"op\":\"set\"}");
+        assert!(run.failure.is_some_and(|f| f.contains("failed")));
+        let slow = run_client_keeping_output(
+            Command::new("sh").args(["-c", "echo early; exec sleep 30"]),
+            "secret",
+            Duration::from_millis(300),
+        )
+        .expect("runs");
+        assert_eq!(slow.stdout.trim(), "early");
+        assert!(slow.failure.is_some_and(|f| f.contains("killed")));
     }
 }

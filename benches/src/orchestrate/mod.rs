@@ -3,8 +3,8 @@
 //! processes — KV Connect servers side by side (`server`), code sequences over KV Connect
 //! (`remote`), tuplekv on an etcd cluster (`etcd`) and the example service under load
 //! (`service`). Load processes run as one fleet (`fleet`); every table (the criterion
-//! report's included) and every comparison's report is written by one renderer (`doc`), and
-//! the comparisons' reports are published to `target/bench-reports/`.
+//! report's included) goes through one renderer's `Table`, every comparison's report is a
+//! `Doc` of that renderer (`doc`), published to `target/bench-reports/`.
 //!
 //! xtask builds the orchestrator (the `bench` binary of this crate), runs it, and publishes
 //! what it measured into `docs/performance.md`. The orchestrator links the test kit (the etcd
@@ -23,7 +23,7 @@ mod service;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use tuplekv_harness::cmd;
+use tuplekv_harness::{benches, cmd};
 
 /// How long each measured workload of a comparison runs: one pace for every group.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -86,7 +86,7 @@ pub(crate) const CLI_PACKAGE: &str = "tuplekv-cli";
 /// Its binary.
 pub(crate) const CLI_BIN: &str = "tuplekv";
 /// The package of the load processes.
-pub(crate) const LOAD_PACKAGE: &str = "tuplekv-benches";
+pub(crate) const LOAD_PACKAGE: &str = benches::PACKAGE;
 
 /// What runs one comparison: given whether the run is quick, it measures, publishes its
 /// report and fails when ours failed.
@@ -131,15 +131,11 @@ pub fn run(quick: bool, groups: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The cargo target directory's release binary `name`.
-pub(crate) fn release_bin(name: &str) -> PathBuf {
-    cmd::target_dir().join("release").join(name)
-}
-
-/// Builds binary `bin` of `package` in release mode and returns its path.
-pub(crate) fn build_release(package: &str, bin: &str) -> Result<PathBuf> {
-    cmd::run(cmd::cargo().args(["build", "--release", "-p", package, "--bin", bin]))?;
-    Ok(release_bin(bin))
+/// Builds binary `bin` of `package` with the bench profile (as `cargo bench` builds, so the
+/// groups and the comparisons share one build) and returns its path.
+pub(crate) fn build_bin(package: &str, bin: &str) -> Result<PathBuf> {
+    cmd::run(&mut benches::build_command(package, bin))?;
+    Ok(benches::binary(bin))
 }
 
 /// The one-minute load average from `/proc/loadavg`, or `?`.

@@ -2,7 +2,7 @@
 //! processes, beside Redis `INCR` and PostgreSQL `nextval`, and what the network adds to a
 //! get and a commit.
 //!
-//! Builds `tuplekv` and the load process `remote_codes` in release mode, starts `tuplekv serve
+//! Builds `tuplekv` and the load process `remote_codes` with the bench profile, starts `tuplekv serve
 //! --durability sync` on a free loopback port in a scratch directory, and runs
 //! [`PROCESSES`] processes of `remote_codes` at once per workload (fast mode, gapless mode),
 //! each with [`THREADS`] threads; their rates are summed. The same for Redis `INCR`
@@ -27,7 +27,7 @@ use tuplekv_harness::server::{Running, Stderr, generate_token, scratch_dir};
 use super::doc::{Doc, Table, publish, rate_cell, ratio_cell};
 use super::fleet::{Measured, NO_TOKEN, run_at_once, run_client, sum_rates};
 use super::{
-    CLI_BIN, CLI_PACKAGE, Durations, LOAD_PACKAGE, PROCESSES, THREADS, build_release, command_line,
+    CLI_BIN, CLI_PACKAGE, Durations, LOAD_PACKAGE, PROCESSES, THREADS, build_bin, command_line,
     load_average, load_note,
 };
 
@@ -579,8 +579,8 @@ pub(crate) fn run(quick: bool) -> Result<()> {
     let started = SystemTime::now();
     let d = Durations::of(quick);
     let bins = (
-        build_release(CLI_PACKAGE, CLI_BIN)?,
-        build_release(LOAD_PACKAGE, LOAD_BIN)?,
+        build_bin(CLI_PACKAGE, CLI_BIN)?,
+        build_bin(LOAD_PACKAGE, LOAD_BIN)?,
     );
     let load_before = load_average();
     let dir = scratch_dir("bench-remote")?;

@@ -3,10 +3,10 @@
 //! in-process `tuplekv serve`, with its handlers calling tuplekv's blocking API in
 //! `spawn_blocking` and its async API.
 //!
-//! Builds the load generator `service-load` in release mode and runs it; it starts the
+//! Builds the load generator `service-load` with the bench profile and runs it; it starts the
 //! service (and the KV server) in its own process, so nothing else needs installing. The
-//! markdown table goes to standard output and `target/bench-reports/service.md` (about 50 s;
-//! `--quick`: 1 s per scenario, about 20 s).
+//! markdown table goes to standard output and `target/bench-reports/service.md`. Each scenario
+//! runs the pace's whole seconds (`Durations::whole_seconds`: 4, `--quick` 1).
 
 use std::process::Command;
 use std::time::SystemTime;
@@ -16,7 +16,7 @@ use anyhow::Result;
 use tuplekv_harness::cmd;
 
 use super::doc::{Doc, publish};
-use super::{Durations, build_release, command_line, load_average, load_note};
+use super::{Durations, build_bin, command_line, load_average, load_note};
 
 /// The name `cargo xtask bench` routes here.
 pub(crate) const GROUP: &str = "service";
@@ -28,7 +28,7 @@ const LOAD_BIN: &str = "service-load";
 /// Runs `cargo xtask bench service` (with `--quick`: a smoke run).
 pub(crate) fn run(quick: bool) -> Result<()> {
     let started = SystemTime::now();
-    let load = build_release(PACKAGE, LOAD_BIN)?;
+    let load = build_bin(PACKAGE, LOAD_BIN)?;
     let load_before = load_average();
     let d = Durations::of(quick);
     let table =

@@ -505,10 +505,11 @@ fn decode_check(c: pb::Check) -> Result<Check, ApiError> {
     })
 }
 
-/// Mutation, watch and check keys use the write limit. denokv allows check keys one byte
-/// longer (the read limit), but no stored key is that long, and the engine refuses it.
 /// A key a mutation, a check or a watch uses: at most [`WRITE_KEY_SIZE_MAX`] bytes, refused
 /// as the engine refuses it (its text and its code).
+///
+/// Check keys take the write limit too: denokv allows them one byte more (the read limit),
+/// but no stored key is that long, and the engine refuses it.
 fn check_write_key(key: &[u8]) -> Result<(), ApiError> {
     if key.len() > WRITE_KEY_SIZE_MAX {
         return Err(ApiError::from_engine(&Error::KeyTooLargeForWrite {

@@ -257,16 +257,13 @@ impl Cluster {
     /// [`Cluster::start`] for the processes that run a cluster outside a test (the bench
     /// orchestrator, the `etcd_cluster` launcher): the reason it did not start (etcd missing,
     /// a member that does not become healthy, a member count out of range) is an error, not a
-    /// panic, and nothing is printed as a crash.
+    /// panic. The panic hook is left as it is (swapping it would silence other threads'
+    /// panics meanwhile), so the reason is also printed as the harness's panic.
     ///
     /// # Errors
     /// The message [`Cluster::start`] would have panicked with.
     pub fn try_start(members: usize) -> Result<Cluster, String> {
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
-        let started = std::panic::catch_unwind(move || Cluster::start(members));
-        std::panic::set_hook(hook);
-        started.map_err(|panic| {
+        std::panic::catch_unwind(move || Cluster::start(members)).map_err(|panic| {
             panic
                 .downcast_ref::<String>()
                 .cloned()
@@ -440,15 +437,22 @@ impl Cluster {
     /// If no running member names a leader that is a running member within
     /// [`READY_TIMEOUT`].
     pub fn leader(&self) -> usize {
-        let deadline = Instant::now() + READY_TIMEOUT;
+        self.leader_within(READY_TIMEOUT).unwrap_or_else(|| {
+            panic!("no etcd member reported itself leader within {READY_TIMEOUT:?}")
+        })
+    }
+
+    /// The index of the leader, asked of the running members until one names a running
+    /// member, or `None` once `timeout` has passed (for callers that report it as an error).
+    pub fn leader_within(&self, timeout: Duration) -> Option<usize> {
+        let deadline = Instant::now() + timeout;
         loop {
             if let Some(i) = self.try_leader() {
-                return i;
+                return Some(i);
             }
-            assert!(
-                Instant::now() < deadline,
-                "no etcd member reported itself leader within {READY_TIMEOUT:?}"
-            );
+            if Instant::now() >= deadline {
+                return None;
+            }
             std::thread::sleep(POLL_INTERVAL);
         }
     }

@@ -285,14 +285,15 @@ fn each_measured_figure_is_written_in_one_file() {
     );
 }
 
-/// The names in the `[dependencies]` table of the manifest at `rel` (relative to the root).
+/// The names in every dependency table of the manifest at `rel` (relative to the root):
+/// `[dependencies]`, `[dev-dependencies]`, `[build-dependencies]` and their per-target forms.
 fn dependencies(rel: &str) -> BTreeSet<String> {
     let text = fs::read_to_string(root().join(rel)).unwrap();
     let mut in_table = false;
     let mut names = BTreeSet::new();
     for line in text.lines().map(str::trim) {
         if line.starts_with('[') {
-            in_table = line == "[dependencies]";
+            in_table = line.trim_end_matches(']').ends_with("dependencies");
         } else if in_table && !line.is_empty() && !line.starts_with('#') {
             let name = line.split(['=', '.', ' ']).next().unwrap_or_default();
             names.insert(name.trim().to_owned());
@@ -309,9 +310,10 @@ fn xtask_links_no_workspace_crate_but_the_harness_and_the_harness_links_none() {
             .collect()
     };
     assert_eq!(ours(dependencies("xtask/Cargo.toml")), ["tuplekv-harness"]);
-    assert!(
-        ours(dependencies("crates/harness/Cargo.toml")).is_empty(),
-        "the harness must stay buildable without the store"
+    assert_eq!(
+        dependencies("crates/harness/Cargo.toml"),
+        BTreeSet::from(["anyhow".to_owned(), "serde_json".to_owned()]),
+        "the harness must stay buildable in seconds, without the store"
     );
     assert!(
         dependencies("benches/Cargo.toml").contains("tuplekv-harness"),

@@ -69,7 +69,13 @@ fn run(args: &Args) -> Result<(), String> {
     // cleanly (members that got the terminal's SIGINT too are gone already; the rest are
     // killed, and the data removed, when the cluster is dropped).
     let signals = watch_signals(stop_tx.clone())?;
-    let cluster = Cluster::try_start(args.members)?;
+    // The harness reports a failed start by panicking with the reason; this process says it
+    // as an error instead, so it silences the hook meanwhile (nothing else here panics).
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let started = Cluster::try_start(args.members);
+    std::panic::set_hook(hook);
+    let cluster = started?;
     if let Ok(reason) = stop_rx.try_recv() {
         drop(cluster);
         return Err(format!("stopped by {reason} while the cluster started"));
