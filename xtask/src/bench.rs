@@ -48,18 +48,21 @@ pub(crate) fn run(args: &BenchArgs) -> Result<()> {
         benches::ORCHESTRATOR_BIN,
     ))?;
     cmd::run(&mut args.orchestrator(benches::binary(benches::ORCHESTRATOR_BIN)))?;
-    let (report, stamp) = (benches::to_publish(), benches::to_publish_stamp());
+    let report = benches::to_publish();
     if !report.exists() {
         // A quick run, a run of only the comparisons, or one that measured nothing.
         return Ok(());
     }
-    let stamp = std::fs::read_to_string(&stamp)
-        .with_context(|| format!("reading {}", cmd::relative(&stamp)))?;
+    let stamp_file = benches::to_publish_stamp();
+    let stamp = std::fs::read_to_string(&stamp_file)
+        .with_context(|| format!("reading {}", cmd::relative(&stamp_file)))?;
     let doc = cmd::workspace_root().join("docs").join("performance.md");
     perf_doc::update(&doc, &report, stamp.trim())
         .with_context(|| format!("publishing {}", cmd::relative(&report)))?;
     // Published once: a later run that measures nothing must not publish it again.
-    let _ = std::fs::remove_file(&report);
+    for published in [&report, &benches::to_publish_stamp()] {
+        let _ = std::fs::remove_file(published);
+    }
     eprintln!("updated {}", cmd::relative(&doc));
     Ok(())
 }
