@@ -44,7 +44,7 @@ pub fn to_publish() -> PathBuf {
 }
 
 /// Beside [`to_publish`]: when and by which command its tables were measured, as the
-/// published doc stamps them (`2026-01-02 03:04 UTC by \`cargo xtask bench\``).
+/// published doc stamps them (the UTC date and time, then `by` and the command).
 pub fn to_publish_stamp() -> PathBuf {
     criterion_report_dir().join("publish.stamp")
 }

@@ -213,6 +213,6 @@ mod tests {
         let at = |secs| utc_date(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs));
         assert_eq!(at(0), "1970-01-01 00:00 UTC");
         assert_eq!(at(951_782_400), "2000-02-29 00:00 UTC");
-        assert_eq!(at(1_795_305_600 + 3_660), "2026-11-22 01:01 UTC");
+        assert_eq!(at(1_000_000_000), "2001-09-09 01:46 UTC");
     }
 }
