@@ -545,14 +545,7 @@ mod tests {
             peer: "denokv_sqlite".into(),
             reason: "could not build".into(),
         }];
-        let (md, ratios) = render(
-            &rows,
-            &skipped,
-            "cpu",
-            "2000-01-01",
-            "cargo xtask bench",
-            &[],
-        );
+        let (md, ratios) = render(&rows, &skipped, "cpu", "the date", "cargo xtask bench", &[]);
         assert_eq!(
             ratios,
             [
@@ -589,7 +582,7 @@ mod tests {
             m("index/get", "hand_engine", Some("round 3"), 95.0),
             m("index/get", "denokv_sqlite", Some("round 1"), 9000.0),
         ];
-        let (md, ratios) = render(&rows, &[], "cpu", "2000-01-01", "cargo xtask bench", &[]);
+        let (md, ratios) = render(&rows, &[], "cpu", "the date", "cargo xtask bench", &[]);
         assert_eq!(ratios.len(), 4, "one chart bar per round and peer");
         assert!(
             md.contains("| hand_engine | median of 3 rounds | - | - | 0.95x |"),
@@ -605,7 +598,7 @@ mod tests {
     fn notes_follow_the_header_one_line_each() {
         let rows = [m("engine/get", "tuplekv", None, 100.0)];
         let notes = ["vCPU handoff: engine 25 ns before, 197 ns after".to_owned()];
-        let (md, _) = render(&rows, &[], "cpu", "2000-01-01", "cargo xtask bench", &notes);
+        let (md, _) = render(&rows, &[], "cpu", "the date", "cargo xtask bench", &notes);
         assert!(
             md.contains(
                 "- command: `cargo xtask bench`\n- vCPU handoff: engine 25 ns before, 197 ns after\n"
@@ -627,7 +620,7 @@ mod tests {
                 alone,
             ));
         }
-        let (md, ratios) = render(&rows, &[], "cpu", "2000-01-01", "cargo xtask bench", &[]);
+        let (md, ratios) = render(&rows, &[], "cpu", "the date", "cargo xtask bench", &[]);
         assert!(
             md.contains("| tuplekv_alone | median of 3 rounds | - | - | 0.80x |"),
             "{md}"
@@ -651,7 +644,7 @@ mod tests {
             rows.push(m("engine/get", "tuplekv", Some(&p(2)), 50.0));
             rows.push(m("engine/get", "denokv_sqlite", Some(&p(2)), peer_2t));
         }
-        let (md, _) = render(&rows, &[], "cpu", "2000-01-01", "cargo xtask bench", &[]);
+        let (md, _) = render(&rows, &[], "cpu", "the date", "cargo xtask bench", &[]);
         assert!(
             md.contains("| denokv_sqlite | 1 thread(s), median of 3 rounds | - | - | 24.00x |"),
             "{md}"
@@ -690,7 +683,7 @@ mod tests {
             Some("10k records, round 1"),
             900.0,
         ));
-        let (md, _) = render(&rows, &[], "cpu", "2000-01-01", "cargo xtask bench", &[]);
+        let (md, _) = render(&rows, &[], "cpu", "the date", "cargo xtask bench", &[]);
         assert!(
             md.contains(
                 "| tuplekv | growth: time at 100k records / at 10k records, median of 3 round(s) | - | - | 1.20x |"
