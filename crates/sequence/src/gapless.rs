@@ -10,6 +10,17 @@
 //! queued request, if any, so no caller leads forever. While one commit runs, the next batch
 //! queues up: throughput grows with concurrency instead of collapsing to one commit per code.
 //!
+//! # Gathering
+//! Requesters that commit in a loop (app-server threads, each waiting for its code and then
+//! asking for the next) come back together: the requests a batch finished return a few
+//! microseconds after its commit. A leader that took only what was queued at that moment
+//! would split them into two groups that take turns, each code waiting for the other group's
+//! commit as well as its own. So a leader first *gathers*: while fewer requests are queued
+//! than its handle's previous batch had, it waits for more, at most [`LINGER_SHARE`]-th of
+//! the handle's recent commit time and never longer than [`LINGER_MAX`]. A lone requester
+//! (the previous batch had one request) never waits, and a caller that stops coming back
+//! costs the next batch one bounded wait, after which the handle expects fewer.
+//!
 //! A batch commits as if its requests ran one after another in number order. To keep that
 //! true, a request whose checks touch a key an earlier request of the batch writes waits for
 //! the next batch, and a batch stays within the engine's per-commit limits.
@@ -62,6 +73,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 
 use tuplekv_engine::limits::NUMBER_SLOTS_MAX;
 use tuplekv_engine::numbering::{
@@ -74,7 +86,7 @@ use tuplekv_engine::{
 
 use crate::error::Error;
 use crate::format::{Format, Issued};
-use crate::limits::{BATCH_REQUESTS_MAX, COMMIT_ATTEMPTS_MAX};
+use crate::limits::{BATCH_REQUESTS_MAX, COMMIT_ATTEMPTS_MAX, LINGER_MAX, LINGER_SHARE};
 use crate::record::{Budget, Record};
 use crate::sequences::Core;
 use crate::template::{Hole, holes};
@@ -178,6 +190,11 @@ impl Request {
 struct Queue {
     pending: VecDeque<Arc<Request>>,
     leading: bool,
+    /// How many requests the previous batch took: how many a leader gathers before it leads
+    /// (see the module docs).
+    expect: usize,
+    /// A leader is gathering: a new request wakes it.
+    gathering: bool,
 }
 
 /// Counters of a gapless handle's work.
@@ -246,6 +263,14 @@ impl<S> Clone for GaplessSequence<S> {
 struct GaplessInner<S> {
     core: Core<S>,
     queue: Mutex<Queue>,
+    /// Wakes a gathering leader when a request joins the queue.
+    arrived: Condvar,
+    /// How long this handle's batches took lately, in nanoseconds (a moving average).
+    batch_nanos: AtomicU64,
+    /// The longest a leader gathers, in nanoseconds ([`LINGER_MAX`]; tests set others).
+    linger_max: AtomicU64,
+    /// Batches whose leader gathered (waited for requests) before leading.
+    gathered: AtomicU64,
     /// The counter as the last commit of this handle left it, so a leader need not read it.
     counter: Mutex<Option<(u64, Option<Versionstamp>)>>,
     codes: AtomicU64,
@@ -446,6 +471,10 @@ impl<S: Store> GaplessSequence<S> {
             inner: Arc::new_cyclic(|me| GaplessInner {
                 core,
                 queue: Mutex::new(Queue::default()),
+                arrived: Condvar::new(),
+                batch_nanos: AtomicU64::new(0),
+                linger_max: AtomicU64::new(nanos(LINGER_MAX)),
+                gathered: AtomicU64::new(0),
                 counter: Mutex::new(None),
                 codes: AtomicU64::new(0),
                 commits: AtomicU64::new(0),
@@ -679,6 +708,8 @@ impl<S: Store + 'static> GaplessInner<S> {
             queue.pending.push_back(Arc::clone(&req));
             if !std::mem::replace(&mut queue.leading, true) {
                 self.signal_leader();
+            } else if queue.gathering {
+                self.arrived.notify_one();
             }
         }
         std::future::poll_fn(|cx| {
@@ -705,6 +736,8 @@ impl<S: Store> GaplessInner<S> {
             queue.pending.push_back(Arc::clone(&req));
             if !std::mem::replace(&mut queue.leading, true) {
                 *lock(&req.state) = State::Lead;
+            } else if queue.gathering {
+                self.arrived.notify_one();
             }
         }
         loop {
@@ -728,18 +761,62 @@ impl<S: Store> GaplessInner<S> {
     /// Runs one batch from the front of the queue, then passes the lead on.
     fn lead(&self) {
         let batch: Vec<Arc<Request>> = {
-            let mut queue = lock(&self.queue);
+            let mut queue = self.gather(lock(&self.queue));
             let n = queue.pending.len().min(BATCH_REQUESTS_MAX);
+            queue.expect = n;
             queue.pending.drain(..n).collect()
         };
         let mut guard = LeadGuard {
             seq: self,
             batch: batch.clone(),
         };
+        let started = Instant::now();
         let leftovers = self.run(batch);
+        self.took(started.elapsed());
         guard.batch.clear(); // disarmed: every request was finished or is in `leftovers`
         drop(guard);
         self.pass_lead(leftovers);
+    }
+
+    /// Waits, with the queue's lock released, until as many requests are queued as the
+    /// previous batch took or the gathering time is up (see the module docs); the queue,
+    /// locked again.
+    fn gather<'q>(&self, mut queue: MutexGuard<'q, Queue>) -> MutexGuard<'q, Queue> {
+        let want = queue.expect.min(BATCH_REQUESTS_MAX);
+        if queue.pending.len() >= want {
+            return queue;
+        }
+        let linger = linger(
+            self.batch_nanos.load(Ordering::Relaxed),
+            Duration::from_nanos(self.linger_max.load(Ordering::Relaxed)),
+        );
+        if linger.is_zero() {
+            return queue;
+        }
+        let Some(deadline) = Instant::now().checked_add(linger) else {
+            return queue;
+        };
+        self.gathered.fetch_add(1, Ordering::Relaxed);
+        queue.gathering = true;
+        while queue.pending.len() < want {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            queue = self
+                .arrived
+                .wait_timeout(queue, left)
+                .map_or_else(|e| e.into_inner().0, |(q, _)| q);
+        }
+        queue.gathering = false;
+        queue
+    }
+
+    /// Counts a batch that took `elapsed` into the handle's recent batch time.
+    fn took(&self, elapsed: Duration) {
+        let old = self.batch_nanos.load(Ordering::Relaxed);
+        self.batch_nanos
+            .store(average(old, nanos(elapsed)), Ordering::Relaxed);
     }
 
     /// Commits `batch`, finishing every request it can; returns those left for a later batch.
@@ -1446,9 +1523,174 @@ impl<S> Drop for LeadGuard<'_, S> {
     }
 }
 
+/// `duration` in whole nanoseconds, saturating at `u64::MAX` (about 584 years).
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// How long a leader gathers when its handle's batches took `batch_nanos` lately: a
+/// [`LINGER_SHARE`]-th of that, and at most `max`.
+fn linger(batch_nanos: u64, max: Duration) -> Duration {
+    Duration::from_nanos(batch_nanos / LINGER_SHARE).min(max)
+}
+
+/// The moving average of batch times after a batch that took `nanos`, when it was `old`:
+/// one eighth of the new time, seven eighths of the old; the first batch (`old` 0) sets it.
+fn average(old: u64, nanos: u64) -> u64 {
+    if old == 0 {
+        nanos
+    } else {
+        old - old / 8 + nanos / 8
+    }
+}
+
 /// Puts `parts`' requests back at the front of `live`, in their order.
 fn requeue(live: &mut VecDeque<Arc<Request>>, parts: Vec<Part>) {
     for p in parts.into_iter().rev() {
         live.push_front(p.req);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    //! Gathering, made deterministic: each test sets the handle's previous batch size, its
+    //! recent batch time and its longest wait, and waits for the leader's `gathering` flag
+    //! instead of for time to pass.
+    use std::thread;
+
+    use tuplekv_engine::Database;
+
+    use super::*;
+    use crate::{Mode, SequenceOptions, Sequences};
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// A gapless handle whose previous batch took `expect` requests in `batch` lately and
+    /// whose leaders gather for at most `linger_max`.
+    fn handle(linger_max: Duration, expect: usize, batch: Duration) -> GaplessSequence<Database> {
+        let seqs = Sequences::new(Database::in_memory());
+        let options = SequenceOptions {
+            mode: Mode::Gapless,
+            ..Default::default()
+        };
+        seqs.create("TKT", options).unwrap();
+        let seq = seqs.gapless("TKT").unwrap();
+        seq.inner
+            .linger_max
+            .store(nanos(linger_max), Ordering::Relaxed);
+        seq.inner.batch_nanos.store(nanos(batch), Ordering::Relaxed);
+        lock(&seq.inner.queue).expect = expect;
+        seq
+    }
+
+    /// Waits until a leader of `seq` is gathering.
+    fn until_gathering(seq: &GaplessSequence<Database>) {
+        while !lock(&seq.inner.queue).gathering {
+            thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn leader_gathers_until_as_many_requests_as_its_previous_batch_are_queued() {
+        let seq = handle(HOUR, 2, 4 * HOUR);
+        let first = {
+            let seq = seq.clone();
+            thread::spawn(move || seq.next().unwrap().number())
+        };
+        until_gathering(&seq);
+        let second = {
+            let seq = seq.clone();
+            thread::spawn(move || seq.next().unwrap().number())
+        };
+        let mut numbers = vec![first.join().unwrap(), second.join().unwrap()];
+        numbers.sort_unstable();
+        assert_eq!(numbers, [1, 2]);
+        let stats = seq.stats();
+        assert_eq!((stats.commits, stats.codes), (1, 2), "{stats:?}");
+        assert_eq!(seq.inner.gathered.load(Ordering::Relaxed), 1);
+        assert!(!lock(&seq.inner.queue).gathering);
+    }
+
+    #[test]
+    fn async_request_wakes_a_gathering_blocking_leader_and_joins_its_batch() {
+        let seq = handle(HOUR, 2, 4 * HOUR);
+        let blocking = {
+            let seq = seq.clone();
+            thread::spawn(move || seq.next().unwrap().number())
+        };
+        until_gathering(&seq);
+        let from_async = {
+            let seq = seq.clone();
+            thread::spawn(move || pollster::block_on(seq.next_async()).unwrap().number())
+        };
+        let mut numbers = vec![blocking.join().unwrap(), from_async.join().unwrap()];
+        numbers.sort_unstable();
+        assert_eq!(numbers, [1, 2]);
+        let stats = seq.stats();
+        assert_eq!((stats.commits, stats.codes), (1, 2), "{stats:?}");
+    }
+
+    #[test]
+    fn lone_sequential_requester_never_gathers() {
+        // A leader that waited would wait the whole five seconds for nobody.
+        let seq = handle(Duration::from_secs(5), 0, 4 * HOUR);
+        for expected in 1..=20 {
+            assert_eq!(seq.next().unwrap().number(), expected);
+        }
+        assert_eq!(seq.inner.gathered.load(Ordering::Relaxed), 0);
+        assert_eq!(lock(&seq.inner.queue).expect, 1);
+        assert_eq!(seq.stats().commits, 20);
+    }
+
+    #[test]
+    fn gathering_ends_at_its_longest_wait_when_nobody_comes() {
+        let seq = handle(Duration::from_millis(1), 2, 4 * HOUR);
+        assert_eq!(seq.next().unwrap().number(), 1);
+        assert_eq!(seq.inner.gathered.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            lock(&seq.inner.queue).expect,
+            1,
+            "the handle now expects fewer"
+        );
+        assert_eq!(seq.next().unwrap().number(), 2);
+        assert_eq!(seq.inner.gathered.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn first_batch_of_a_handle_never_gathers() {
+        // No batch time yet: nothing to take a share of, even when more are expected.
+        let seq = handle(HOUR, 2, Duration::ZERO);
+        assert_eq!(seq.next().unwrap().number(), 1);
+        assert_eq!(seq.inner.gathered.load(Ordering::Relaxed), 0);
+        assert!(seq.inner.batch_nanos.load(Ordering::Relaxed) > 0);
+    }
+
+    #[test]
+    fn linger_is_a_share_of_the_batch_time_up_to_linger_max() {
+        let share = u64::try_from(LINGER_MAX.as_nanos()).unwrap() * LINGER_SHARE;
+        assert_eq!(linger(0, LINGER_MAX), Duration::ZERO);
+        assert_eq!(
+            linger(share - LINGER_SHARE, LINGER_MAX),
+            LINGER_MAX - Duration::from_nanos(1),
+            "just below the limit: the share"
+        );
+        assert_eq!(linger(share, LINGER_MAX), LINGER_MAX, "at the limit");
+        assert_eq!(
+            linger(share + LINGER_SHARE, LINGER_MAX),
+            LINGER_MAX,
+            "past it"
+        );
+        assert_eq!(linger(u64::MAX, LINGER_MAX), LINGER_MAX, "far past it");
+    }
+
+    #[test]
+    fn batch_time_average_moves_an_eighth_per_batch_and_never_overflows() {
+        assert_eq!(average(0, 800), 800, "the first batch sets it");
+        assert_eq!(average(800, 800), 800);
+        assert_eq!(average(800, 1600), 900);
+        assert_eq!(average(800, 0), 700);
+        assert_eq!(average(u64::MAX, u64::MAX), u64::MAX);
+        assert_eq!(nanos(Duration::MAX), u64::MAX);
     }
 }

@@ -1,6 +1,7 @@
 //! The limits of sequences, each a named constant with a test at it and one past it
 //! (`tests/bad_input.rs`, `tests/combining.rs`, `tests/reservation_limits.rs`,
-//! `tests/store_errors.rs`, and the block sizing rule's unit tests in `fast.rs`).
+//! `tests/store_errors.rs`, the block sizing rule's unit tests in `fast.rs`, and the
+//! gathering rule's unit tests in `gapless.rs`).
 
 use std::time::Duration;
 
@@ -40,6 +41,15 @@ pub const BLOCK_SHRINK_AFTER: Duration = Duration::from_secs(10);
 /// Most requests a gapless sequence combines into one commit. The engine's own limits
 /// (100 checks, 1000 mutations, sizes) can make a batch smaller.
 pub const BATCH_REQUESTS_MAX: usize = 64;
+
+/// Most a gapless leader waits for requesters to come back before it leads a batch
+/// (`gapless.rs`, "Gathering"): long beside a thread's return from its last code (tens of
+/// microseconds), short beside an etcd commit (milliseconds).
+pub const LINGER_MAX: Duration = Duration::from_millis(2);
+
+/// A gapless leader gathers for at most this fraction (one over it) of its handle's recent
+/// batch time, so gathering adds at most a quarter to a code's wait.
+pub const LINGER_SHARE: u64 = 4;
 
 /// Most times one reservation or batch retries after another handle moved the counter first.
 pub const COMMIT_ATTEMPTS_MAX: u32 = 10_000;
