@@ -102,6 +102,9 @@ struct Tally {
     /// workload knows them.
     commits: Option<u64>,
     conflicts: Option<u64>,
+    /// The store's numbering counts (gapless: etcd transactions, counter-guard retries,
+    /// guesses, combined commits), as JSON.
+    numbering: Option<serde_json::Value>,
 }
 
 /// Runs `op` on `args.threads` threads: unmeasured for the warm-up, then counted for the
@@ -308,6 +311,15 @@ fn codes(args: &Args) -> Result<Tally, String> {
         let mut tally = run_rate(args, |_| Ok(()), |_: &mut ()| seq.next().map(drop))?;
         let stats = seq.stats();
         (tally.commits, tally.conflicts) = (Some(stats.commits), Some(stats.conflicts));
+        let n = seqs.store().numbering_stats();
+        tally.numbering = Some(serde_json::json!({
+            "commits": n.commits,
+            "transactions": n.transactions,
+            "counter_retries": n.counter_retries,
+            "later_guesses": n.later_guesses,
+            "guesses": n.guesses,
+            "combined": n.combined,
+        }));
         Ok(tally)
     }
 }
@@ -341,6 +353,7 @@ fn main() -> ExitCode {
                     "first_error": tally.first_error,
                     "commits": tally.commits,
                     "conflicts": tally.conflicts,
+                    "numbering": tally.numbering,
                 })
             );
             ExitCode::SUCCESS

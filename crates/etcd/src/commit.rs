@@ -49,14 +49,20 @@
 //! [`Error::OutcomeUnknown`] and is never resent, and the store then forgets the counter.
 //!
 //! While other writers move the counter (other processes), one transaction carries several
-//! guesses, as nested transactions: branch `j` assumes the counter at the last value seen
-//! plus `j` and holds its own resolution of the commit; etcd applies the first branch whose
-//! comparisons hold (each branch compares the counter first, so a wrong guess costs etcd
-//! one or two comparisons). Only the last branch's `else` reads, what every branch needs:
-//! a transaction that commits reads nothing. How many guesses follow how far the counter
-//! moved under this store's feet lately, at most [`COUNTER_GUESSES_MAX`] (and
-//! [`GUESSES_BYTES_MAX`] bytes of branches, and [`crate::TXN_OPS_MAX`] operations along the
-//! nesting, as etcd counts them); with no other writer there is one.
+//! guesses, as nested transactions: the first branch assumes the counter at the last value
+//! seen, each other one that value plus a move `m` the store saw the counter make, and each
+//! holds its own resolution of the commit; etcd applies the first branch whose comparisons
+//! hold (each branch compares the counter first, so a wrong guess costs etcd one or two
+//! comparisons). Only the last branch's `else` reads, what every branch needs: a transaction
+//! that commits reads nothing. The store keeps the last [`MOVES_KEPT`] moves of each counter
+//! between its looks (a landed branch's `m`, or what a refused transaction read) and guesses
+//! the moves seen at least twice among them, or once among the last [`MOVES_FRESH`], the most
+//! frequent first, at most [`COUNTER_GUESSES_MAX`] branches in all (and [`GUESSES_BYTES_MAX`]
+//! bytes of branches, and [`crate::TXN_OPS_MAX`] operations along the nesting, as etcd counts
+//! them); with no other writer there is one. Guessing moves seen, not every value up to the
+//! largest, follows how the counter moves under load: other stores' batches are mostly full,
+//! so it moves by multiples of their size (4 threads each: by 4, 8, 12, …), and a transaction
+//! carries a third of the branches a dense range of guesses would for the same hits.
 //!
 //! Numbered commits of one store (and its clones) that take numbers from one counter (and
 //! only that one) queue in that counter's lane and never race each other: one transaction of
@@ -131,6 +137,13 @@ pub const GUESSES_BYTES_MAX: usize = 256 * 1024;
 
 /// Most counters whose last state a store remembers (past it, it forgets them all).
 pub const COUNTERS_REMEMBERED_MAX: usize = 1024;
+
+/// How many of a counter's last moves between the store's looks it keeps to guess from.
+pub const MOVES_KEPT: usize = 64;
+
+/// A move seen once is guessed while it is among the counter's last this many moves (one
+/// seen twice among the [`MOVES_KEPT`], while it stays there).
+pub const MOVES_FRESH: usize = 4;
 
 /// Most operations of the numbered commits combined into one transaction: a quarter of what
 /// a transaction may hold, leaving the rest to the guesses.
@@ -260,6 +273,8 @@ struct Level {
     finals: Vec<u64>,
     /// The highest stamp suffix of the branch's commits.
     top: u16,
+    /// How far past the last value seen the branch assumes its one counter moved.
+    moved: u64,
 }
 
 /// Why a branch could not be built.
@@ -290,6 +305,7 @@ fn combine(
         guards,
         finals: Vec::new(),
         top: 0,
+        moved: 0,
     };
     let mut written: HashSet<KeyBytes> = HashSet::new();
     let mut touched: HashSet<KeyBytes> = HashSet::new();
@@ -423,9 +439,50 @@ struct Queued {
 #[derive(Debug, Clone)]
 struct Remembered {
     observed: Observed,
-    /// How far other writers moved the counter between this store's looks lately: how many
-    /// guesses a transaction carries.
-    reach: u64,
+    /// How far other writers moved the counter between this store's looks lately: what a
+    /// transaction guesses.
+    moves: Moves,
+}
+
+/// A counter's last [`MOVES_KEPT`] moves between a store's looks, the latest last.
+#[derive(Debug, Clone, Default)]
+struct Moves(VecDeque<u64>);
+
+impl Moves {
+    /// Keeps `moved`, forgetting the oldest move past [`MOVES_KEPT`].
+    fn record(&mut self, moved: u64) {
+        if self.0.len() >= MOVES_KEPT {
+            self.0.pop_front();
+        }
+        self.0.push_back(moved);
+    }
+
+    /// The moves the next transaction guesses beyond the last value seen: each nonzero move
+    /// seen at least twice, or once among the last [`MOVES_FRESH`], the most frequent first
+    /// (then the latest), at most [`COUNTER_GUESSES_MAX`] less one (the first branch's).
+    fn guesses(&self) -> Vec<u64> {
+        let fresh_from = self.0.len().saturating_sub(MOVES_FRESH);
+        // (move, times seen, latest position)
+        let mut seen: Vec<(u64, usize, usize)> = Vec::new();
+        for (at, &moved) in self.0.iter().enumerate() {
+            if moved == 0 {
+                continue;
+            }
+            match seen.iter_mut().find(|s| s.0 == moved) {
+                Some(s) => {
+                    s.1 += 1;
+                    s.2 = at;
+                }
+                None => seen.push((moved, 1, at)),
+            }
+        }
+        seen.retain(|&(_, times, latest)| times >= 2 || latest >= fresh_from);
+        seen.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)));
+        seen.into_iter()
+            .map(|(moved, _, _)| moved)
+            .take(COUNTER_GUESSES_MAX - 1)
+            .collect()
+    }
 }
 
 /// Counts of a store's numbered commits ([`crate::EtcdStore::numbering_stats`]), since it
@@ -695,7 +752,8 @@ struct Run<'a> {
     counter_keys: Vec<Vec<u8>>,
     /// Whether the counters in `known` were read during this run.
     fresh: bool,
-    reach: u64,
+    /// The first counter's recent moves.
+    moves: Moves,
     /// Whether a transaction's outcome is unknown, so the counters must be forgotten.
     lost: bool,
 }
@@ -718,11 +776,11 @@ impl<'a> Run<'a> {
             })
             .unwrap_or_default();
         let mut known = HashMap::new();
-        let mut reach = 0;
+        let mut moves = None;
         for key in &counter_keys {
             if let Some(r) = counters.recall(key) {
                 known.insert(key.clone(), r.observed);
-                reach = reach.max(r.reach);
+                moves.get_or_insert(r.moves);
             }
         }
         Run {
@@ -735,7 +793,7 @@ impl<'a> Run<'a> {
             known,
             counter_keys,
             fresh: false,
-            reach,
+            moves: moves.unwrap_or_default(),
             lost: false,
         }
     }
@@ -751,7 +809,7 @@ impl<'a> Run<'a> {
                 .flatten()
                 .map(|observed| Remembered {
                     observed,
-                    reach: self.reach,
+                    moves: self.moves.clone(),
                 });
             self.counters.remember(key, remembered);
         }
@@ -976,22 +1034,22 @@ impl<'a> Run<'a> {
         let first = combine(&self.writes, &self.active, current, guards, claim)?;
         let base = first.numbers.first().and_then(|n| n.first()).copied();
         let mut levels = vec![first];
-        let guesses = guesses(self.reach);
         if let (1, Some(base)) = (self.counter_keys.len(), base) {
-            for j in 1..guesses {
-                let Some(n) = base.checked_add(j as u64) else {
-                    break;
+            for moved in self.moves.guesses() {
+                let Some(n) = base.checked_add(moved) else {
+                    continue;
                 };
                 let current = vec![Some(Value::U64(n))];
-                match combine(
+                // A guess the numbering refuses (past the counter's limits) is left out.
+                if let Ok(mut level) = combine(
                     &self.writes,
                     &self.active,
                     current,
                     vec![Guard::Number(n)],
                     claim,
                 ) {
-                    Ok(level) => levels.push(level),
-                    Err(_) => break,
+                    level.moved = moved;
+                    levels.push(level);
                 }
             }
         }
@@ -1090,11 +1148,7 @@ impl<'a> Run<'a> {
             if j > 0 {
                 bump(&stats.later_guesses, 1);
             }
-            self.reach = if j > 0 {
-                (self.reach * 7 / 8).max(j as u64)
-            } else {
-                self.reach * 7 / 8
-            };
+            self.moves.record(level.moved);
         }
         let mark = match claim {
             Some(claim) => Stamp::Claimed(claim.stamp),
@@ -1211,21 +1265,10 @@ impl<'a> Run<'a> {
                 .and_then(|o| o.stored.as_ref())
                 .and_then(Stored::number);
             if let (Some(base), Some(now_at)) = (base, now_at) {
-                let moved = now_at.saturating_sub(base);
-                self.reach = self.reach.max(moved.saturating_add(1));
+                self.moves.record(now_at.saturating_sub(base));
             }
         }
     }
-}
-
-/// How many guesses of a counter a transaction carries when other writers moved it by up to
-/// `reach` numbers between this store's looks lately.
-fn guesses(reach: u64) -> usize {
-    if reach == 0 {
-        return 1;
-    }
-    let wanted = reach.saturating_add(reach / 2).saturating_add(2);
-    usize::try_from(wanted).map_or(COUNTER_GUESSES_MAX, |w| w.min(COUNTER_GUESSES_MAX))
 }
 
 /// Whether `e` is a refusal of a commit's numbering by the counter's value.
@@ -1512,4 +1555,89 @@ fn plan(
         range_gets,
         bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The choice of a counter's guesses from its recent moves.
+    use super::*;
+
+    fn moves(seen: &[u64]) -> Moves {
+        let mut moves = Moves::default();
+        for &m in seen {
+            moves.record(m);
+        }
+        moves
+    }
+
+    #[test]
+    fn no_move_seen_means_no_guess_beyond_the_last_value() {
+        assert!(moves(&[]).guesses().is_empty());
+        assert!(moves(&[0; MOVES_KEPT]).guesses().is_empty());
+    }
+
+    #[test]
+    fn moves_of_full_batches_are_guessed_most_frequent_first_and_nothing_between() {
+        let seen = [8, 12, 4, 12, 8, 12, 16, 0, 12, 8];
+        // 4, seen once and not among the last MOVES_FRESH, is left out; 16 is fresh.
+        assert_eq!(moves(&seen).guesses(), [12, 8, 16]);
+    }
+
+    #[test]
+    fn a_move_seen_once_is_guessed_while_among_the_last_moves_fresh() {
+        let mut seen = vec![4; 10];
+        seen.push(7);
+        seen.extend(std::iter::repeat_n(4, MOVES_FRESH - 1));
+        assert_eq!(
+            moves(&seen).guesses(),
+            [4, 7],
+            "7 is the {MOVES_FRESH}th latest"
+        );
+        seen.push(4);
+        assert_eq!(moves(&seen).guesses(), [4], "7 is one past the fresh ones");
+        seen.push(7);
+        assert_eq!(moves(&seen).guesses(), [4, 7], "seen twice, 7 stays");
+    }
+
+    #[test]
+    fn only_the_last_moves_kept_count() {
+        let mut seen = vec![5, 5];
+        seen.extend(std::iter::repeat_n(0, MOVES_KEPT - 2));
+        assert_eq!(
+            moves(&seen).guesses(),
+            [5],
+            "both 5s among the last {MOVES_KEPT}"
+        );
+        seen.push(0);
+        assert!(
+            moves(&seen).guesses().is_empty(),
+            "one 5 left, and not fresh"
+        );
+    }
+
+    #[test]
+    fn guesses_stop_at_counter_guesses_max_less_the_first_branch() {
+        let at: Vec<u64> = (1..COUNTER_GUESSES_MAX as u64)
+            .flat_map(|m| [m, m])
+            .collect();
+        assert_eq!(
+            moves(&at).guesses().len(),
+            COUNTER_GUESSES_MAX - 1,
+            "at the limit"
+        );
+        let past: Vec<u64> = (1..=COUNTER_GUESSES_MAX as u64)
+            .flat_map(|m| [m, m])
+            .collect();
+        let guesses = moves(&past).guesses();
+        assert_eq!(guesses.len(), COUNTER_GUESSES_MAX - 1, "one past it");
+        assert_eq!(
+            guesses.first(),
+            Some(&(COUNTER_GUESSES_MAX as u64)),
+            "latest first"
+        );
+        assert!(
+            !guesses.contains(&1),
+            "the oldest of the equally frequent is left out"
+        );
+    }
 }

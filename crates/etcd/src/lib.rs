@@ -32,9 +32,9 @@
 //!   reads what it takes to say which checks failed.
 //! - A numbered commit ([`AtomicWrite::numbering`]) takes its numbers from the counter's last
 //!   state seen and guards the counter in the same transaction; a counter another writer
-//!   moved is guessed past (nested branches, one per guess) or read again and the commit
-//!   resent, never surfaced as a conflict, at most [`NUMBERED_COMMIT_ATTEMPTS_MAX`]
-//!   transactions. Numbered commits of one store on one counter queue in that counter's lane
+//!   moved is guessed past (nested branches, one per move the store saw it make lately)
+//!   or read again and the commit resent, never surfaced as a conflict, at most
+//!   [`NUMBERED_COMMIT_ATTEMPTS_MAX`] transactions. Numbered commits of one store on one counter queue in that counter's lane
 //!   and share transactions (the `i`-th at revision `R` has the stamp `R` followed by `i` as
 //!   two bytes); [`EtcdStore::numbering_stats`] counts the transactions and the retries.
 //! - A snapshot reads at one revision, fixed by its first read. A revision that etcd has
@@ -120,8 +120,8 @@ pub use collect::{
 };
 pub use commit::{
     COMBINED_BYTES_MAX, COMBINED_COMMITS_MAX, COMMIT_ATTEMPTS_MAX, COUNTER_GUESSES_MAX,
-    COUNTERS_REMEMBERED_MAX, GUESSES_BYTES_MAX, NUMBERED_COMMIT_ATTEMPTS_MAX, NumberingStats,
-    STAMPED_COMMIT_ATTEMPTS_MAX,
+    COUNTERS_REMEMBERED_MAX, GUESSES_BYTES_MAX, MOVES_FRESH, MOVES_KEPT,
+    NUMBERED_COMMIT_ATTEMPTS_MAX, NumberingStats, STAMPED_COMMIT_ATTEMPTS_MAX,
 };
 pub use errors::{READ_RETRY_BUDGET, READ_RETRY_PAUSE, READ_RETRY_PAUSE_MAX};
 pub use snapshot::EtcdSnapshot;

@@ -391,8 +391,8 @@ fn a_commit_after_another_client_moved_the_counter_gets_fresh_numbers_by_a_guard
         "one transaction refused by the moved counter, resent without a conflict: {after:?}"
     );
     assert_eq!(after.transactions - before.transactions, 2);
-    // `a` saw the counter move by 5: its next transaction guesses past such a move.
-    for n in 8..=10 {
+    // `a` saw the counter move by 5: its next transaction guesses such a move again.
+    for n in 8..=12 {
         assert_eq!(number(b.commit(invoice(&b, "INV", 99_999))), n);
     }
     let before = a.numbering_stats();
@@ -405,7 +405,7 @@ fn a_commit_after_another_client_moved_the_counter_gets_fresh_numbers_by_a_guard
             expiry: None,
         },
     });
-    assert_eq!(number(a.commit(write)), 11);
+    assert_eq!(number(a.commit(write)), 13);
     let after = a.numbering_stats();
     assert_eq!(
         (
@@ -416,11 +416,23 @@ fn a_commit_after_another_client_moved_the_counter_gets_fresh_numbers_by_a_guard
         (1, 0, 1),
         "one transaction, landing on a later guess: {after:?}"
     );
-    assert_one_to(invoices(&a), 11);
+    assert_one_to(invoices(&a), 13);
     assert_eq!(
         get(&a, &key!["last writer"]).map(|e| e.value),
         Some(Value::from(&b"a"[..]))
     );
+    // A move `a` never saw (3) is not guessed: one retry, after which `a` guesses it too.
+    for round in 0..2 {
+        for _ in 0..3 {
+            number(b.commit(invoice(&b, "INV", 99_999)));
+        }
+        let before = a.numbering_stats();
+        assert_eq!(number(a.commit(invoice(&a, "INV", 99_999))), 17 + 4 * round);
+        let after = a.numbering_stats();
+        let retries = after.counter_retries - before.counter_retries;
+        assert_eq!(retries, 1 - round, "round {round}: {after:?}");
+    }
+    assert_one_to(invoices(&a), 21);
 }
 
 /// The record of [`invoice`] alone, numbered, after a check that `closed` is absent: no
