@@ -3,14 +3,18 @@
 //! threads for D seconds and prints one JSON line with the rate and the per-operation latency.
 //!
 //! ```text
-//! etcd_load checked|raw-txn|fast|gapless --endpoints URL[,URL…] [--threads 4] [--seconds 5]
-//!                                        [--warmup 0.5] [--prefix BENCH]
+//! etcd_load checked|raw-txn|fast|gapless|gapless-checked --endpoints URL[,URL…] [--threads 4]
+//!           [--seconds 5] [--warmup 0.5] [--prefix BENCH]
 //! ```
 //! - `checked`: commits through an `EtcdStore`, each with one key check and one set of a
 //!   100-byte value, every thread on a key of its own (so no check fails).
 //! - `raw-txn`: the same through the `etcd-client` crate directly: a transaction with one
 //!   `mod_revision` comparison and one put, on a runtime of the same size as `EtcdStore`'s.
-//! - `fast`, `gapless`: codes of one sequence through `Sequences<EtcdStore>`.
+//! - `fast`, `gapless`: codes of one sequence through `Sequences<EtcdStore>`; gapless ones
+//!   numbered by the store, whose numbering counts (etcd transactions, the ones a moved
+//!   counter refused) the line carries as `numbering`.
+//! - `gapless-checked`: gapless codes in the old mode, the handle checking the counter's
+//!   versionstamp (refused commits are `conflicts`).
 //!
 //! The bench orchestrator runs several of these processes at once and sums their rates; each
 //! process measures its own window after its warm-up.
@@ -28,7 +32,7 @@ use tuplekv_benches::{
 };
 use tuplekv_engine::{CommitResult, Store, Versionstamp, key};
 use tuplekv_etcd::{CONNECT_TIMEOUT, EtcdStore, REQUEST_TIMEOUT};
-use tuplekv_sequence::{Mode, SequenceOptions, Sequences};
+use tuplekv_sequence::{Mode, Numbering, SequenceOptions, Sequences};
 
 /// Key prefix (of the store, and of the raw keys) unless `--prefix` says otherwise.
 const PREFIX_DEFAULT: &str = "BENCH";
@@ -51,8 +55,10 @@ enum Workload {
     RawTxn,
     /// Codes of one fast sequence.
     Fast,
-    /// Codes of one gapless sequence.
+    /// Codes of one gapless sequence, numbered by the store.
     Gapless,
+    /// Gapless codes with the handle checking the counter's versionstamp (the old mode).
+    GaplessChecked,
 }
 
 impl Workload {
@@ -62,6 +68,7 @@ impl Workload {
             Workload::RawTxn => "raw-txn",
             Workload::Fast => "fast",
             Workload::Gapless => "gapless",
+            Workload::GaplessChecked => "gapless-checked",
         }
     }
 }
@@ -289,7 +296,7 @@ fn raw_txn(args: &Args) -> Result<Tally, String> {
 fn codes(args: &Args) -> Result<Tally, String> {
     let store = connect(args)?;
     let mode = match args.workload {
-        Workload::Gapless => Mode::Gapless,
+        Workload::Gapless | Workload::GaplessChecked => Mode::Gapless,
         _ => Mode::Fast,
     };
     let seqs = Sequences::new(store);
@@ -307,7 +314,15 @@ fn codes(args: &Args) -> Result<Tally, String> {
         tally.commits = Some(seq.reservations());
         Ok(tally)
     } else {
-        let seq = seqs.gapless(name).map_err(|e| e.to_string())?;
+        let numbering = if args.workload == Workload::GaplessChecked {
+            Numbering::Checked
+        } else {
+            Numbering::Store
+        };
+        let seq = seqs
+            .gapless(name)
+            .map_err(|e| e.to_string())?
+            .with_numbering(numbering);
         let mut tally = run_rate(args, |_| Ok(()), |_: &mut ()| seq.next().map(drop))?;
         let stats = seq.stats();
         (tally.commits, tally.conflicts) = (Some(stats.commits), Some(stats.conflicts));
@@ -333,7 +348,7 @@ fn main() -> ExitCode {
     let result = match args.workload {
         Workload::Checked => checked(&args),
         Workload::RawTxn => raw_txn(&args),
-        Workload::Fast | Workload::Gapless => codes(&args),
+        Workload::Fast | Workload::Gapless | Workload::GaplessChecked => codes(&args),
     };
     match result {
         Ok(mut tally) => {

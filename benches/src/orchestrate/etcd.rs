@@ -10,7 +10,10 @@
 //!   transactions (one `mod_revision` comparison and one put each), alternating for
 //!   [`ROUNDS`] rounds so that drift in the machine's load hits both alike; the ratio of
 //!   their means is our layer's overhead (goal: at least [`GOAL_OF_RAW`]);
-//! - codes/s in fast and gapless mode through `Sequences<EtcdStore>`;
+//! - codes/s in fast and gapless mode through `Sequences<EtcdStore>`: gapless numbered in
+//!   the store at 1, `PROCESSES` and 16 processes, and in the old checked mode, each row with
+//!   its commits and the ones refused by the counter (checks the handle's old mode lost,
+//!   plus etcd transactions the store resent after a moved counter refused them);
 //! - unpipelined Redis `INCR` (a `redis-server` without persistence started for the run).
 //!
 //! Around each workload it reads every member's `/metrics` and reports the leader's WAL
@@ -238,7 +241,17 @@ const RAW: &str = "raw etcd txn, `etcd-client` (1 compare + 1 put)";
 const SEQ_CHECKED: &str = "checked commit through `EtcdStore`, 1 process x 1 thread";
 const SEQ_RAW: &str = "raw etcd txn, 1 process x 1 thread";
 const FAST: &str = "codes, fast mode, `Sequences<EtcdStore>`";
-const GAPLESS: &str = "codes, gapless mode, `Sequences<EtcdStore>`";
+const GAPLESS: &str = "codes, gapless mode, `Sequences<EtcdStore>`, numbered in the store";
+const GAPLESS_ONE: &str = "codes, gapless mode, numbered in the store, 1 process x 4 threads";
+const GAPLESS_SIXTEEN: &str =
+    "codes, gapless mode, numbered in the store, 16 processes x 4 threads";
+const GAPLESS_CHECKED: &str = "codes, gapless mode, checked counter (the old mode)";
+/// Process counts of the gapless rows beside the loaded one, with their labels and store
+/// prefixes (each row a sequence of its own).
+const GAPLESS_SCALING: [(usize, &str, &str); 2] = [
+    (1, GAPLESS_ONE, "gapless-one/"),
+    (16, GAPLESS_SIXTEEN, "gapless-sixteen/"),
+];
 const REDIS: &str = "Redis `INCR`, unpipelined, no persistence";
 
 /// Everything one run measured.
@@ -284,6 +297,28 @@ fn measure(load: &Path, redis_load: &Path, d: Durations) -> Result<Results> {
     let gapless = err(etcd_workload(
         load, &cluster, "gapless", "gapless/", d, LOADED,
     ));
+    let scaling: Vec<Row> = GAPLESS_SCALING
+        .iter()
+        .map(|&(processes, label, prefix)| Row {
+            label,
+            result: err(etcd_workload(
+                load,
+                &cluster,
+                "gapless",
+                prefix,
+                d,
+                (processes, THREADS),
+            )),
+        })
+        .collect();
+    let gapless_checked = err(etcd_workload(
+        load,
+        &cluster,
+        "gapless-checked",
+        "gapless-checked/",
+        d,
+        LOADED,
+    ));
     // etcd probes its peers every few seconds: the cumulative mean since the start.
     let peer_rtt_ms = cluster.leader_metrics().and_then(|m| {
         let count = m.get(&format!("{PEER_RTT}_count"))?;
@@ -310,37 +345,43 @@ fn measure(load: &Path, redis_load: &Path, d: Durations) -> Result<Results> {
         }
         Err(reason) => Err(reason),
     };
+    let mut rows = vec![
+        Row {
+            label: CHECKED,
+            result: checked,
+        },
+        Row {
+            label: RAW,
+            result: raw,
+        },
+        Row {
+            label: SEQ_CHECKED,
+            result: seq_checked,
+        },
+        Row {
+            label: SEQ_RAW,
+            result: seq_raw,
+        },
+        Row {
+            label: FAST,
+            result: fast,
+        },
+        Row {
+            label: GAPLESS,
+            result: gapless,
+        },
+    ];
+    rows.extend(scaling);
+    rows.push(Row {
+        label: GAPLESS_CHECKED,
+        result: gapless_checked,
+    });
+    rows.push(Row {
+        label: REDIS,
+        result: redis,
+    });
     Ok(Results {
-        rows: vec![
-            Row {
-                label: CHECKED,
-                result: checked,
-            },
-            Row {
-                label: RAW,
-                result: raw,
-            },
-            Row {
-                label: SEQ_CHECKED,
-                result: seq_checked,
-            },
-            Row {
-                label: SEQ_RAW,
-                result: seq_raw,
-            },
-            Row {
-                label: FAST,
-                result: fast,
-            },
-            Row {
-                label: GAPLESS,
-                result: gapless,
-            },
-            Row {
-                label: REDIS,
-                result: redis,
-            },
-        ],
+        rows,
         peer_rtt_ms,
         window_seconds: d.seconds + d.warmup,
     })
@@ -391,6 +432,7 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
         "vs Redis `INCR`",
         "leader WAL fsyncs/s (mean ms)",
         "Raft proposals per leader fsync",
+        "commits (refused by the counter)",
     ]);
     for row in &results.rows {
         let rate = row
@@ -418,6 +460,11 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
             ),
             _ => ("—".to_owned(), "—".to_owned()),
         };
+        let refused = m.rate.conflicts.unwrap_or(0) + m.rate.counter_retries.unwrap_or(0);
+        let commits = m
+            .rate
+            .commits
+            .map_or_else(|| "—".to_owned(), |c| format!("{c} ({refused})"));
         table.row([
             row.label.to_owned(),
             rate_cell(&rate),
@@ -426,6 +473,7 @@ fn render(results: &Results, command: &str, started: SystemTime, notes: &[String
             ratio(redis),
             fsync,
             per_fsync,
+            commits,
         ]);
     }
     doc.table(&table);
@@ -576,7 +624,7 @@ mod tests {
         let report = render(&results, "cargo xtask bench etcd", SystemTime::now(), &[]);
         assert!(
             report.contains(&format!(
-                "| {CHECKED} | 900 | 1.50 ms / 4.00 ms | 0.90x | 0.04x | 200 (1.00) | 4.5 |"
+                "| {CHECKED} | 900 | 1.50 ms / 4.00 ms | 0.90x | 0.04x | 200 (1.00) | 4.5 | — |"
             )),
             "{report}"
         );

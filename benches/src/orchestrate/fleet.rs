@@ -34,6 +34,10 @@ pub(crate) struct Measured {
     pub(crate) commits: Option<u64>,
     /// Refused commits, summed, where the processes reported them.
     pub(crate) conflicts: Option<u64>,
+    /// Store transactions a moved counter refused (each resent by the store, no conflict
+    /// reaching the caller), summed, where the processes reported them (`EtcdStore`'s
+    /// numbering counts).
+    pub(crate) counter_retries: Option<u64>,
 }
 
 impl Measured {
@@ -49,6 +53,11 @@ impl Measured {
                 format!("{label}: {commits} store commits over the run, warm-up included");
             if let Some(conflicts) = self.conflicts {
                 note.push_str(&format!(", {conflicts} refused by a check (conflicts)"));
+            }
+            if let Some(retries) = self.counter_retries {
+                note.push_str(&format!(
+                    ", {retries} store transactions refused by a moved counter and resent"
+                ));
             }
             note.push('.');
             notes.push(note);
@@ -97,6 +106,10 @@ pub(crate) fn sum_rates(outputs: &[String]) -> Result<Measured> {
         }
         total.commits = add(total.commits, v["commits"].as_u64());
         total.conflicts = add(total.conflicts, v["conflicts"].as_u64());
+        total.counter_retries = add(
+            total.counter_retries,
+            v["numbering"]["counter_retries"].as_u64(),
+        );
     }
     Ok(total)
 }
