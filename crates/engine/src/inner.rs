@@ -232,12 +232,14 @@ impl Inner {
                         && v.expires_at
                             .is_none_or(|d| d > *now.get_or_insert_with(now_ms))
                     {
-                        out.push(Entry {
-                            key: KeyBytes::from(key),
-                            value: value.clone(),
-                            versionstamp: Versionstamp::from_version(v.version),
-                            expires_at: v.expires_at,
-                        });
+                        out.push(Entry::EMPTY);
+                        // Each field goes straight into the entry (see `KeyBytes::assign`).
+                        if let Some(e) = out.last_mut() {
+                            e.key.assign(key);
+                            e.value = value.clone();
+                            e.versionstamp = Versionstamp::from_version(v.version);
+                            e.expires_at = v.expires_at;
+                        }
                     }
                 } else if let Some(version) = version_at(versions, at)
                     && let Some(value) = version.live_value(&mut now)
@@ -245,11 +247,14 @@ impl Inner {
                     // Built in place: an `Option<Entry>` in between costs a copy of the
                     // whole entry per key.
                     out.push(Entry {
-                        key: KeyBytes::from(key),
+                        key: KeyBytes::default(),
                         value: value.to_value(),
                         versionstamp: Versionstamp::from_version(version.version),
                         expires_at: version.expires_at,
                     });
+                    if let Some(e) = out.last_mut() {
+                        e.key.assign(key);
+                    }
                 }
                 out.len() < limit
             });

@@ -243,7 +243,9 @@ impl<V: ReadView> ListIter<V> {
         let mut batch = self.view.scan(&self.range, self.reverse, want)?;
         // A view that returns more than asked must not overrun the limit.
         batch.truncate(want);
-        if batch.len() < want {
+        // Short of what was asked, the range is read to its end; reaching the limit, the
+        // list ends with this batch, and the rest of the range is never read.
+        if batch.len() < want || self.remaining == Some(batch.len()) {
             self.range_done = true;
         } else if let Some(last) = batch.last() {
             if self.reverse {

@@ -33,6 +33,14 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// An entry with the empty key and the number 0, which reads fill in place.
+    pub(crate) const EMPTY: Entry = Entry {
+        key: KeyBytes::EMPTY,
+        value: Value::U64(0),
+        versionstamp: Versionstamp::ZERO,
+        expires_at: None,
+    };
+
     /// The key, decoded into a tuple.
     ///
     /// # Errors

@@ -256,3 +256,56 @@ fn a_failed_scan_fails_read_all_and_ends_the_listing() {
     assert!(list.next().is_none());
     assert!(list.read_all().expect("nothing more").is_empty());
 }
+
+#[test]
+fn a_limit_met_at_a_batch_end_reads_no_further_batch_and_the_cursor_resumes_after_it() {
+    // Limit 6 in batches of 3: two scans give every entry, and a third would fail.
+    let fresh = || {
+        let view = Flaky {
+            db: db_with(10),
+            scans: std::cell::Cell::new(0),
+            fail_on: 3,
+        };
+        let options = ListOptions {
+            limit: Some(6),
+            batch_size: Some(3),
+            ..ListOptions::default()
+        };
+        ListIter::new(view, Selector::prefix(&key!["k"]), options).expect("list")
+    };
+    let selector = Selector::prefix(&key!["k"]);
+
+    let mut iterated = fresh();
+    let entries: Vec<_> = iterated
+        .by_ref()
+        .map(|e| e.expect("no third scan"))
+        .collect();
+    assert_eq!(keys_of(&entries), keys(0..6));
+    assert_eq!(
+        iterated.cursor(),
+        after(&selector, 5),
+        "stopped at the limit"
+    );
+
+    let mut read = fresh();
+    assert_eq!(
+        keys_of(&read.read_all().expect("no third scan")),
+        keys(0..6)
+    );
+    let cursor = read.cursor();
+    assert_eq!(cursor, after(&selector, 5));
+
+    let ListCursor::After(cursor) = cursor else {
+        panic!("a cursor after the limit")
+    };
+    let mut rest = db_with(10)
+        .list(
+            &selector,
+            ListOptions {
+                cursor: Some(cursor),
+                ..ListOptions::default()
+            },
+        )
+        .expect("list");
+    assert_eq!(keys_of(&rest.read_all().expect("rest")), keys(6..10));
+}
