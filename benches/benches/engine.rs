@@ -32,7 +32,8 @@ use redb::ReadableDatabase;
 use tuplekv_benches::denokv::{self, DenoSqlite};
 use tuplekv_benches::skip;
 use tuplekv_benches::workloads::{
-    ENGINE_KEYS, insert_pair, key_indexes, prefix_end, user_key, user_keys_encoded, user_value,
+    ENGINE_KEYS, insert_pair, key_indexes, prefix_end, preloaded_database, user_key,
+    user_keys_encoded, user_value,
 };
 use tuplekv_codec::{Selector, encode_key, key};
 use tuplekv_engine::limits::MUTATIONS_MAX;
@@ -126,14 +127,7 @@ fn read_threads() -> Vec<usize> {
 
 fn world() -> World {
     let keys = user_keys_encoded();
-    let ours = Database::in_memory();
-    for (chunk, ks) in keys.chunks(1000).enumerate() {
-        let mut a = ours.atomic();
-        for (j, k) in ks.iter().enumerate() {
-            a = a.set_raw(k, user_value((chunk * 1000 + j) as u64));
-        }
-        assert!(a.commit().expect("preload").is_committed());
-    }
+    let ours = preloaded_database(&keys);
     let btree: Locked = RwLock::new((BTreeMap::new(), 1));
     let skipmap = SkipMap::new();
     for (i, k) in keys.iter().enumerate() {

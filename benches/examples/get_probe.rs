@@ -18,28 +18,15 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use parking_lot::RwLock;
-use tuplekv_benches::workloads::{ENGINE_KEYS, key_indexes, user_keys_encoded, user_value};
+use tuplekv_benches::workloads::{
+    ENGINE_KEYS, key_indexes, preloaded_database, user_keys_encoded, user_value,
+};
 use tuplekv_engine::{Database, ReadView};
 
 /// How many alternating rounds `--time` measures; the median of their ratios is printed.
 const ROUNDS: usize = 41;
 
 type Locked = RwLock<BTreeMap<Vec<u8>, (Vec<u8>, u64)>>;
-
-fn ours(keys: &[Vec<u8>]) -> Database {
-    let db = Database::in_memory();
-    for (chunk, ks) in keys.chunks(1000).enumerate() {
-        let mut a = db.atomic();
-        for (j, k) in ks.iter().enumerate() {
-            a = a.set_raw(k, user_value((chunk * 1000 + j) as u64));
-        }
-        match a.commit() {
-            Ok(c) if c.is_committed() => {}
-            other => panic!("preload: {other:?}"),
-        }
-    }
-    db
-}
 
 fn btree(keys: &[Vec<u8>]) -> Locked {
     let map: BTreeMap<_, _> = keys
@@ -81,7 +68,7 @@ fn main() -> ExitCode {
                 eprintln!("N must be a number");
                 return ExitCode::FAILURE;
             };
-            let (db, map) = (ours(&keys), btree(&keys));
+            let (db, map) = (preloaded_database(&keys), btree(&keys));
             let mut ratios = Vec::new();
             let (mut total_a, mut total_b) = (0.0, 0.0);
             for _ in 0..ROUNDS {
@@ -111,7 +98,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             };
             if args[0] == "tuplekv" {
-                run_ours(&ours(&keys), &keys, &picks, n);
+                run_ours(&preloaded_database(&keys), &keys, &picks, n);
             } else {
                 run_btree(&btree(&keys), &keys, &picks, n);
             }

@@ -21,7 +21,8 @@ use std::time::Instant;
 
 use parking_lot::RwLock;
 use tuplekv_benches::workloads::{
-    ENGINE_KEYS, key_indexes, prefix_end, user_key, user_keys_encoded, user_value,
+    ENGINE_KEYS, key_indexes, prefix_end, preloaded_database, user_key, user_keys_encoded,
+    user_value,
 };
 use tuplekv_engine::{Database, ListOptions, Selector, key};
 
@@ -45,17 +46,7 @@ struct World {
 impl World {
     fn new() -> World {
         let keys = user_keys_encoded();
-        let db = Database::in_memory();
-        for (chunk, ks) in keys.chunks(1000).enumerate() {
-            let mut a = db.atomic();
-            for (j, k) in ks.iter().enumerate() {
-                a = a.set_raw(k, user_value((chunk * 1000 + j) as u64));
-            }
-            match a.commit() {
-                Ok(c) if c.is_committed() => {}
-                other => panic!("preload: {other:?}"),
-            }
-        }
+        let db = preloaded_database(&keys);
         let map = RwLock::new(
             keys.iter()
                 .enumerate()

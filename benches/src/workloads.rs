@@ -61,6 +61,25 @@ pub fn user_keys_encoded() -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// An in-memory database holding `keys` (the encoded preloaded keys), the `i`-th with
+/// [`user_value`]`(i)`, committed in chunks of 1000 as the engine bench and its probes load
+/// it. Panics unless every chunk committed.
+pub fn preloaded_database(keys: &[Vec<u8>]) -> Database {
+    let db = Database::in_memory();
+    for (chunk, ks) in keys.chunks(1000).enumerate() {
+        let mut a = db.atomic();
+        for (j, k) in ks.iter().enumerate() {
+            a = a.set_raw(k, user_value((chunk * 1000 + j) as u64));
+        }
+        let res = a.commit();
+        assert!(
+            matches!(res, Ok(ref r) if r.is_committed()),
+            "preload: {res:?}"
+        );
+    }
+    db
+}
+
 /// A deterministic pseudo-random sequence of key indexes below `n` (xorshift), so every
 /// implementation reads the same keys in the same order.
 pub fn key_indexes(n: u64, count: usize, seed: u64) -> Vec<usize> {
