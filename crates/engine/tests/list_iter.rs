@@ -259,7 +259,9 @@ fn a_failed_scan_fails_read_all_and_ends_the_listing() {
 
 #[test]
 fn a_limit_met_at_a_batch_end_reads_no_further_batch_and_the_cursor_resumes_after_it() {
-    // Limit 6 in batches of 3: two scans give every entry, and a third would fail.
+    // Limit 6 in batches of 3: two scans give every entry, and a third would fail. (That the
+    // list also skips preparing the next range once the limit is met is not observable here;
+    // this checks the scans and the cursor around that path.)
     let fresh = || {
         let view = Flaky {
             db: db_with(10),
