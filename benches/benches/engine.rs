@@ -1,5 +1,6 @@
 //! The engine against its peers on the workloads of PERFORMANCE.md: 100k preloaded keys of 29
-//! bytes with 100-byte values.
+//! bytes with 100-byte values (16-byte values in `engine/get_small` and
+//! `engine/list_100_small`).
 //!
 //! Peers: a `BTreeMap` behind a `parking_lot::RwLock` (what you would write yourself; commits
 //! take the write lock, check, apply), crossbeam's `SkipMap` (a concurrent ordered map with no
@@ -32,8 +33,8 @@ use redb::ReadableDatabase;
 use tuplekv_benches::denokv::{self, DenoSqlite};
 use tuplekv_benches::skip;
 use tuplekv_benches::workloads::{
-    ENGINE_KEYS, insert_pair, key_indexes, prefix_end, preloaded_database, user_key,
-    user_keys_encoded, user_value,
+    ENGINE_KEYS, insert_pair, key_indexes, prefix_end, preloaded_database, preloaded_database_with,
+    small_value, user_key, user_keys_encoded, user_value,
 };
 use tuplekv_codec::{Selector, encode_key, key};
 use tuplekv_engine::limits::MUTATIONS_MAX;
@@ -846,6 +847,77 @@ fn watch_overhead(c: &mut Criterion, w: &World) {
     g.finish();
 }
 
+/// Gets and 100-entry lists of the same 100k keys holding 16-byte values instead
+/// (`engine/get_small`, `engine/list_100_small`), against the B-tree, one thread: a value of
+/// up to 32 bytes lives inside its key's packed version list, and a read copies it out into a
+/// buffer of its own rather than sharing one, so its cost is a different path from the
+/// 100-byte workloads'.
+fn small_values(c: &mut Criterion) {
+    let keys = user_keys_encoded();
+    let ours = preloaded_database_with(&keys, small_value);
+    let btree: Locked = RwLock::new((
+        keys.iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), (small_value(i as u64), 1)))
+            .collect(),
+        1,
+    ));
+    let picks = key_indexes(ENGINE_KEYS, 1 << 16, 42);
+    let pick = |i: u64| &keys[picks[i as usize & 0xffff]];
+    let mut g = c.benchmark_group("engine/get_small");
+    g.throughput(Throughput::Elements(1));
+    for round in ROUNDS.map(Some) {
+        g.bench_function(id("tuplekv", 1, round), |b| {
+            b.iter_custom(|n| {
+                parallel(1, n, |_, i| {
+                    black_box(ours.get_raw(pick(i)).ok().flatten());
+                })
+            })
+        });
+        g.bench_function(id("btreemap_rwlock", 1, round), |b| {
+            b.iter_custom(|n| {
+                parallel(1, n, |_, i| {
+                    black_box(btree.read().0.get(pick(i)).map(|(v, _)| v.clone()));
+                })
+            })
+        });
+    }
+    g.finish();
+    let s = Scans::new();
+    let options = Scans::options();
+    let mut g = c.benchmark_group("engine/list_100_small");
+    g.throughput(Throughput::Elements(100));
+    for round in ROUNDS.map(Some) {
+        g.bench_function(id("tuplekv", 1, round), |b| {
+            b.iter_custom(|n| {
+                parallel(1, n, |t, i| {
+                    let list = ours.list(&s.selectors[Scans::pick(t, i)], options.clone());
+                    let mut acc = 0;
+                    for entry in list.expect("list") {
+                        let e = entry.expect("entry");
+                        acc += touch(&e.key, e.value.as_bytes().unwrap_or_default());
+                    }
+                    black_box(acc);
+                })
+            })
+        });
+        g.bench_function(id("btreemap_rwlock", 1, round), |b| {
+            b.iter_custom(|n| {
+                parallel(1, n, |t, i| {
+                    let guard = btree.read();
+                    let start = &keys[s.picks[Scans::pick(t, i)]];
+                    let mut acc = 0;
+                    for (k, (v, _)) in guard.0.range::<[u8], _>(bounds(start, &s.end)).take(100) {
+                        acc += touch(k, v);
+                    }
+                    black_box(acc);
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
 fn id_of_round(name: &str, round: u32) -> BenchmarkId {
     BenchmarkId::new(name, format!("round {round}"))
 }
@@ -855,6 +927,7 @@ fn engine(c: &mut Criterion) {
     get(c, &w);
     list(c, &w);
     scan(c, &w);
+    small_values(c);
     sum(c, &w);
     get_under_write(c, &w);
     watch_overhead(c, &w);

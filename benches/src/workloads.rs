@@ -54,6 +54,17 @@ pub fn user_value(i: u64) -> Vec<u8> {
     (0..VALUE_BYTES).map(|j| seed[j % 8] ^ j as u8).collect()
 }
 
+/// Value size for the small-value workloads (`engine/get_small`, `engine/list_100_small`): a
+/// counter, an index entry or a short record, as the memory-per-key test stores.
+pub const SMALL_VALUE_BYTES: usize = 16;
+
+/// The `i`-th key's small value: [`SMALL_VALUE_BYTES`] bytes derived from `i`.
+pub fn small_value(i: u64) -> Vec<u8> {
+    let mut v = user_value(i);
+    v.truncate(SMALL_VALUE_BYTES);
+    v
+}
+
 /// The encoded preloaded keys, in order.
 pub fn user_keys_encoded() -> Vec<Vec<u8>> {
     (0..ENGINE_KEYS)
@@ -65,11 +76,16 @@ pub fn user_keys_encoded() -> Vec<Vec<u8>> {
 /// [`user_value`]`(i)`, committed in chunks of 1000 as the engine bench and its probes load
 /// it. Panics unless every chunk committed.
 pub fn preloaded_database(keys: &[Vec<u8>]) -> Database {
+    preloaded_database_with(keys, user_value)
+}
+
+/// [`preloaded_database`] with the `i`-th key's value `value(i)`.
+pub fn preloaded_database_with(keys: &[Vec<u8>], value: fn(u64) -> Vec<u8>) -> Database {
     let db = Database::in_memory();
     for (chunk, ks) in keys.chunks(1000).enumerate() {
         let mut a = db.atomic();
         for (j, k) in ks.iter().enumerate() {
-            a = a.set_raw(k, user_value((chunk * 1000 + j) as u64));
+            a = a.set_raw(k, value((chunk * 1000 + j) as u64));
         }
         let res = a.commit();
         assert!(
